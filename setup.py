@@ -1,0 +1,43 @@
+"""megatron-biglm: train, evaluate and export BiGLM (Bidirectional General Language Models).
+
+CPU machines must install torch first from the pin in constraints-cpu.txt (the Makefile does);
+otherwise pip resolves `torch` to the newest CUDA build.
+"""
+from setuptools import find_packages, setup
+
+setup(
+    name="megatron-biglm",
+    version="0.1.0",
+    description="BiGLM pretraining, evaluation and export on megatron-core",
+    long_description=open("README.md", encoding="utf-8").read(),
+    long_description_content_type="text/markdown",
+    python_requires=">=3.10",
+    packages=find_packages(include=["megatron_biglm", "megatron_biglm.*", "patches", "patches.*"]),
+    include_package_data=True,
+    install_requires=[
+        "megatron-core>=0.16.1",
+        "torch>=2.6",
+        "numpy",
+        "transformers>=4.48",
+        "tokenizers",
+        "datasets",
+        "safetensors",
+        "tqdm",
+        "psutil",
+        "pyyaml",
+        "zstandard",
+        "pyarrow",
+    ],
+    extras_require={
+        # apex is not on PyPI; see README "Optional: apex" for the source build.
+        "gpu": ["flash-attn", "transformer-engine[pytorch]"],
+        "deepspeed": ["deepspeed"],
+        "eval": ["lm-eval>=0.4.5", "rouge-score", "sacrebleu", "nltk"],
+        "dev": ["pytest", "pytest-timeout", "scipy", "matplotlib", "tensorboard"],
+    },
+    entry_points={
+        "console_scripts": [
+            "biglm-quickstart=megatron_biglm.quickstart:main",
+        ]
+    },
+)
