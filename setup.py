@@ -18,7 +18,7 @@ setup(
         "megatron-core>=0.16.1",
         "torch>=2.6",
         "numpy",
-        "transformers>=4.48",
+        "transformers>=5.3",  # native EuroBertForMaskedLM (our HF export target) landed in 5.3
         "tokenizers",
         "datasets",
         "safetensors",

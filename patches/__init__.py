@@ -1,0 +1,68 @@
+"""megatron-core workarounds, applied only through explicit calls.
+
+    import patches
+    patches.apply_cpu()   # once, at process start, before building megatron models
+
+`apply_cpu` installs the CPU shims (one file each, `cpu_*.py`) only when CUDA is absent;
+nothing here patches anything at import time. Each shim's module docstring names the exact
+failure it fixes and the megatron-core versions it was seen in.
+"""
+from __future__ import annotations
+
+from typing import Iterable, List, Optional
+
+import torch
+
+from . import (
+    cpu_current_device,
+    cpu_device_mode,
+    cpu_rng_tracker,
+    cpu_streams,
+    cpu_synchronize,
+    cpu_tensor_type,
+)
+from ._patching import Patch, log
+
+CPU_PATCHES: tuple[Patch, ...] = (
+    cpu_current_device.PATCH,
+    cpu_synchronize.PATCH,
+    cpu_streams.PATCH,
+    cpu_device_mode.PATCH,
+    cpu_tensor_type.PATCH,
+    cpu_rng_tracker.PATCH,
+)
+CPU_PATCH_NAMES: tuple[str, ...] = tuple(p.name for p in CPU_PATCHES)
+
+_APPLIED: List[str] = []
+
+
+def apply_cpu(force: bool = False, skip: Iterable[str] = ()) -> List[str]:
+    """Install the CPU shims; return the names of all CPU shims installed so far.
+
+    No-op (returns []) when `torch.cuda.is_available()`, unless `force=True` (tests).
+    Idempotent: a second call installs nothing new. `skip` leaves the named shims out
+    (tests use it to show the failure each one prevents).
+    """
+    skip = set(skip)
+    unknown = skip.difference(CPU_PATCH_NAMES)
+    if unknown:
+        raise ValueError(f"unknown CPU patch names {sorted(unknown)}; known: {CPU_PATCH_NAMES}")
+    if torch.cuda.is_available() and not force:
+        log.info("CUDA is available: CPU shims not applied")
+        return []
+    for patch in CPU_PATCHES:
+        if patch.name in skip or patch.name in _APPLIED:
+            continue
+        if patch.apply():
+            _APPLIED.append(patch.name)
+        else:
+            log.info("CPU shim %s not needed in this version", patch.name)
+    return list(_APPLIED)
+
+
+def applied_cpu_patches() -> List[str]:
+    """Names of the CPU shims installed in this process."""
+    return list(_APPLIED)
+
+
+__all__ = ["apply_cpu", "applied_cpu_patches", "CPU_PATCHES", "CPU_PATCH_NAMES", "Patch"]

@@ -1,0 +1,39 @@
+"""Zero-shot evaluation of masked LMs with lm-eval (issue 7).
+
+`import megatron_biglm.evaluation` registers two lm-eval models, lazily (nothing heavy is
+imported until lm-eval asks for the class):
+  `biglm`   our model: an exported HF directory (a megatron checkpoint is not loadable yet)
+  `hf-mlm`  any HF `AutoModelForMaskedLM`
+lm-eval has no plugin entry point for models, so use them through `simple_evaluate` after
+this import, through `tools/eval_zero_shot.py`, or through lm-eval's own CLI as
+`python -m megatron_biglm.evaluation run --model hf-mlm ...`.
+
+Layout: `scoring/` (the rules, model-agnostic), `runner.py` (batching, prefix reuse),
+`protocol.py` (what a model must provide), `hf_adapter.py`, `lm.py`/`models.py` (lm-eval
+models), `tasks.py` (paper suite, offline task YAMLs, table), `training_hook.py`.
+"""
+from __future__ import annotations
+
+import logging
+
+MODEL_CLASSES = {
+    "biglm": "megatron_biglm.evaluation.models:BiGLMEvalLM",
+    "hf-mlm": "megatron_biglm.evaluation.models:HFMaskedLMEvalLM",
+}
+
+
+def register_lm_eval_models() -> bool:
+    """Register our models with lm-eval; False (and a debug log) when lm-eval is absent."""
+    try:
+        import lm_eval.models  # noqa: F401 - built-ins first: lm-eval only loads them into an empty registry
+        from lm_eval.api.registry import model_registry
+    except ImportError:  # lm-eval is the optional "eval" extra
+        logging.getLogger(__name__).debug("lm-eval not installed: models not registered")
+        return False
+    for name, target in MODEL_CLASSES.items():
+        if name not in model_registry:
+            model_registry.register(name, target=target)
+    return True
+
+
+register_lm_eval_models()

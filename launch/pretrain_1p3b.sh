@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# BiGLM-1.3B pretraining (paper Table 7: seq 2048, global batch 1024, 300k steps, WSD 20 %).
+#   sbatch launch/pretrain_1p3b.sh                 # from the repository root
+#   DRY_RUN=1 bash launch/pretrain_1p3b.sh         # print the resolved command only
+# Layout on A100-80GB nodes: TP=1 PP=1, micro-batch 4; see launch/common.sh for overrides.
+#SBATCH --job-name=biglm-1p3b
+#SBATCH --nodes=16
+#SBATCH --ntasks-per-node=1
+#SBATCH --gpus-per-node=8
+#SBATCH --cpus-per-task=64
+#SBATCH --exclusive
+#SBATCH --time=48:00:00
+#SBATCH --signal=USR1@120
+#SBATCH --requeue
+#SBATCH --open-mode=append
+#SBATCH --output=%x-%j.out
+REPO=${REPO:-$(cd "$(dirname "${BASH_SOURCE[0]}")/.." 2>/dev/null && pwd)}
+[[ -f "$REPO/launch/common.sh" ]] || REPO=${SLURM_SUBMIT_DIR:?run sbatch from the repository root}
+NODES_DEFAULT=16 TP_DEFAULT=1 PP_DEFAULT=1 MBS_DEFAULT=4
+RUN_NAME=biglm_1p3b CONFIG_NAME=biglm_1p3b.yaml
+source "$REPO/launch/common.sh"

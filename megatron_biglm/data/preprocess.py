@@ -1,0 +1,362 @@
+"""Corpus files -> Megatron indexed datasets (`{prefix}_{key}_document.{bin,idx}`).
+
+What Megatron-LM's `tools/preprocess_data.py` does, with the parts it lacks: HF fast
+tokenizers in batches, parquet and .gz/.zst inputs, counted (never fatal, never silent)
+bad input, and outputs that appear only when complete.
+
+Design:
+  * The main process reads and parses (cheap) and writes; N worker processes tokenize
+    batches of documents. Batches go out through a bounded window and come back in
+    submission order, so the output is byte-identical for any worker count and memory stays
+    flat on corpora of any size.
+  * Each worker runs the Rust tokenizer single-threaded (`TOKENIZERS_PARALLELISM=false`),
+    so `workers` is the number of cores used, and `encode_batch_fast` (no offsets).
+    Tokens are `tokenizer(text, add_special_tokens=False)` plus EOS when `append_eod`;
+    the BiGLM datasets add BOS themselves.
+  * The .bin/.idx are written by megatron-core's `IndexedDatasetBuilder` under temporary
+    names, then renamed (.bin first, the .idx last): an interrupted run leaves no .idx that
+    looks valid.
+  * Workers start with `spawn`: they import only this module, numpy and `tokenizers` (not
+    torch, megatron or transformers) and are safe however the parent process was set up.
+"""
+from __future__ import annotations
+
+import itertools
+import logging
+import multiprocessing
+import os
+import sys
+import time
+from collections import deque
+from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
+from contextlib import closing, contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterable, Iterator, Sequence
+
+import numpy as np
+
+from megatron_biglm.data.readers import Record, SkipReport, expand_inputs, records_from_files
+
+logger = logging.getLogger(__name__)
+
+EMPTY_AFTER_TOKENIZATION = "empty_after_tokenization"
+DEFAULT_BATCH_SIZE = 128
+
+
+class PreprocessError(RuntimeError):
+    """A fatal condition (no input, nothing readable, nothing written); says what to do."""
+
+
+def output_prefix_for(output_prefix, key: str) -> str:
+    """Megatron's naming: `{output_prefix}_{key}_document` (+ .bin / .idx)."""
+    return f"{output_prefix}_{key}_document"
+
+
+# ---------------------------------------------------------------- encoding (in workers)
+
+_ENCODER = None
+
+
+@dataclass
+class _EncoderSpec:
+    """What a worker needs to rebuild the tokenizer: small and picklable."""
+    tokenizer_json: str
+    split_special_tokens: bool
+    eos_id: int
+    append_eod: bool
+    dtype: str
+
+
+class _Encoder:
+    def __init__(self, spec: _EncoderSpec):
+        from tokenizers import Tokenizer
+
+        self.tokenizer = Tokenizer.from_str(spec.tokenizer_json)
+        self.tokenizer.no_truncation()
+        self.tokenizer.no_padding()
+        self.tokenizer.encode_special_tokens = spec.split_special_tokens
+        self.eos = [spec.eos_id] if spec.append_eod else []
+        self.dtype = np.dtype(spec.dtype)
+
+    def encode(self, texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
+        """(lengths int64[n], tokens dtype[sum(lengths)]) for a batch: compact to pickle."""
+        encodings = self.tokenizer.encode_batch_fast(texts, add_special_tokens=False)
+        ids = [encoding.ids + self.eos for encoding in encodings]
+        lengths = np.fromiter(map(len, ids), dtype=np.int64, count=len(ids))
+        tokens = np.fromiter(itertools.chain.from_iterable(ids), dtype=self.dtype,
+                             count=int(lengths.sum()))
+        return lengths, tokens
+
+
+def _init_worker(spec: _EncoderSpec) -> None:
+    global _ENCODER
+    os.environ["TOKENIZERS_PARALLELISM"] = "false"
+    _ENCODER = _Encoder(spec)
+
+
+def _encode_in_worker(texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
+    return _ENCODER.encode(texts)
+
+
+@contextmanager
+def _single_threaded_tokenizers():
+    """Keep the Rust tokenizer on one thread in this process for the duration."""
+    before = os.environ.get("TOKENIZERS_PARALLELISM")
+    os.environ["TOKENIZERS_PARALLELISM"] = "false"
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop("TOKENIZERS_PARALLELISM", None)
+        else:
+            os.environ["TOKENIZERS_PARALLELISM"] = before
+
+
+# ---------------------------------------------------------------- batching and ordering
+
+@dataclass
+class _Batch:
+    texts: list[str] = field(default_factory=list)
+    keys: list[int] = field(default_factory=list)      # index into json_keys, per text
+    where: list[tuple[str, int]] = field(default_factory=list)
+
+
+def _batches(records: Iterable[Record], keys: Sequence[str], batch_size: int) -> Iterator[_Batch]:
+    key_index = {key: i for i, key in enumerate(keys)}
+    batch = _Batch()
+    for record in records:
+        for key, text in record.texts.items():
+            batch.texts.append(text)
+            batch.keys.append(key_index[key])
+            batch.where.append((record.source, record.line))
+        if len(batch.texts) >= batch_size:
+            yield batch
+            batch = _Batch()
+    if batch.texts:
+        yield batch
+
+
+def _ordered_encode(batches: Iterator[_Batch], spec: _EncoderSpec, workers: int):
+    """Yield (batch, (lengths, tokens)) in input order. At most 4 batches per worker are in
+    flight, so reading never runs ahead of tokenizing by more than that. (A process pool
+    from concurrent.futures: a dead worker raises instead of hanging like
+    multiprocessing.Pool.)"""
+    if workers <= 1:
+        encoder = _Encoder(spec)
+        with _single_threaded_tokenizers():
+            for batch in batches:
+                yield batch, encoder.encode(batch.texts)
+        return
+    context = multiprocessing.get_context("spawn")
+    pool = ProcessPoolExecutor(workers, mp_context=context, initializer=_init_worker,
+                               initargs=(spec,))
+    try:
+        pending: deque = deque()
+        for batch in batches:
+            pending.append((batch, pool.submit(_encode_in_worker, batch.texts)))
+            if len(pending) >= 4 * workers:
+                done, future = pending.popleft()
+                yield done, _result(future)
+        while pending:
+            done, future = pending.popleft()
+            yield done, _result(future)
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
+
+
+def _result(future):
+    try:
+        return future.result()
+    except BrokenProcessPool as exc:
+        raise PreprocessError(
+            "a tokenizer worker process died (see its error above; workers start with "
+            "'spawn', which re-imports the main script, so run from a file, not stdin). "
+            "workers=1 tokenizes in this process") from exc
+
+
+# ---------------------------------------------------------------- writing
+
+class _AtomicIndexedWriter:
+    """megatron-core's IndexedDatasetBuilder writing to temporary names; `commit` renames."""
+
+    def __init__(self, prefix: str, dtype):
+        from megatron.core.datasets.indexed_dataset import IndexedDatasetBuilder
+
+        self.prefix = prefix
+        suffix = f".tmp-{os.getpid()}"
+        self.bin_path, self.idx_path = prefix + ".bin", prefix + ".idx"
+        self.tmp_bin, self.tmp_idx = self.bin_path + suffix, self.idx_path + suffix
+        self.builder = IndexedDatasetBuilder(self.tmp_bin, dtype=dtype)
+        self.documents = 0
+        self.tokens = 0
+
+    def add(self, tokens: np.ndarray) -> None:
+        self.builder.add_document(tokens, [int(tokens.size)])
+        self.documents += 1
+        self.tokens += int(tokens.size)
+
+    def commit(self) -> None:
+        self.builder.finalize(self.tmp_idx)
+        if os.path.exists(self.idx_path):
+            os.remove(self.idx_path)  # never pair an old .idx with the new .bin
+        os.replace(self.tmp_bin, self.bin_path)
+        os.replace(self.tmp_idx, self.idx_path)
+
+    def discard(self) -> None:
+        if not self.builder.data_file.closed:
+            self.builder.data_file.close()
+        for path in (self.tmp_bin, self.tmp_idx):
+            if os.path.exists(path):
+                os.remove(path)
+
+
+# ---------------------------------------------------------------- progress
+
+class _Progress:
+    """tqdm bar on a terminal, a plain log line every `interval` s otherwise, or nothing."""
+
+    def __init__(self, enabled: bool, interval: float = 10.0):
+        self.enabled, self.interval = enabled, interval
+        self.start = self.last = time.perf_counter()
+        self.documents = self.tokens = 0
+        self.bar = None
+        if enabled and sys.stderr.isatty():
+            from tqdm import tqdm
+
+            self.bar = tqdm(unit=" docs", desc="preprocess", dynamic_ncols=True)
+
+    def update(self, documents: int, tokens: int) -> None:
+        self.documents += documents
+        self.tokens += tokens
+        if not self.enabled:
+            return
+        now = time.perf_counter()
+        if self.bar is not None:
+            self.bar.update(documents)
+            self.bar.set_postfix_str(f"{self.tokens / max(now - self.start, 1e-9):,.0f} tok/s",
+                                     refresh=False)
+        elif now - self.last >= self.interval:
+            self.last = now
+            elapsed = max(now - self.start, 1e-9)
+            logger.info("%d docs, %d tokens, %.0f docs/s, %.0f tokens/s", self.documents,
+                        self.tokens, self.documents / elapsed, self.tokens / elapsed)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+
+
+# ---------------------------------------------------------------- entry point
+
+def preprocess(inputs, output_prefix, tokenizer, *, json_keys: Sequence[str] = ("text",),
+               workers: int = 1, append_eod: bool = True, strict: bool = False,
+               batch_size: int = DEFAULT_BATCH_SIZE, text_mode: str = "block",
+               input_format: str = "auto", progress: bool = False) -> dict:
+    """Tokenize `inputs` (paths, globs, directories; jsonl/text/parquet, .gz/.zst) into one
+    Megatron indexed dataset per key, `{output_prefix}_{key}_document.{bin,idx}`.
+
+    `tokenizer` is a loaded tokenizer or anything `load_tokenizer` takes. Returns the
+    summary: documents, tokens, skipped (reason -> count), skipped_examples (file:line),
+    files, bytes, seconds, docs_per_s, tokens_per_s, dtype, outputs (per key). Raises
+    `BadInputError` on the first bad input when `strict`, and `PreprocessError` when there
+    are no input files, none is readable, or no document survives.
+    """
+    from megatron_biglm.data.tokenizer import dtype_for_vocab, load_tokenizer
+
+    keys = tuple(json_keys)
+    if not keys or len(set(keys)) != len(keys):
+        raise ValueError(f"json_keys must be distinct and non-empty, got {list(keys)}")
+    if workers < 1 or batch_size < 1:
+        raise ValueError(f"workers and batch_size must be >= 1 (got {workers}, {batch_size})")
+    if workers > (os.cpu_count() or 1):
+        logger.warning("%d workers on %s CPUs: expect no speed-up beyond the core count",
+                       workers, os.cpu_count())
+    start = time.perf_counter()
+    tokenizer = load_tokenizer(tokenizer)
+    vocab_size = max(len(tokenizer), max(tokenizer.get_vocab().values()) + 1)
+    dtype = dtype_for_vocab(vocab_size)
+    spec = _EncoderSpec(tokenizer.backend_tokenizer.to_str(),
+                        bool(getattr(tokenizer, "split_special_tokens", False)),
+                        int(tokenizer.eos_token_id), append_eod, np.dtype(dtype).name)
+
+    report = SkipReport(strict=strict)
+    files = expand_inputs(inputs, report)
+    if not files:
+        raise PreprocessError(f"no input files: {list(map(str, _as_list(inputs)))} matched "
+                              "nothing; check the paths or quote the glob")
+    Path(output_prefix).parent.mkdir(parents=True, exist_ok=True)
+    writers = [_AtomicIndexedWriter(output_prefix_for(output_prefix, key), dtype) for key in keys]
+    bar = _Progress(progress)
+    try:
+        records = records_from_files(files, json_keys=keys, report=report, text_mode=text_mode,
+                                     input_format_name=input_format)
+        encoded = closing(_ordered_encode(_batches(records, keys, batch_size), spec, workers))
+        with encoded as results:
+            for batch, (lengths, tokens) in results:
+                _write_batch(batch, lengths, tokens, writers, keys, report)
+                bar.update(len(batch.keys), int(lengths.sum()))
+        _check_something_written(files, report, writers, keys)
+        for writer in writers:
+            writer.commit()
+    except BaseException:
+        for writer in writers:
+            writer.discard()
+        raise
+    finally:
+        bar.close()
+    return _summary(files, report, writers, keys, dtype, vocab_size, workers, append_eod,
+                    time.perf_counter() - start)
+
+
+def _write_batch(batch: _Batch, lengths, tokens, writers, keys, report: SkipReport) -> None:
+    offsets = np.concatenate(([0], np.cumsum(lengths)))
+    for i, key_index in enumerate(batch.keys):
+        if lengths[i] == 0:
+            source, line = batch.where[i]
+            report.skip(EMPTY_AFTER_TOKENIZATION, source, line,
+                        f"key {keys[key_index]!r} encodes to no tokens")
+            continue
+        writers[key_index].add(tokens[offsets[i]:offsets[i + 1]])
+
+
+def _as_list(inputs) -> list:
+    return [inputs] if isinstance(inputs, (str, os.PathLike)) else list(inputs)
+
+
+def _check_something_written(files, report: SkipReport, writers, keys) -> None:
+    if report.files_seen and report.files_failed == report.files_seen:
+        raise PreprocessError(f"none of the {len(files)} input files could be read: "
+                              + "; ".join(report.example_lines()[:5]))
+    if not any(writer.documents for writer in writers):
+        raise PreprocessError(f"no documents for keys {list(keys)} in {len(files)} files "
+                              f"({report.summary_line()}); check --json-keys and the input. "
+                              "First skips: " + "; ".join(report.example_lines()[:5]))
+
+
+def _summary(files, report, writers, keys, dtype, vocab_size, workers, append_eod, seconds):
+    outputs = {}
+    for key, writer in zip(keys, writers):
+        outputs[key] = {"prefix": writer.prefix, "documents": writer.documents,
+                        "tokens": writer.tokens, "bin_bytes": os.path.getsize(writer.bin_path),
+                        "idx_bytes": os.path.getsize(writer.idx_path)}
+    documents = sum(o["documents"] for o in outputs.values())
+    tokens = sum(o["tokens"] for o in outputs.values())
+    return {
+        "documents": documents,
+        "tokens": tokens,
+        "skipped": report.as_dict(),
+        "skipped_examples": report.example_lines(),
+        "files": len(files),
+        "unreadable_files": report.files_failed,
+        "bytes": sum(o["bin_bytes"] + o["idx_bytes"] for o in outputs.values()),
+        "seconds": round(seconds, 3),
+        "docs_per_s": round(documents / seconds, 1) if seconds > 0 else None,
+        "tokens_per_s": round(tokens / seconds, 1) if seconds > 0 else None,
+        "dtype": np.dtype(dtype).name,
+        "vocab_size": vocab_size,
+        "workers": workers,
+        "append_eod": append_eod,
+        "outputs": outputs,
+    }

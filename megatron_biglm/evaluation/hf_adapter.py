@@ -1,0 +1,223 @@
+"""Adapter over any HF `AutoModelForMaskedLM` (BERT, RoBERTa, EuroBERT, our BiGLM export).
+
+HF masked LMs know nothing of BiGLM's split, so what runs is decided by probes at load time,
+and recorded in the results (`describe()`):
+- split attention: a model whose forward takes `split=` uses it ("native"); otherwise an
+  additive 4D mask `[b, 1, s, s]` is tried ("4d-mask": BERT and EuroBERT/BiGLM accept it in
+  transformers 5). The probe checks that the 4D mask means what we think (an all-visible 4D
+  mask equals the 2D padding mask) and that prefix logits do not move when the suffix changes.
+  A model that fails runs full attention ("none"): context rows then also see the masked
+  continuation, so `beam` is not the reference rule there.
+- prefix cache: the prefix's keys/values are collected by passing an empty `DynamicCache`
+  through the encoder, then suffix-only forwards attend to them with a 4D mask and explicit
+  position ids. The probe compares that path with the full forward; a mismatch (e.g. RoBERTa's
+  padding-offset position ids) or an error turns it off.
+"""
+from __future__ import annotations
+
+import inspect
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from .masks import additive_mask, sequence_mask, suffix_after_prefix_mask
+from .protocol import MaskedLMAdapter, SpecialTokens
+
+_CHOICES = ("auto", "on", "off")
+
+
+@dataclass
+class _PrefixState:
+    layers: list[tuple[torch.Tensor, torch.Tensor]]
+    lengths: torch.Tensor
+    width: int
+
+
+class HFMaskedLMAdapter(MaskedLMAdapter):
+    """`split_attention` / `prefix_cache`: "auto" (use when the probe passes), "on" (fail
+    loudly if it does not), "off"."""
+
+    def __init__(self, model, special: SpecialTokens, *, max_length: int | None = None,
+                 split_attention: str = "auto", prefix_cache: str = "auto"):
+        for name, value in (("split_attention", split_attention), ("prefix_cache", prefix_cache)):
+            if value not in _CHOICES:
+                raise ValueError(f"{name} must be one of {_CHOICES}, got {value!r}")
+        self.model = model.eval()
+        self.special = special
+        self.max_length = int(max_length or getattr(model.config, "max_position_embeddings", 512))
+        self._dtype = next(model.parameters()).dtype
+        self._position_offset = 0
+        self._max_position_id = int(getattr(model.config, "max_position_embeddings", 1 << 30)) - 1
+        self.split_mode, self.split_note = self._resolve_split(split_attention)
+        self.split_attention = self.split_mode != "none"
+        self.prefix_cache, self.cache_note = self._resolve_cache(prefix_cache)
+
+    @property
+    def device(self) -> torch.device:
+        return next(self.model.parameters()).device
+
+    # ---------------------------------------------------------------- forward paths
+    def logits(self, input_ids, lengths, split, positions):
+        s = input_ids.shape[1]
+        kwargs: dict[str, Any] = {}
+        if split is None or self.split_mode == "none":
+            attention = (torch.arange(s, device=input_ids.device)[None] < lengths[:, None]).long()
+        elif self.split_mode == "native":
+            attention = (torch.arange(s, device=input_ids.device)[None] < lengths[:, None]).long()
+            kwargs["split"] = split
+        else:
+            attention = additive_mask(sequence_mask(lengths, s, split), self._dtype)
+        out = self.model(input_ids=input_ids, attention_mask=attention, **kwargs).logits
+        return _gather(out, positions)
+
+    def encode_prefix(self, prefix_ids, prefix_lengths):
+        from transformers import DynamicCache
+
+        cache = DynamicCache()
+        width = prefix_ids.shape[1]
+        attention = (torch.arange(width, device=prefix_ids.device)[None] < prefix_lengths[:, None]).long()
+        self.model.base_model(input_ids=prefix_ids, attention_mask=attention, past_key_values=cache)
+        layers = [(layer.keys, layer.values) for layer in cache.layers]
+        if not layers:
+            raise RuntimeError(f"{type(self.model).__name__} did not fill the key/value cache")
+        return _PrefixState(layers, prefix_lengths, width)
+
+    def logits_with_prefix(self, state: _PrefixState, rows, suffix_ids, suffix_lengths, positions):
+        from transformers import DynamicCache
+
+        cache = DynamicCache()
+        for index, (keys, values) in enumerate(state.layers):
+            cache.update(keys.index_select(0, rows), values.index_select(0, rows), index)
+        prefix_lengths = state.lengths.index_select(0, rows)
+        q = suffix_ids.shape[1]
+        allowed = suffix_after_prefix_mask(prefix_lengths, state.width, suffix_lengths, q)
+        position_ids = (self._position_offset + prefix_lengths[:, None]
+                        + torch.arange(q, device=suffix_ids.device)[None])
+        # padding slots of short rows may run past the table; their outputs are never read
+        position_ids = position_ids.clamp(max=self._max_position_id)
+        out = self.model(input_ids=suffix_ids, attention_mask=additive_mask(allowed, self._dtype),
+                         position_ids=position_ids, past_key_values=cache).logits
+        return _gather(out, positions)
+
+    def describe(self) -> dict[str, Any]:
+        return {**super().describe(), "split_mode": self.split_mode, "split_note": self.split_note,
+                "prefix_cache_note": self.cache_note, "model_class": type(self.model).__name__}
+
+    # ---------------------------------------------------------------- probes
+    def _resolve_split(self, wanted: str) -> tuple[str, str]:
+        if wanted == "off":
+            return "none", "split attention turned off by the user: full attention"
+        if "split" in inspect.signature(self.model.forward).parameters:
+            return "native", "the model's forward takes split="
+        ok, why = self._probe_split()
+        if ok:
+            return "4d-mask", "split applied with an additive 4D attention mask (probe passed)"
+        if wanted == "on":
+            raise ValueError(f"{type(self.model).__name__} cannot apply a split attention mask "
+                             f"({why}); pass split_attention=off to evaluate with full attention")
+        return "none", f"full attention: the model does not honour a 4D split mask ({why})"
+
+    def _resolve_cache(self, wanted: str) -> tuple[bool, str]:
+        if wanted == "off":
+            return False, "prefix cache turned off by the user"
+        if self.split_mode != "4d-mask":
+            why = "prefix reuse needs split attention through a 4D mask"
+            if wanted == "on":
+                raise ValueError(f"prefix_cache=on impossible: {why} (split mode: {self.split_mode})")
+            return False, why
+        ok, why = self._probe_cache()
+        if not ok and wanted == "on":
+            raise ValueError(f"prefix_cache=on impossible for {type(self.model).__name__}: {why}")
+        return ok, ("prefix keys/values reused (probe passed)" if ok else why)
+
+    def _probe_inputs(self):
+        gen = torch.Generator().manual_seed(1234)
+        vocab = int(self.model.config.vocab_size)
+        ids = torch.randint(0, vocab, (3, 12), generator=gen)
+        lengths = torch.tensor([12, 9, 7])
+        split = torch.tensor([7, 5, 1])
+        other = ids.clone()
+        for r in range(3):
+            other[r, split[r]:] = torch.randint(0, vocab, (12 - int(split[r]),), generator=gen)
+        dev = self.device
+        return ids.to(dev), other.to(dev), lengths.to(dev), split.to(dev)
+
+    def _probe_split(self) -> tuple[bool, str]:
+        ids, other, lengths, split = self._probe_inputs()
+        pos = torch.arange(12, device=ids.device)[None].expand(3, -1)
+        try:
+            with torch.inference_mode():
+                padding = (pos < lengths[:, None]).long()
+                plain = self.model(input_ids=ids, attention_mask=padding).logits
+                full4d = self.model(input_ids=ids, attention_mask=additive_mask(
+                    sequence_mask(lengths, 12, None), self._dtype)).logits
+                mask = additive_mask(sequence_mask(lengths, 12, split), self._dtype)
+                a = self.model(input_ids=ids, attention_mask=mask).logits
+                b = self.model(input_ids=other, attention_mask=mask).logits
+        except Exception as exc:  # noqa: BLE001 - any failure means "not supported", reported
+            return False, f"4D mask raised {type(exc).__name__}: {exc}"[:300]
+        valid = pos < lengths[:, None]
+        prefix = pos < split[:, None]
+        if not _close(plain[valid], full4d[valid]):
+            return False, "an all-visible 4D mask changed the logits"
+        if not _close(a[prefix], b[prefix]):
+            return False, "prefix logits changed when only the suffix changed"
+        return True, ""
+
+    def _probe_cache(self) -> tuple[bool, str]:
+        """Cached path vs full forward. Position ids of the suffix are tried as `prefix length
+        + i` and, for RoBERTa-style embeddings that count from `pad_token_id + 1`, shifted by
+        that offset; the first that matches is kept."""
+        offsets = [0]
+        pad = getattr(self.model.config, "pad_token_id", None)
+        if isinstance(pad, int):
+            offsets.append(pad + 1)
+        why = ""
+        for offset in offsets:
+            self._position_offset = offset
+            ok, why = self._compare_cached_with_full()
+            if ok:
+                return True, ""
+        self._position_offset = 0
+        return False, why
+
+    def _compare_cached_with_full(self) -> tuple[bool, str]:
+        ids, _, lengths, split = self._probe_inputs()
+        try:
+            with torch.inference_mode():
+                width = int(split.max())
+                prefix = ids[:, :width].clone()
+                state = self.encode_prefix(prefix, split)
+                suffix_lengths = lengths - split
+                q = int(suffix_lengths.max())
+                suffix = torch.full((3, q), self.special.pad_id, dtype=torch.long, device=ids.device)
+                for r in range(3):
+                    suffix[r, :suffix_lengths[r]] = ids[r, split[r]:lengths[r]]
+                positions = torch.arange(q, device=ids.device)[None].expand(3, -1)
+                rows = torch.tensor([2, 0, 1], device=ids.device)  # reorder rows on purpose
+                cached = self.logits_with_prefix(state, rows, suffix[rows], suffix_lengths[rows],
+                                                 positions)
+                full = self.logits(ids[rows], lengths[rows], split[rows],
+                                   (positions + split[rows, None]).clamp(max=11))
+        except Exception as exc:  # noqa: BLE001 - any failure means "not supported", reported
+            return False, f"prefix cache raised {type(exc).__name__}: {exc}"[:300]
+        valid = positions < suffix_lengths[rows, None]
+        if not _close(cached[valid], full[valid]):
+            return False, "cached-prefix logits differ from the full forward"
+        return True, ""
+
+
+def _gather(logits: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+    return logits.gather(1, positions[..., None].expand(-1, -1, logits.shape[-1]))
+
+
+_PROBE_TOLERANCE = {torch.float64: 1e-7, torch.float32: 1e-4}
+
+
+def _close(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Equal up to the dtype's rounding (half precision: 3e-2), relative to the logit scale."""
+    tol = _PROBE_TOLERANCE.get(a.dtype, 3e-2)
+    a, b = a.double(), b.double()
+    scale = 1.0 + a.abs().max().item() if a.numel() else 1.0
+    return bool(torch.allclose(a, b, atol=tol * scale, rtol=0.0))

@@ -1,0 +1,161 @@
+"""The lm-eval models we register: `hf-mlm` (any HF masked LM) and `biglm` (our models).
+
+Model arguments (lm-eval `--model_args k=v,...`, or keyword arguments):
+  pretrained / path   HF directory, or an already loaded model object
+  tokenizer           tokenizer directory or object (default: same as the model)
+  scoring             beam (default) | oneshot | pll | l2r;  beam: beam width (default 1)
+  batch_size          rows per forward pass (default 16; lm-eval's "auto" means 16)
+  device, dtype       e.g. cpu / cuda:0, float32 / bfloat16 / float16 / float64
+  split_attention     auto | on | off   (how context rows are restricted; see hf_adapter)
+  prefix_cache        auto | on | off   (whether the adapter may cache prefix keys/values)
+  prefix_reuse        auto | on | off   (whether scoring uses that cache)
+  add_eos             close inputs with EOS/SEP after the continuation (default false)
+  max_length          override the model's maximum input length
+  trust_remote_code   for HF models that ship their own code (default false)
+"""
+from __future__ import annotations
+
+import logging
+import os
+from pathlib import Path
+from typing import Any
+
+from .hf_adapter import HFMaskedLMAdapter
+from .lm import MaskedLMEvalLM
+from .protocol import SpecialTokens
+
+log = logging.getLogger(__name__)
+
+DEFAULT_BATCH_SIZE = 16
+_DTYPES = ("auto", "float32", "float64", "bfloat16", "float16")
+
+
+def tristate(value: Any, name: str) -> str:
+    """auto/on/off from lm-eval's parsed arguments (which turn true/false into bools)."""
+    if value is None:
+        return "auto"
+    if isinstance(value, bool):
+        return "on" if value else "off"
+    value = str(value).lower()
+    if value not in ("auto", "on", "off"):
+        raise ValueError(f"{name} must be auto, on or off (or true/false), got {value!r}")
+    return value
+
+
+def batch_size_arg(value: Any) -> int:
+    if value is None or (isinstance(value, str) and value.startswith("auto")):
+        return DEFAULT_BATCH_SIZE
+    size = int(value)
+    if size < 1:
+        raise ValueError(f"batch_size must be a positive integer, got {value!r}")
+    return size
+
+
+def load_hf_masked_lm(path, *, device: str = "cpu", dtype: str = "float32",
+                      trust_remote_code: bool = False):
+    """`AutoModelForMaskedLM.from_pretrained(path)` on `device` in `dtype`, in eval mode."""
+    import torch
+    from transformers import AutoModelForMaskedLM
+
+    if dtype not in _DTYPES:
+        raise ValueError(f"dtype must be one of {_DTYPES}, got {dtype!r}")
+    torch_dtype = "auto" if dtype == "auto" else getattr(torch, dtype)
+    try:
+        model = AutoModelForMaskedLM.from_pretrained(str(path), dtype=torch_dtype,
+                                                     trust_remote_code=trust_remote_code)
+    except (OSError, ValueError) as exc:
+        raise ValueError(f"could not load a masked LM from {path}: {exc}\n  (an HF directory with "
+                         "config.json and weights is needed; models with their own code need "
+                         "trust_remote_code=true)") from exc
+    return model.to(device).eval()
+
+
+def load_tokenizer_for(path_or_obj):
+    if not isinstance(path_or_obj, (str, os.PathLike)):
+        return path_or_obj
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(str(path_or_obj))
+
+
+class HFMaskedLMEvalLM(MaskedLMEvalLM):
+    """`hf-mlm`: any `AutoModelForMaskedLM` (BERT, RoBERTa, EuroBERT, ...)."""
+
+    default_split_attention = "auto"
+
+    def __init__(self, pretrained=None, path=None, tokenizer=None, scoring: str = "beam",
+                 beam: int = 1, batch_size=DEFAULT_BATCH_SIZE, max_batch_size=None,
+                 device: str | None = None, dtype: str = "float32", split_attention=None,
+                 prefix_cache=None, prefix_reuse=None, add_eos: bool = False,
+                 max_length: int | None = None, trust_remote_code: bool = False,
+                 progress: bool = True, **unknown):
+        if unknown:
+            raise TypeError(f"unknown model argument(s) {sorted(unknown)}; see "
+                            "megatron_biglm/evaluation/models.py for the supported ones")
+        source = pretrained if pretrained is not None else path
+        if source is None:
+            raise ValueError("give the model as pretrained=DIR (or path=DIR)")
+        device = device or "cpu"
+        model = source if not isinstance(source, (str, os.PathLike)) else self._load(
+            source, device=device, dtype=dtype, trust_remote_code=trust_remote_code)
+        if tokenizer is None and not isinstance(source, (str, os.PathLike)):
+            raise ValueError("a model object needs tokenizer= (a directory or tokenizer object)")
+        tok = load_tokenizer_for(tokenizer if tokenizer is not None else source)
+        special = SpecialTokens.from_tokenizer(tok)
+        adapter = HFMaskedLMAdapter(
+            model, special, max_length=max_length or _max_length(model, tok),
+            split_attention=tristate(split_attention, "split_attention")
+            if split_attention is not None else self.default_split_attention,
+            prefix_cache=tristate(prefix_cache, "prefix_cache"))
+        super().__init__(adapter, tok, scoring=scoring, beam=beam,
+                         batch_size=batch_size_arg(batch_size),
+                         prefix_reuse=tristate(prefix_reuse, "prefix_reuse"),
+                         add_eos=bool(add_eos), progress=progress)
+        log.info("masked LM ready: %s", self.get_model_info()["masked_lm_eval"])
+
+    def _load(self, source, **kwargs):
+        return load_hf_masked_lm(source, **kwargs)
+
+
+class BiGLMEvalLM(HFMaskedLMEvalLM):
+    """`biglm`: an exported HF directory of our model (native EuroBERT layout) or, once the
+    training issue's checkpoint format exists, a megatron checkpoint run in-process.
+
+    Split attention defaults to "on": BiGLM is trained with it, so an export that cannot apply
+    it is refused rather than silently scored with full attention."""
+
+    default_split_attention = "on"
+
+    def _load(self, source, **kwargs):
+        path = Path(source)
+        if is_megatron_checkpoint(path):
+            raise NotImplementedError(
+                f"{path} is a megatron checkpoint. Loading megatron checkpoints in-process (any "
+                "TP/PP) needs the training issue's checkpoint loader and model provider "
+                "(megatron_biglm.training), which do not exist yet. Export the checkpoint to an HF "
+                "directory and pass path=EXPORT_DIR, or evaluate that directory with hf-mlm.")
+        if not (path / "config.json").is_file():
+            raise FileNotFoundError(
+                f"{path} is neither an exported HF directory (no config.json) nor a megatron "
+                "checkpoint (no `latest` file or iter_* folders); pass path=DIR of one of them")
+        return super()._load(source, **kwargs)
+
+
+def is_megatron_checkpoint(path: Path) -> bool:
+    """The layout of megatron_biglm.training.checkpoint_dir (`latest`, `iter_*/COMPLETE.json`)
+    or of a bare dist_checkpointing folder (`.metadata`)."""
+    path = Path(path)
+    if not path.is_dir():
+        return False
+    markers = ("latest", "latest_checkpointed_iteration.txt", "COMPLETE.json", ".metadata")
+    return any((path / m).exists() for m in markers) or any(path.glob("iter_*"))
+
+
+def _max_length(model, tokenizer) -> int:
+    """The model's positions, capped by the tokenizer's limit when it states a real one
+    (RoBERTa's 514 positions hold 512 tokens)."""
+    limit = int(getattr(model.config, "max_position_embeddings", 512))
+    tok_limit = getattr(tokenizer, "model_max_length", None)
+    if isinstance(tok_limit, int) and 0 < tok_limit < 1_000_000:
+        limit = min(limit, tok_limit)
+    return limit

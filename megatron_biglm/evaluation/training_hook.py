@@ -1,0 +1,131 @@
+"""Zero-shot accuracy during training: a small suite every N steps, opt-in by config.
+
+The training loop (not written yet) calls, once per step:
+
+    hook = ZeroShotTrainingHook(ZeroShotHookConfig.from_dict(cfg.get("zero_shot_eval", {})),
+                                tokenizer, make_adapter=wrap_megatron_model)   # once
+    hook(step, model, log=lambda metrics, step: logger.log(metrics, step))     # every step
+
+It does nothing unless `enabled` and `step % every_n_steps == 0`. Then it puts the model in
+eval mode, scores the tasks (with `limit` documents each, to stay cheap), restores the
+previous mode and returns/logs `{"zero_shot/<task>/<metric>": value, "zero_shot/avg": ...}`.
+`make_adapter(model)` turns the live model into a `MaskedLMAdapter` (for a megatron model,
+a `CallableMaskedLMAdapter` over its forward); HF models need none. With TP/PP every rank must
+call the hook (each runs its part of the forwards); only rank 0 logs.
+"""
+from __future__ import annotations
+
+import tempfile
+from dataclasses import dataclass, fields
+from typing import Any, Callable
+
+from .protocol import MaskedLMAdapter, SpecialTokens
+from .tasks import SuiteTask, local_task_manager, resolve_tasks, suite_scores, write_local_task_yamls
+
+
+@dataclass
+class ZeroShotHookConfig:
+    """`data_dir`: local task jsonl (offline machines); None loads the built-in tasks' data
+    from the HF hub. `tasks`: lm-eval names (the paper's metric is logged where known)."""
+
+    enabled: bool = False
+    every_n_steps: int = 1000
+    tasks: tuple[str, ...] = ("arc_easy", "piqa", "sciq")
+    limit: int | None = 200
+    scoring: str = "beam"
+    beam: int = 1
+    batch_size: int = 16
+    data_dir: str | None = None
+    metric_prefix: str = "zero_shot"
+
+    @classmethod
+    def from_dict(cls, values: dict[str, Any]) -> "ZeroShotHookConfig":
+        known = {f.name for f in fields(cls)}
+        unknown = set(values) - known
+        if unknown:
+            raise ValueError(f"unknown zero_shot_eval option(s) {sorted(unknown)}; "
+                             f"known: {sorted(known)}")
+        values = dict(values)
+        if isinstance(values.get("tasks"), str):
+            values["tasks"] = tuple(t.strip() for t in values["tasks"].split(",") if t.strip())
+        config = cls(**values)
+        if config.enabled and int(config.every_n_steps) < 1:
+            raise ValueError(f"every_n_steps must be >= 1, got {config.every_n_steps}")
+        return config
+
+
+class ZeroShotTrainingHook:
+    def __init__(self, config: ZeroShotHookConfig, tokenizer,
+                 make_adapter: Callable[[Any], MaskedLMAdapter] | None = None):
+        self.config = config
+        self.tokenizer = tokenizer
+        self.make_adapter = make_adapter
+        self.suite: list[SuiteTask] = resolve_tasks(",".join(config.tasks))
+        self._task_dir: tempfile.TemporaryDirectory | None = None
+        self._manager = None
+
+    def due(self, step: int) -> bool:
+        return bool(self.config.enabled) and step > 0 and step % int(self.config.every_n_steps) == 0
+
+    def __call__(self, step: int, model, log: Callable[[dict, int], None] | None = None
+                 ) -> dict[str, float] | None:
+        if not self.due(step):
+            return None
+        was_training = getattr(model, "training", False)
+        model.eval()
+        try:
+            results = self._evaluate(model)
+        finally:
+            if was_training:
+                model.train()
+        metrics = self._metrics(results)
+        if log is not None and _is_rank_zero():
+            log(metrics, step)
+        return metrics
+
+    def _evaluate(self, model) -> dict:
+        import lm_eval
+
+        from .hf_adapter import HFMaskedLMAdapter
+        from .lm import MaskedLMEvalLM
+
+        cfg = self.config
+        if self.make_adapter is not None:
+            adapter = self.make_adapter(model)
+        else:
+            adapter = HFMaskedLMAdapter(model, SpecialTokens.from_tokenizer(self.tokenizer),
+                                        split_attention="on")
+        lm = MaskedLMEvalLM(adapter, self.tokenizer, scoring=cfg.scoring, beam=cfg.beam,
+                            batch_size=cfg.batch_size, progress=False)
+        return lm_eval.simple_evaluate(model=lm, tasks=[t.name for t in self.suite],
+                                       task_manager=self._task_manager(), limit=cfg.limit,
+                                       log_samples=False, bootstrap_iters=0)
+
+    def _task_manager(self):
+        """Built once: local YAMLs (offline) or lm-eval's default index."""
+        if self._manager is None:
+            if self.config.data_dir:
+                self._task_dir = tempfile.TemporaryDirectory(prefix="biglm-hook-tasks-")
+                write_local_task_yamls([t.name for t in self.suite], self.config.data_dir,
+                                       self._task_dir.name)
+                self._manager = local_task_manager(self._task_dir.name)
+            else:
+                from lm_eval.tasks import TaskManager
+
+                self._manager = TaskManager()
+        return self._manager
+
+    def _metrics(self, results: dict) -> dict[str, float]:
+        prefix = self.config.metric_prefix
+        scores = suite_scores(results, self.suite)
+        out = {f"{prefix}/{t.name}/{t.metric}": scores[t.name] / 100.0
+               for t in self.suite if scores[t.name] is not None}
+        if out:
+            out[f"{prefix}/avg"] = sum(out.values()) / len(out)
+        return out
+
+
+def _is_rank_zero() -> bool:
+    import torch.distributed as dist
+
+    return not (dist.is_available() and dist.is_initialized()) or dist.get_rank() == 0

@@ -1,0 +1,101 @@
+"""`convert_checkpoint.py`: megatron-biglm checkpoints <-> Hugging Face directories.
+
+    to-hf   --checkpoint CKPT_DIR --output HF_DIR [--tokenizer DIR] [--dtype bf16] [--max-shard-size 2GB]
+    from-hf --hf HF_DIR --output CKPT_DIR [--tp N] [--pp M]
+
+Exit status 0 on success (the verified summary is printed), 1 on a refused input (the
+message says what is wrong and what to do), 2 on bad arguments.
+"""
+from __future__ import annotations
+
+import argparse
+import logging
+import re
+import sys
+import warnings
+
+_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMGT]?i?B?)?\s*$", re.IGNORECASE)
+_UNITS = {"": 1, "B": 1, "KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12,
+          "KIB": 2**10, "MIB": 2**20, "GIB": 2**30, "TIB": 2**40}
+
+
+def parse_size(text: str) -> int:
+    """'2GB', '500MiB', '100000' -> bytes."""
+    match = _SIZE.match(text)
+    unit = (match.group(2) or "").upper() if match else None
+    if not match or unit not in _UNITS:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a size like 2GB, 500MiB or 100000")
+    return int(float(match.group(1)) * _UNITS[unit])
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="convert_checkpoint.py", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="command", required=True)
+    to_hf = sub.add_parser("to-hf", help="megatron-biglm checkpoint -> HF directory (native EuroBERT)")
+    to_hf.add_argument("--checkpoint", required=True,
+                       help="iter_N folder, a checkpoint dir with `latest`, or a run dir")
+    to_hf.add_argument("--output", required=True, help="new HF model directory")
+    to_hf.add_argument("--tokenizer", help="tokenizer dir to ship (default: the run's data.tokenizer)")
+    to_hf.add_argument("--dtype", choices=["fp32", "bf16", "fp16"], help="cast weights (default: as saved)")
+    to_hf.add_argument("--max-shard-size", type=parse_size, default="2GiB",
+                       help="largest safetensors shard (default 2GiB)")
+    from_hf = sub.add_parser("from-hf", help="HF directory -> megatron-biglm checkpoint (weights only)")
+    from_hf.add_argument("--hf", required=True, help="HF model directory (ours or a native EuroBERT)")
+    from_hf.add_argument("--output", required=True, help="new checkpoint directory")
+    from_hf.add_argument("--tp", type=int, default=1, help="tensor-parallel size to save at")
+    from_hf.add_argument("--pp", type=int, default=1, help="pipeline-parallel size to save at")
+    from_hf.add_argument("--no-verify", action="store_true", help=argparse.SUPPRESS)  # spawned ranks
+    for p in (to_hf, from_hf):
+        p.add_argument("--quiet", action="store_true", help="no progress bar")
+    return parser
+
+
+def refusal_types() -> tuple:
+    """The errors that mean 'this input cannot be converted' (exit 1, message only)."""
+    from megatron_biglm.data.tokenizer import TokenizerLoadError
+    from megatron_biglm.model import ModelConfigError
+    from megatron_biglm.training.checkpoint_dir import CheckpointError
+    from megatron_biglm.training.config import ConfigError
+
+    from .conversion_summary import VerificationError
+    from .convert_to_hf import ConversionError
+    from .dist_reader import DistCheckpointReadError
+    from .hf_config import UnsupportedArchitecture
+    from .hf_files import CheckpointFileError
+    from .tokenizer_check import TokenizerMismatch
+    from .weight_mapping import WeightMappingError
+
+    return (CheckpointError, CheckpointFileError, DistCheckpointReadError, WeightMappingError,
+            UnsupportedArchitecture, TokenizerMismatch, TokenizerLoadError, ConversionError,
+            VerificationError, ConfigError, ModelConfigError)
+
+
+def main(argv=None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(level=logging.WARNING, format="%(name)s: %(message)s")
+    warnings.filterwarnings("ignore", message="Transformer Engine and Apex are not installed")
+    refused = refusal_types()
+    try:
+        if args.command == "to-hf":
+            from .convert_to_hf import to_hf
+
+            if isinstance(args.max_shard_size, str):
+                args.max_shard_size = parse_size(args.max_shard_size)
+            summary = to_hf(args.checkpoint, args.output, tokenizer=args.tokenizer, dtype=args.dtype,
+                            max_shard_bytes=args.max_shard_size, progress=not args.quiet)
+        else:
+            from .convert_from_hf import from_hf
+
+            summary = from_hf(args.hf, args.output, tp=args.tp, pp=args.pp, progress=not args.quiet,
+                              verify=not args.no_verify)
+    except refused as exc:
+        print(f"error: {exc}", file=sys.stderr, flush=True)
+        return 1
+    if summary is not None:
+        print(summary.format(), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,61 @@
+"""The architecture numbers a megatron <-> HF weight mapping needs, and nothing else.
+
+Why a separate record: the mapping must run from a megatron checkpoint's config, from our
+`BiGLMModelConfig`, or from a foreign HF config (a native EuroBERT of matching shape), so it
+takes this small frozen record instead of any of those classes. It is validated once here, so
+a malformed shape fails before any tensor is read.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class BiGLMShape:
+    """Sizes that decide tensor names and layouts on both sides.
+
+    `vocab_size` is the tokenizer's (HF) vocabulary; `padded_vocab_size` is megatron's
+    embedding rows (padded for TP divisibility). Rows past `vocab_size` are dropped on export
+    and zero-filled on import. `head_dim` is megatron's `kv_channels`.
+    """
+
+    num_layers: int
+    hidden_size: int
+    num_attention_heads: int
+    num_query_groups: int
+    head_dim: int
+    ffn_hidden_size: int
+    vocab_size: int
+    padded_vocab_size: int | None = None
+    tie_word_embeddings: bool = True
+
+    def __post_init__(self):
+        for name in ("num_layers", "hidden_size", "num_attention_heads", "num_query_groups",
+                     "head_dim", "ffn_hidden_size", "vocab_size"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+                raise ValueError(f"BiGLMShape.{name} must be a positive int, got {value!r}")
+        if self.padded_vocab_size is None:
+            object.__setattr__(self, "padded_vocab_size", self.vocab_size)
+        if self.padded_vocab_size < self.vocab_size:
+            raise ValueError(
+                f"padded_vocab_size {self.padded_vocab_size} < vocab_size {self.vocab_size}: "
+                "megatron pads the vocabulary up, never down; pass the tokenizer's size as vocab_size")
+        if self.num_attention_heads % self.num_query_groups:
+            raise ValueError(
+                f"num_attention_heads {self.num_attention_heads} is not a multiple of "
+                f"num_query_groups {self.num_query_groups} (GQA needs whole groups)")
+
+    @property
+    def heads_per_group(self) -> int:
+        return self.num_attention_heads // self.num_query_groups
+
+    @property
+    def q_size(self) -> int:
+        """Rows of the query projection (all heads)."""
+        return self.num_attention_heads * self.head_dim
+
+    @property
+    def kv_size(self) -> int:
+        """Rows of the key (or value) projection (one head per query group)."""
+        return self.num_query_groups * self.head_dim

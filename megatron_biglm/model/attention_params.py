@@ -1,0 +1,120 @@
+"""The split mask, built once per forward, in the representation the attention backend needs.
+
+"The split point travels one way": the batch carries `split` ([b] prefix lengths); the model
+calls `build_attention_params` once per forward, and the resulting `BiGLMAttentionParams`
+reaches every layer's core attention through megatron's `packed_seq_params` argument.
+
+Why `packed_seq_params` and not `attention_mask`: megatron-core's activation recompute
+(`recompute_granularity` full or selective) passes `attention_mask` through
+`tensor_parallel.checkpoint`, whose `save_for_backward` accepts tensors only, so a BlockMask or
+a VarlenSplit there would crash; `packed_seq_params` reaches the core attention by closure.
+`qkv_format="sbhd"` keeps megatron's own code on its non-packed path.
+
+Representations (one per backend, nothing else is built):
+  sdpa, local -> `dense_mask` [b,1,s,s] bool, True = masked out (megatron's convention)
+  flex        -> `block_mask`, a FlexAttention BlockMask (no s x s tensor)
+  flash       -> `varlen`, the cu_seqlens/indices of the two flash-attn varlen calls
+  all None    -> full bidirectional attention (variants `mlm`, `no_attn`; split is None)
+"""
+from __future__ import annotations
+
+import functools
+import importlib.util
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+import torch
+from megatron.core.packed_seq_params import PackedSeqParams
+
+from megatron_biglm.objective.split_mask import (
+    VarlenSplit,
+    dense_split_mask,
+    flex_split_block_mask,
+    varlen_split_lengths,
+)
+
+from .config import ATTENTION_BACKENDS
+
+FLASH_MISSING = (
+    "attention_backend 'flash' needs the flash-attn package (pip install flash-attn, or the "
+    "'gpu' extra: pip install -e '.[gpu]') and a CUDA device; use 'flex' or 'sdpa' without it"
+)
+
+
+@functools.lru_cache(maxsize=1)
+def flash_attn_available() -> bool:
+    """CUDA and an importable flash-attn (cached: asked once per layer per step otherwise)."""
+    return torch.cuda.is_available() and importlib.util.find_spec("flash_attn") is not None
+
+
+def resolve_backend(name: str) -> str:
+    """The concrete backend for a configured name: `auto` picks flash > flex (CUDA) > sdpa."""
+    if name not in ATTENTION_BACKENDS:
+        raise ValueError(f"attention backend {name!r} is not one of {ATTENTION_BACKENDS}")
+    if name == "auto":
+        if flash_attn_available():
+            return "flash"
+        return "flex" if torch.cuda.is_available() else "sdpa"
+    if name == "flash" and not flash_attn_available():
+        raise ImportError(FLASH_MISSING)
+    return name
+
+
+@dataclass
+class BiGLMAttentionParams(PackedSeqParams):
+    """Per-forward attention description; see the module docstring for which field is set."""
+
+    qkv_format: str = "sbhd"
+    backend: str = "sdpa"
+    dense_mask: Optional[torch.Tensor] = None
+    block_mask: Any = None
+    varlen: Optional[VarlenSplit] = None
+
+    _sdpa_mask: Optional[torch.Tensor] = field(default=None, repr=False)
+
+    @property
+    def is_full_attention(self) -> bool:
+        return self.dense_mask is None and self.block_mask is None and self.varlen is None
+
+    def sdpa_mask(self) -> Optional[torch.Tensor]:
+        """`dense_mask` in SDPA's convention (True = attend), inverted once and shared by all layers."""
+        if self._sdpa_mask is None and self.dense_mask is not None:
+            self._sdpa_mask = ~self.dense_mask
+        return self._sdpa_mask
+
+
+def build_attention_params(
+    split: Optional[torch.Tensor],
+    seq_len: int,
+    backend: str,
+    *,
+    valid_lengths: Optional[torch.Tensor] = None,
+    device: "torch.device | str | None" = None,
+    flex_block_size: int = 128,
+) -> BiGLMAttentionParams:
+    """Build the mask for `backend` (already resolved) from `split`.
+
+    `split` None means full attention. With right padding (`valid_lengths`) and no split, the
+    split rule with split = valid_lengths is exactly "attend to valid keys only", so padding
+    reuses the same builders.
+    """
+    if backend not in ("sdpa", "local", "flex", "flash"):
+        raise ValueError(f"build_attention_params needs a resolved backend, got {backend!r}")
+    if split is None and valid_lengths is None:
+        return BiGLMAttentionParams(backend=backend)
+    if split is None:
+        split = valid_lengths
+    if device is not None:
+        split = split.to(device)
+        valid_lengths = valid_lengths.to(device) if valid_lengths is not None else None
+    if backend in ("sdpa", "local"):
+        mask = dense_split_mask(split, seq_len, valid_lengths=valid_lengths)
+        return BiGLMAttentionParams(backend=backend, dense_mask=mask)
+    if backend == "flex":
+        block_mask = flex_split_block_mask(
+            split, seq_len, block_size=flex_block_size, valid_lengths=valid_lengths
+        )
+        return BiGLMAttentionParams(backend=backend, block_mask=block_mask)
+    return BiGLMAttentionParams(
+        backend=backend, varlen=varlen_split_lengths(split, seq_len, valid_lengths=valid_lengths)
+    )

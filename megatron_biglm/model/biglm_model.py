@@ -1,0 +1,135 @@
+"""`BiGLMModel`: megatron-core's GPTModel with BiGLM's split attention and sparse prediction.
+
+A thin subclass: GPTModel's constructor already builds what BiGLM needs (word embedding,
+RoPE, a TransformerBlock from our layer spec, a column-parallel output layer tied to the
+embedding, pipeline-stage handling, sharded state dicts). Only `forward` differs:
+
+  model(input_ids, position_ids=None, *, split=None, valid_lengths=None,
+        labels=None, loss_mask=None, decoder_input=None, return_hidden=False)
+
+- `split` [b]: prefix lengths; prefix positions attend to the prefix only, suffix positions
+  to everything. None (variants `mlm`, `no_attn`) = full bidirectional attention.
+- `valid_lengths` [b]: optional right padding; keys past it are masked.
+- With `labels` and `loss_mask` [b, s] (last pipeline stage): returns the per-token loss
+  [b, s] fp32, 0 where loss_mask is 0 (see `loss.py`). Without labels: logits
+  [b, s, vocab/tp] (or the hidden states [b, s, h] with `return_hidden`).
+- Not the last pipeline stage: the hidden states [s, b, h] for the next stage.
+
+The attention mask is built once here from `split` and reaches every layer (see
+`attention_params`). Every pipeline stage needs `split` (and the same `input_ids` shape or
+its received activations) to build it.
+"""
+from __future__ import annotations
+
+from typing import Optional
+
+import torch
+from megatron.core.models.gpt.gpt_model import GPTModel
+from megatron.core.tensor_parallel import gather_from_sequence_parallel_region
+from megatron.core.transformer.transformer_config import TransformerConfig
+
+from .attention_params import build_attention_params, resolve_backend
+from .config import BiGLMModelConfig
+from .layer_spec import biglm_block_spec
+from .loss import sparse_prediction_loss
+
+
+class BiGLMModel(GPTModel):
+    """BiGLM encoder on megatron-core (RMSNorm, SwiGLU, RoPE, GQA, no bias, tied embeddings)."""
+
+    def __init__(
+        self,
+        config: TransformerConfig,
+        model_config: BiGLMModelConfig,
+        pre_process: bool = True,
+        post_process: bool = True,
+        vp_stage: Optional[int] = None,
+        pg_collection=None,
+    ):
+        super().__init__(
+            config=config,
+            transformer_layer_spec=biglm_block_spec(config, vp_stage=vp_stage),
+            vocab_size=model_config.padded_vocab_size,
+            max_sequence_length=model_config.seq_length,
+            pre_process=pre_process,
+            post_process=post_process,
+            parallel_output=True,
+            share_embeddings_and_output_weights=True,
+            position_embedding_type="rope",
+            rotary_percent=1.0,
+            rotary_base=model_config.rotary_base,
+            vp_stage=vp_stage,
+            pg_collection=pg_collection,
+        )
+        self.model_config = model_config
+        self.attention_backend = resolve_backend(model_config.attention_backend)
+        if self.post_process:
+            # Under sequence parallelism we all-gather the hidden states ourselves before
+            # picking the predicted rows, so the output layer must not gather again.
+            self.output_layer.sequence_parallel = False
+
+    def forward(
+        self,
+        input_ids: Optional[torch.Tensor],
+        position_ids: Optional[torch.Tensor] = None,
+        *,
+        split: Optional[torch.Tensor] = None,
+        valid_lengths: Optional[torch.Tensor] = None,
+        labels: Optional[torch.Tensor] = None,
+        loss_mask: Optional[torch.Tensor] = None,
+        decoder_input: Optional[torch.Tensor] = None,
+        return_hidden: bool = False,
+        runtime_gather_output: Optional[bool] = None,
+    ) -> torch.Tensor:
+        if position_ids is not None:
+            raise ValueError(
+                "BiGLM applies RoPE at positions 0..s-1 of each sample; pass position_ids=None"
+            )
+        decoder_input, rotary_pos_emb = self._preprocess(
+            input_ids=input_ids, position_ids=None, decoder_input=decoder_input
+        )[:2]
+        attn_params = build_attention_params(
+            split,
+            self._sequence_length(input_ids, decoder_input),
+            self.attention_backend,
+            valid_lengths=valid_lengths,
+            device=self._device(),
+        )
+        hidden = self.decoder(
+            hidden_states=decoder_input,
+            attention_mask=None,
+            rotary_pos_emb=rotary_pos_emb,
+            packed_seq_params=attn_params,
+        )
+        if not self.post_process:
+            return hidden
+        if self.config.sequence_parallel:
+            # Backward: each rank keeps its slice of the (already TP-reduced) gradient.
+            hidden = gather_from_sequence_parallel_region(hidden, tensor_parallel_output_grad=False)
+        if return_hidden:
+            return hidden.transpose(0, 1).contiguous()
+        output_weight = self.shared_embedding_or_output_weight()
+        if labels is None:
+            logits, _ = self.output_layer(
+                hidden, weight=output_weight, runtime_gather_output=runtime_gather_output
+            )
+            return logits.transpose(0, 1).contiguous()
+        if loss_mask is None:
+            raise ValueError(
+                "labels need a loss_mask [b, s] (1 at the positions to predict): BiGLM's loss "
+                "is computed at masked positions only"
+            )
+        return sparse_prediction_loss(hidden, labels, loss_mask, self.output_layer, output_weight)
+
+    def _sequence_length(self, input_ids, decoder_input) -> int:
+        """Full sequence length, also on pipeline stages that only receive activations."""
+        if input_ids is not None:
+            return int(input_ids.shape[1])
+        hidden = decoder_input if decoder_input is not None else self.decoder.input_tensor
+        if hidden is None:
+            raise ValueError("pass input_ids (or decoder_input) so the attention mask has a length")
+        s = int(hidden.shape[0])
+        return s * self.config.tensor_model_parallel_size if self.config.sequence_parallel else s
+
+    def _device(self) -> torch.device:
+        return next(self.parameters()).device

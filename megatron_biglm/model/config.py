@@ -1,0 +1,249 @@
+"""`BiGLMModelConfig`: the architecture of one BiGLM model, independent of how it is parallelised.
+
+Why a separate dataclass rather than megatron's `TransformerConfig`: presets, the parameter
+counter and the HF exporter need the shape without megatron's ~300 runtime fields, and a typo
+in a preset must fail naming the key. `to_transformer_config` adds the run-time choices
+(parallel sizes, dtype, recompute, ...) and fixes everything BiGLM hard-wires: RMSNorm pre-norm,
+SwiGLU, full RoPE, no biases, tied embeddings.
+
+Choices documented here because the paper does not state them:
+- `rotary_base` 10000: the RoPE default of the public Megatron-DeepSpeed reference and of
+  SmolLM (v1), whose 136M/360M shapes Table 7 reuses.
+- `norm_epsilon` 1e-5: SmolLM's `rms_norm_eps`.
+- Output projections (attention `linear_proj`, MLP `linear_fc2`) use megatron-core's default
+  scaled init, std / sqrt(2 * num_layers); everything else uses `init_method_std`.
+- The vocabulary is padded up to a multiple of `make_vocab_size_divisible_by` (128), never
+  depending on the tensor-parallel size, so checkpoints have one shape for every TP layout.
+"""
+from __future__ import annotations
+
+import dataclasses
+import difflib
+from dataclasses import dataclass
+from typing import Any, Mapping, Optional
+
+import torch
+
+#: Attention backends a config may name (see `megatron_biglm.model.attention_backends`).
+ATTENTION_BACKENDS = ("auto", "sdpa", "local", "flex", "flash")
+
+_DTYPES = {
+    "fp32": torch.float32, "float32": torch.float32,
+    "bf16": torch.bfloat16, "bfloat16": torch.bfloat16,
+    "fp16": torch.float16, "float16": torch.float16,
+}
+
+
+class ModelConfigError(ValueError):
+    """A model config value or key is wrong; the message names it and the valid choices."""
+
+
+@dataclass(frozen=True)
+class BiGLMModelConfig:
+    """Shape and regularisation of a BiGLM encoder (Table 7 of the paper; see presets)."""
+
+    num_layers: int
+    hidden_size: int
+    num_attention_heads: int
+    ffn_hidden_size: int
+    vocab_size: int
+    num_query_groups: Optional[int] = None  # None = multi-head attention (groups = heads)
+    seq_length: int = 2048  # max sequence length (RoPE tables are built up to this)
+    init_method_std: float = 0.02
+    rotary_base: float = 10000.0
+    norm_epsilon: float = 1e-5
+    hidden_dropout: float = 0.0  # the paper's final models drop dropout (Table 2)
+    attention_dropout: float = 0.0
+    attention_backend: str = "auto"
+    make_vocab_size_divisible_by: int = 128
+    name: Optional[str] = None  # informational (preset name)
+
+    def __post_init__(self):
+        for key in ("num_layers", "hidden_size", "num_attention_heads", "ffn_hidden_size",
+                    "vocab_size", "seq_length", "make_vocab_size_divisible_by"):
+            value = getattr(self, key)
+            if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+                raise ModelConfigError(f"model.{key} must be a positive integer, got {value!r}")
+        if self.num_query_groups is not None and (
+            not isinstance(self.num_query_groups, int) or self.num_query_groups <= 0
+        ):
+            raise ModelConfigError(
+                f"model.num_query_groups must be a positive integer or null, got {self.num_query_groups!r}"
+            )
+        if self.hidden_size % self.num_attention_heads:
+            raise ModelConfigError(
+                f"model.hidden_size {self.hidden_size} must be divisible by "
+                f"num_attention_heads {self.num_attention_heads}"
+            )
+        if self.num_attention_heads % self.query_groups:
+            raise ModelConfigError(
+                f"model.num_attention_heads {self.num_attention_heads} must be divisible by "
+                f"num_query_groups {self.query_groups} (GQA shares one k/v head per group)"
+            )
+        if self.head_dim % 2:
+            raise ModelConfigError(f"head dim {self.head_dim} must be even for rotary embeddings")
+        for key in ("hidden_dropout", "attention_dropout"):
+            value = getattr(self, key)
+            if not (0.0 <= float(value) < 1.0):
+                raise ModelConfigError(f"model.{key} must lie in [0, 1), got {value!r}")
+        if float(self.init_method_std) <= 0 or float(self.norm_epsilon) <= 0:
+            raise ModelConfigError("model.init_method_std and model.norm_epsilon must be positive")
+        if float(self.rotary_base) <= 1:
+            raise ModelConfigError(f"model.rotary_base must be > 1, got {self.rotary_base!r}")
+        if self.attention_backend not in ATTENTION_BACKENDS:
+            raise ModelConfigError(
+                f"model.attention_backend {self.attention_backend!r} is not one of {ATTENTION_BACKENDS}"
+            )
+
+    # ------------------------------------------------------------------ derived shape
+    @property
+    def query_groups(self) -> int:
+        return self.num_query_groups or self.num_attention_heads
+
+    @property
+    def head_dim(self) -> int:
+        return self.hidden_size // self.num_attention_heads
+
+    @property
+    def padded_vocab_size(self) -> int:
+        """Embedding rows: vocab_size rounded up to `make_vocab_size_divisible_by`."""
+        m = self.make_vocab_size_divisible_by
+        return -(-self.vocab_size // m) * m
+
+    # ------------------------------------------------------------------ construction
+    @classmethod
+    def from_dict(cls, values: Mapping[str, Any]) -> "BiGLMModelConfig":
+        """Build from a mapping; unknown keys fail, naming the closest valid key."""
+        if not isinstance(values, Mapping):
+            raise ModelConfigError(f"model config must be a mapping, got {type(values).__name__}")
+        fields = {f.name: f for f in dataclasses.fields(cls)}
+        unknown = [k for k in values if k not in fields]
+        if unknown:
+            hints = []
+            for key in unknown:
+                close = difflib.get_close_matches(str(key), list(fields), n=1)
+                hints.append(f"{key!r}" + (f" (did you mean {close[0]!r}?)" if close else ""))
+            raise ModelConfigError(
+                f"unknown model config key(s): {', '.join(hints)}. Valid keys: {sorted(fields)}"
+            )
+        missing = [
+            name for name, f in fields.items()
+            if f.default is dataclasses.MISSING and name not in values
+        ]
+        if missing:
+            raise ModelConfigError(f"model config is missing required key(s): {missing}")
+        coerced = {k: _coerce(k, v, fields[k].type) for k, v in values.items()}
+        return cls(**coerced)
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+    def replace(self, **overrides) -> "BiGLMModelConfig":
+        return self.from_dict({**self.to_dict(), **overrides})
+
+    # ------------------------------------------------------------------ megatron
+    def to_transformer_config(
+        self,
+        *,
+        tensor_model_parallel_size: int = 1,
+        pipeline_model_parallel_size: int = 1,
+        params_dtype: "str | torch.dtype" = "fp32",
+        sequence_parallel: bool = False,
+        **overrides: Any,
+    ):
+        """A megatron-core `TransformerConfig` for this shape and the given parallel layout.
+
+        `params_dtype` fp32/bf16/fp16 sets megatron's mixed-precision flags too. `overrides`
+        are passed to TransformerConfig as they are (recompute, fusions, ...).
+        """
+        from megatron.core.transformer.transformer_config import TransformerConfig
+
+        tp, pp = int(tensor_model_parallel_size), int(pipeline_model_parallel_size)
+        self.check_parallel_layout(tp, pp)
+        dtype = resolve_dtype(params_dtype)
+        kwargs = dict(
+            num_layers=self.num_layers,
+            hidden_size=self.hidden_size,
+            num_attention_heads=self.num_attention_heads,
+            num_query_groups=self.query_groups,
+            ffn_hidden_size=self.ffn_hidden_size,
+            kv_channels=self.head_dim,
+            init_method_std=float(self.init_method_std),
+            layernorm_epsilon=float(self.norm_epsilon),
+            hidden_dropout=float(self.hidden_dropout),
+            attention_dropout=float(self.attention_dropout),
+            normalization="RMSNorm",
+            gated_linear_unit=True,
+            activation_func=torch.nn.functional.silu,
+            add_bias_linear=False,
+            add_qkv_bias=False,
+            tensor_model_parallel_size=tp,
+            pipeline_model_parallel_size=pp,
+            sequence_parallel=bool(sequence_parallel) and tp > 1,
+            params_dtype=dtype,
+            pipeline_dtype=dtype,
+            bf16=dtype == torch.bfloat16,
+            fp16=dtype == torch.float16,
+            use_cpu_initialization=not torch.cuda.is_available(),
+            attention_softmax_in_fp32=True,
+            bias_dropout_fusion=False,
+            masked_softmax_fusion=False,
+            apply_rope_fusion=False,
+            bias_activation_fusion=False,
+            persist_layer_norm=False,
+            gradient_accumulation_fusion=False,
+        )
+        kwargs.update(overrides)
+        return TransformerConfig(**kwargs)
+
+    def check_parallel_layout(self, tp: int, pp: int) -> None:
+        """Fail early, with the fix, on layouts megatron would reject deep inside a constructor."""
+        if tp < 1 or pp < 1:
+            raise ModelConfigError(f"parallel sizes must be >= 1, got tp={tp} pp={pp}")
+        problems = []
+        if self.num_attention_heads % tp:
+            problems.append(f"num_attention_heads {self.num_attention_heads}")
+        if self.query_groups % tp:
+            problems.append(f"num_query_groups {self.query_groups}")
+        if self.ffn_hidden_size % tp:
+            problems.append(f"ffn_hidden_size {self.ffn_hidden_size}")
+        if self.padded_vocab_size % tp:
+            problems.append(f"padded vocab {self.padded_vocab_size}")
+        if problems:
+            raise ModelConfigError(
+                f"tensor parallel size {tp} must divide {', '.join(problems)}; "
+                "choose a tensor_model_parallel_size that divides them"
+            )
+        if self.num_layers % pp:
+            raise ModelConfigError(
+                f"pipeline parallel size {pp} must divide num_layers {self.num_layers}"
+            )
+
+
+def resolve_dtype(dtype: "str | torch.dtype") -> torch.dtype:
+    if isinstance(dtype, torch.dtype):
+        if dtype not in _DTYPES.values():
+            raise ModelConfigError(f"unsupported params dtype {dtype}; use fp32, bf16 or fp16")
+        return dtype
+    try:
+        return _DTYPES[str(dtype).lower()]
+    except KeyError:
+        raise ModelConfigError(f"unknown dtype {dtype!r}; use one of {sorted(_DTYPES)}") from None
+
+
+def _coerce(key: str, value: Any, annotation: Any) -> Any:
+    """YAML 1.1 reads `1e-5` as a string and users write `2048.0`: coerce to the field type."""
+    text = str(annotation)
+    if value is None:
+        return None
+    try:
+        if "float" in text and not isinstance(value, bool):
+            return float(value)
+        if "int" in text and not isinstance(value, bool):
+            as_float = float(value)
+            if as_float != int(as_float):
+                raise ValueError
+            return int(as_float)
+    except (TypeError, ValueError):
+        raise ModelConfigError(f"model.{key} must be a number ({text}), got {value!r}") from None
+    return value

@@ -1,0 +1,142 @@
+"""BiGLM's core attention: megatron's `DotProductAttention` with selectable kernels.
+
+Subclassing keeps megatron's constructor (per-partition head counts under TP, softmax scale,
+dropout) and its unfused forward, which stays available as the `local` backend: the reference
+every other backend is tested against. The other backends read the mask representation from
+`BiGLMAttentionParams` (see `attention_params`), built once per forward by the model:
+
+  sdpa  torch SDPA with the dense bool mask (CPU default)
+  flex  FlexAttention with a BlockMask; compiled on CUDA. On CPU it runs eagerly and forward
+        only (torch has no CPU backward for it): evaluation, not training
+  flash flash-attn varlen, two calls (prefix->prefix, suffix->all); no s x s tensor anywhere
+Full attention (no mask: variants `mlm`/`no_attn`) uses flash-attn when present, else SDPA.
+
+Layouts: megatron hands q [sq, b, nq, d] and k/v [sk, b, ng, d] (ng <= nq: GQA) and wants
+[sq, b, nq*d] back.
+"""
+from __future__ import annotations
+
+import contextlib
+import functools
+from typing import Optional
+
+import torch
+import torch.nn.functional as F
+from megatron.core import tensor_parallel
+from megatron.core.transformer.dot_product_attention import DotProductAttention
+
+from megatron_biglm.objective.varlen_attention import split_varlen_attention
+
+from . import attention_params
+from .attention_params import FLASH_MISSING, BiGLMAttentionParams
+
+
+@functools.lru_cache(maxsize=2)
+def flex_attention_fn(compiled: bool):
+    """FlexAttention, compiled (fused kernel, no s x s scores) or eager (materialises scores)."""
+    from torch.nn.attention.flex_attention import flex_attention
+
+    return torch.compile(flex_attention, dynamic=False) if compiled else flex_attention
+
+
+def flash_attn_functions():
+    """(flash_attn_func, flash_attn_varlen_func), or ImportError saying how to get them."""
+    try:
+        from flash_attn import flash_attn_func, flash_attn_varlen_func
+    except ImportError as exc:
+        raise ImportError(FLASH_MISSING) from exc
+    return flash_attn_func, flash_attn_varlen_func
+
+
+class BiGLMCoreAttention(DotProductAttention):
+    """Drop-in `core_attention` for megatron's SelfAttention; dispatches on the params' backend."""
+
+    #: FlexAttention is compiled on CUDA. On CPU compiling costs ~20 s per shape, so the eager
+    #: (score-materialising) kernel is used unless this is set (the attention benchmark does).
+    compile_flex_on_cpu: bool = False
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.dropout_p = float(self.attention_dropout.p)
+
+    def forward(
+        self,
+        query: torch.Tensor,
+        key: torch.Tensor,
+        value: torch.Tensor,
+        attention_mask: Optional[torch.Tensor],
+        attn_mask_type=None,
+        attention_bias: Optional[torch.Tensor] = None,
+        packed_seq_params=None,
+    ) -> torch.Tensor:
+        if attention_bias is not None:
+            raise NotImplementedError("BiGLM attention takes no attention_bias")
+        params = packed_seq_params
+        if params is None:
+            # A megatron-style caller with a plain dense mask (or none): the sdpa path.
+            params = BiGLMAttentionParams(backend="sdpa", dense_mask=attention_mask)
+        elif not isinstance(params, BiGLMAttentionParams):
+            raise NotImplementedError(
+                "packed (thd) sequences are not supported by BiGLM attention; pass `split` "
+                "(and `valid_lengths` for padding) to the model instead"
+            )
+        if params.backend == "local":
+            return super().forward(query, key, value, params.dense_mask, attn_mask_type)
+        with self._dropout_rng():
+            if params.backend == "flash" or (
+                params.is_full_attention and query.is_cuda and attention_params.flash_attn_available()
+            ):
+                out = self._flash(query, key, value, params)
+            elif params.backend == "flex" and not params.is_full_attention:
+                out = self._flex(query, key, value, params)
+            else:
+                out = self._sdpa(query, key, value, params)
+        sq, b = query.shape[:2]
+        return out.reshape(sq, b, -1)
+
+    # ------------------------------------------------------------------ kernels
+    def _dropout(self) -> float:
+        return self.dropout_p if self.training else 0.0
+
+    def _dropout_rng(self):
+        """Dropout under TP must draw from megatron's model-parallel RNG, as the parent does."""
+        if self._dropout() > 0 and not self.config.sequence_parallel:
+            return tensor_parallel.get_cuda_rng_tracker().fork()
+        return contextlib.nullcontext()
+
+    def _sdpa(self, query, key, value, params: BiGLMAttentionParams) -> torch.Tensor:
+        q, k, v = (t.permute(1, 2, 0, 3) for t in (query, key, value))  # [b, h, s, d]
+        out = F.scaled_dot_product_attention(
+            q, k, v, attn_mask=params.sdpa_mask(), dropout_p=self._dropout(), scale=self.softmax_scale,
+            enable_gqa=q.shape[1] != k.shape[1],
+        )
+        return out.permute(2, 0, 1, 3)  # [s, b, h, d]
+
+    def _flex(self, query, key, value, params: BiGLMAttentionParams) -> torch.Tensor:
+        if self._dropout() > 0:
+            raise NotImplementedError(
+                "FlexAttention has no attention dropout; use attention_backend sdpa or flash "
+                "with attention_dropout > 0"
+            )
+        q, k, v = (t.permute(1, 2, 0, 3) for t in (query, key, value))
+        flex = flex_attention_fn(compiled=q.is_cuda or self.compile_flex_on_cpu)
+        out = flex(
+            q, k, v, block_mask=params.block_mask, scale=self.softmax_scale,
+            enable_gqa=q.shape[1] != k.shape[1],
+        )
+        return out.permute(2, 0, 1, 3)
+
+    def _flash(self, query, key, value, params: BiGLMAttentionParams) -> torch.Tensor:
+        flash_attn_func, flash_attn_varlen_func = flash_attn_functions()
+        q, k, v = (t.transpose(0, 1) for t in (query, key, value))  # [b, s, h, d]
+        if params.varlen is None:
+            out = flash_attn_func(
+                q, k, v, dropout_p=self._dropout(), softmax_scale=self.softmax_scale, causal=False
+            )
+        else:
+            varlen_fn = functools.partial(flash_attn_varlen_func, dropout_p=self._dropout())
+            out = split_varlen_attention(
+                q, k, v, params.varlen, varlen_fn=varlen_fn, softmax_scale=self.softmax_scale
+            )
+        return out.transpose(0, 1)
+

@@ -1,0 +1,69 @@
+"""The megatron-core specs of a BiGLM layer and of a pipeline stage's block of layers.
+
+A pre-norm block: RMSNorm -> self-attention (fused QKV column-parallel linear, RoPE applied by
+megatron's SelfAttention, BiGLM core attention, row-parallel output projection) -> residual ->
+RMSNorm -> SwiGLU MLP (fc1 = [gate; up], fc2) -> residual. Biases, GLU and the activation are
+set by the TransformerConfig (`BiGLMModelConfig.to_transformer_config`), not here.
+
+megatron-core modules (no Transformer Engine) plus our RMSNorm, so the parameter names are the same
+on every machine; `sharded_state_dict_keys_map` stores the norms under Transformer Engine's
+fused names in distributed checkpoints, as megatron's own local GPT spec does, so checkpoints
+interchange with TE-based layouts.
+"""
+from __future__ import annotations
+
+from megatron.core.fusions.fused_bias_dropout import get_bias_dropout_add
+from megatron.core.tensor_parallel import ColumnParallelLinear, RowParallelLinear
+from megatron.core.transformer.attention import SelfAttention, SelfAttentionSubmodules
+from megatron.core.transformer.enums import AttnMaskType
+from megatron.core.transformer.identity_op import IdentityOp
+from megatron.core.transformer.mlp import MLP, MLPSubmodules
+from megatron.core.transformer.spec_utils import ModuleSpec
+from megatron.core.transformer.transformer_block import (
+    TransformerBlockSubmodules,
+    get_num_layers_to_build,
+)
+from megatron.core.transformer.transformer_layer import TransformerLayer, TransformerLayerSubmodules
+
+from .core_attention import BiGLMCoreAttention
+from .rms_norm import BiGLMRMSNorm
+
+
+def biglm_layer_spec() -> ModuleSpec:
+    """Spec for one BiGLM transformer layer."""
+    return ModuleSpec(
+        module=TransformerLayer,
+        submodules=TransformerLayerSubmodules(
+            input_layernorm=BiGLMRMSNorm,
+            self_attention=ModuleSpec(
+                module=SelfAttention,
+                # The mask is never causal; its content comes from BiGLMAttentionParams.
+                params={"attn_mask_type": AttnMaskType.arbitrary},
+                submodules=SelfAttentionSubmodules(
+                    linear_qkv=ColumnParallelLinear,
+                    core_attention=BiGLMCoreAttention,
+                    linear_proj=RowParallelLinear,
+                    q_layernorm=IdentityOp,
+                    k_layernorm=IdentityOp,
+                ),
+            ),
+            self_attn_bda=get_bias_dropout_add,
+            pre_mlp_layernorm=BiGLMRMSNorm,
+            mlp=ModuleSpec(
+                module=MLP,
+                submodules=MLPSubmodules(linear_fc1=ColumnParallelLinear, linear_fc2=RowParallelLinear),
+            ),
+            mlp_bda=get_bias_dropout_add,
+            sharded_state_dict_keys_map={
+                "input_layernorm.": "self_attention.linear_qkv.layer_norm_",
+                "pre_mlp_layernorm.": "mlp.linear_fc1.layer_norm_",
+            },
+        ),
+    )
+
+
+def biglm_block_spec(config, vp_stage=None) -> TransformerBlockSubmodules:
+    """This pipeline stage's layers plus the final RMSNorm (megatron's default final norm for
+    a bare layer spec is a WrappedTorchNorm, which rejects sequence parallelism)."""
+    num_layers = get_num_layers_to_build(config, vp_stage=vp_stage)
+    return TransformerBlockSubmodules(layer_specs=[biglm_layer_spec()] * num_layers, layer_norm=BiGLMRMSNorm)

@@ -1,0 +1,184 @@
+"""Pretrain BiGLM: `python -m megatron_biglm.train --config RUN.yaml [key=value ...]`.
+
+Also under torchrun (`torchrun --nproc-per-node N -m megatron_biglm.train ...`), from SLURM
+via launch/*.sh, and from Python as `train(config_or_path, overrides)`. See
+megatron_biglm/training/ for the pieces and examples/configs/ for runs.
+"""
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import logging
+import sys
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+
+log = logging.getLogger("megatron_biglm.train")
+
+
+@dataclass
+class TrainResult:
+    iteration: int
+    consumed_samples: int
+    last_loss: float
+    first_val_loss: float | None
+    last_val_loss: float | None
+    stopped_by: str | None
+    skipped_nonfinite: int
+    checkpoint: str | None
+    run_dir: str
+    resumed_from: str | None
+
+
+def _iterate_forever_guard(loader, what: str):
+    """A loader iterator that explains itself if the dataset runs out (it never should:
+    datasets are built for exactly train_steps × global_batch_size samples)."""
+    for batch in loader:
+        yield batch
+    raise RuntimeError(f"{what} ran out of samples; this is a bug in the sample budget")
+
+
+def train(config_or_path, overrides=(), callbacks=(), forward_hook=None) -> TrainResult:
+    """Run (or resume) training as configured; return a summary on every rank.
+
+    `callbacks`: `cb(step, loop_state)` after each step. `forward_hook`: wraps the loss
+    computation for tests (e.g. to inject a NaN) as `hook(step, loss_tensor) -> tensor`.
+    """
+    import torch
+
+    from megatron_biglm.data.pretrain_data import make_loader
+    from megatron_biglm.training import build, checkpoint, checkpoint_dir, distributed, loop
+    from megatron_biglm.training.checkpoint_compat import model_signature
+    from megatron_biglm.training.config import check_batch_arithmetic, load_config, save_resolved
+    from megatron_biglm.training.flops import ModelShape, default_peak_tflops
+    from megatron_biglm.training.metrics import MetricsLogger
+    from megatron_biglm.training.nonfinite import NonFiniteGuard
+    from megatron_biglm.training.schedule import build_scheduler
+    from megatron_biglm.training.signals import GracefulStop
+
+    cfg = load_config(config_or_path, list(overrides))
+    if cfg.training.backend == "deepspeed":
+        from megatron_biglm.training.deepspeed_backend import train_deepspeed
+        return train_deepspeed(cfg, callbacks=callbacks)
+    info = distributed.init_distributed(cfg)
+    try:
+        num_micro = check_batch_arithmetic(cfg, info.dp)
+        precision = build.resolve_precision(cfg)
+        mc = build.model_config(cfg)
+        signature = model_signature({**mc.to_dict(), "padded_vocab_size": mc.padded_vocab_size})
+        data = build.build_data(cfg, mc, info.dp)
+        root = cfg.checkpoint_dir
+        # Every rank checks (shared filesystem), so a refusal stops all ranks, none hangs.
+        load_path = checkpoint_dir.resolve_load_path(root, cfg.checkpoint.load)
+        saved_state = checkpoint.read_train_state(load_path, signature) if load_path else None
+
+        model_chunks, tcfg = build.build_model(cfg, mc, precision)
+        optimizer = build.build_optimizer(cfg, model_chunks, precision)
+        scheduler = build_scheduler(optimizer, cfg)
+        guard = NonFiniteGuard(cfg.training.max_nonfinite_in_a_row)
+        state = loop.LoopState()
+        if load_path is not None:
+            saved = checkpoint.load_checkpoint(load_path, model_chunks, optimizer, scheduler)
+            state.iteration = saved["iteration"]
+            state.consumed_samples = saved["consumed_samples"]
+            state.consumed_tokens = saved.get("consumed_tokens", state.consumed_samples * cfg.data.seq_length)
+            guard.load_state_dict(saved.get("nonfinite", {}))
+        if forward_hook is not None:
+            _install_forward_hook(model_chunks, forward_hook, state)
+
+        metrics = MetricsLogger(cfg.run_dir, enabled=info.is_logger, total_steps=cfg.schedule.train_steps,
+                                tensorboard=cfg.logging.tensorboard, wandb=cfg.logging.wandb,
+                                wandb_project=cfg.logging.wandb_project, progress=cfg.logging.progress,
+                                config=cfg.to_dict(), start_step=state.iteration)
+        if info.is_logger:
+            save_resolved(cfg, Path(cfg.run_dir) / "config.yaml")
+            print("resolved config:\n" + cfg.to_yaml(), flush=True)
+            for note in metrics.notes:
+                metrics.message(note)
+            metrics.message(
+                f"world {info.world_size} = TP {info.tp} × PP {info.pp} × DP {info.dp}; {num_micro} micro-batches "
+                f"of {cfg.training.micro_batch_size} per step; precision {precision}; "
+                + (f"resumed from {load_path} at step {state.iteration}" if load_path else "starting fresh"))
+
+        def train_iter(consumed):
+            loader = make_loader(data.train, consumed, cfg.training.micro_batch_size, info.dp_rank, info.dp,
+                                 num_workers=cfg.data.num_workers)
+            return _iterate_forever_guard(loader, "the training set")
+
+        def valid_iter():
+            loader = make_loader(data.valid, 0, cfg.training.micro_batch_size, info.dp_rank, info.dp)
+            return itertools.cycle(loader) if len(loader) else iter(())
+
+        def save(st):
+            return checkpoint.save_checkpoint(
+                root, st.iteration, model_chunks, optimizer, scheduler,
+                {"consumed_samples": st.consumed_samples, "consumed_tokens": st.consumed_tokens,
+                 "nonfinite": guard.state_dict()}, cfg, signature)
+
+        shape = ModelShape(num_layers=mc.num_layers, hidden_size=mc.hidden_size,
+                           num_attention_heads=mc.num_attention_heads, num_query_groups=mc.query_groups,
+                           ffn_hidden_size=mc.ffn_hidden_size, vocab_size=mc.padded_vocab_size,
+                           kv_channels=mc.head_dim)
+        variant = dict(cfg.objective).get("variant", "biglm")
+        with GracefulStop() as stop:
+            comps = loop.Components(
+                config=cfg, info=info, model_chunks=model_chunks, optimizer=optimizer, scheduler=scheduler,
+                guard=guard, metrics=metrics, train_iter_fn=train_iter,
+                valid_iter_fn=valid_iter if data.valid is not None and cfg.training.eval_iters > 0 else None,
+                save_fn=save, stop=stop, model_shape=shape, num_microbatches=num_micro,
+                use_split_mask=variant == "biglm",
+                peak_tflops=cfg.logging.peak_tflops or default_peak_tflops(), callbacks=list(callbacks))
+            try:
+                state = loop.run(comps, state)
+            finally:
+                metrics.close()
+        latest = checkpoint_dir.complete_checkpoints(root)
+        result = TrainResult(
+            iteration=state.iteration, consumed_samples=state.consumed_samples, last_loss=state.last_loss,
+            first_val_loss=state.first_val_loss, last_val_loss=state.last_val_loss, stopped_by=state.stopped_by,
+            skipped_nonfinite=guard.total_skipped, checkpoint=str(latest[-1]) if latest else None,
+            run_dir=str(cfg.run_dir), resumed_from=str(load_path) if load_path else None)
+        if info.is_logger and state.stopped_by is None and state.iteration >= cfg.schedule.train_steps:
+            (Path(cfg.run_dir) / "train_done.json").write_text(json.dumps(result.__dict__, indent=1))
+        return result
+    finally:
+        distributed.shutdown(info)
+
+
+def _install_forward_hook(model_chunks, hook, state):
+    """Route each micro-batch's per-token loss through `hook(step, loss)` (tests only)."""
+    module = model_chunks[0].module
+    original = module.forward
+
+    def forward(*args, **kwargs):
+        out = original(*args, **kwargs)
+        if kwargs.get("labels") is not None and module.post_process:
+            out = hook(state.iteration + 1, out)
+        return out
+
+    module.forward = forward
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--config", required=True, help="run config YAML (see examples/configs/)")
+    parser.add_argument("overrides", nargs="*", help="section.key=value overrides, e.g. optimizer.lr=3e-4")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s: %(message)s")
+    warnings.filterwarnings("ignore", message="Transformer Engine and Apex are not installed")
+    from megatron_biglm.training.checkpoint_dir import CheckpointError
+    from megatron_biglm.training.config import ConfigError
+    from megatron_biglm.training.nonfinite import TooManyNonFinite
+    try:
+        result = train(args.config, args.overrides)
+    except (ConfigError, CheckpointError, TooManyNonFinite) as exc:
+        print(f"error: {exc}", file=sys.stderr, flush=True)
+        return 2 if not isinstance(exc, TooManyNonFinite) else 3
+    print(json.dumps({"result": result.__dict__}), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,144 @@
+"""Build a run's pieces from its config: model chunks in megatron DDP, optimizer, data.
+
+Each builder checks the input it is responsible for and fails with a message that says
+what to change: a missing data path, a tokenizer that does not fit the indexed data or the
+model's vocabulary, a global batch that does not split over micro-batches × DP.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from megatron.core import parallel_state
+from megatron.core.distributed import DistributedDataParallel, DistributedDataParallelConfig, finalize_model_grads
+from megatron.core.optimizer import OptimizerConfig, get_megatron_optimizer
+
+from megatron_biglm.training.config import ConfigError, RunConfig
+
+
+def resolve_precision(config: RunConfig) -> str:
+    """`auto`: bf16 on GPU, fp32 on CPU (CPU bf16 matmuls are slow and the tests need fp32)."""
+    p = config.training.precision
+    if p == "auto":
+        return "bf16" if torch.cuda.is_available() else "fp32"
+    if p == "bf16" and not torch.cuda.is_available():
+        raise ConfigError("training.precision=bf16 needs a GPU; use fp32 (or auto) on CPU")
+    return p
+
+
+def model_config(config: RunConfig):
+    """The resolved BiGLMModelConfig (preset + overrides), checked against data.seq_length."""
+    from megatron_biglm.model import load_preset
+
+    overrides = {k: v for k, v in config.model.items() if k != "preset"}
+    mc = load_preset(config.model["preset"], overrides)
+    if config.data.seq_length > mc.seq_length:
+        raise ConfigError(f"data.seq_length={config.data.seq_length} exceeds the model's maximum "
+                          f"model.seq_length={mc.seq_length}; lower data.seq_length or set model.seq_length")
+    return mc
+
+
+def build_model(config: RunConfig, mc, precision: str):
+    """This rank's model chunk wrapped in megatron DDP (one chunk: no virtual pipeline)."""
+    from megatron_biglm.model import model_provider
+
+    recompute = config.training.recompute
+    extra = {"calculate_per_token_loss": True}
+    if recompute == "full":
+        extra.update(recompute_granularity="full", recompute_method="uniform", recompute_num_layers=1)
+    elif recompute == "selective":
+        extra.update(recompute_granularity="selective")
+    tcfg = mc.to_transformer_config(
+        tensor_model_parallel_size=parallel_state.get_tensor_model_parallel_world_size(),
+        pipeline_model_parallel_size=parallel_state.get_pipeline_model_parallel_world_size(),
+        params_dtype=precision, **extra)
+    module = model_provider(pre_process=parallel_state.is_pipeline_first_stage(ignore_virtual=True),
+                            post_process=parallel_state.is_pipeline_last_stage(ignore_virtual=True),
+                            config=mc, transformer_config=tcfg)
+    if torch.cuda.is_available():
+        module.cuda(torch.cuda.current_device())
+    ddp_config = DistributedDataParallelConfig(
+        grad_reduce_in_fp32=True, overlap_grad_reduce=False,
+        use_distributed_optimizer=config.optimizer.use_distributed_optimizer, check_for_nan_in_grad=False)
+    model = DistributedDataParallel(config=tcfg, ddp_config=ddp_config, module=module)
+    model.broadcast_params()
+    tcfg.finalize_model_grads_func = finalize_model_grads
+    return [model], tcfg
+
+
+def build_optimizer(config: RunConfig, model_chunks, precision: str):
+    o = config.optimizer
+    ocfg = OptimizerConfig(
+        optimizer="adam", lr=o.lr, min_lr=o.min_lr, weight_decay=o.weight_decay, adam_beta1=o.adam_beta1,
+        adam_beta2=o.adam_beta2, adam_eps=o.adam_eps, clip_grad=o.clip_grad, bf16=precision == "bf16",
+        fp16=False, params_dtype=torch.bfloat16 if precision == "bf16" else torch.float32,
+        use_distributed_optimizer=o.use_distributed_optimizer)
+    optimizer = get_megatron_optimizer(ocfg, model_chunks)
+    model_chunks[0].config.grad_scale_func = optimizer.scale_loss
+    return optimizer
+
+
+@dataclass
+class DataBundle:
+    tokenizer: object
+    token_ids: object
+    train: object
+    valid: object
+    anneal_start_sample: int | None
+
+
+def check_vocab(token_ids, mc, prefixes) -> None:
+    """The tokenizer must fit the model, and the indexed data must fit the tokenizer."""
+    if token_ids.vocab_size > mc.vocab_size:
+        raise ConfigError(
+            f"tokenizer vocab {token_ids.vocab_size} is larger than model.vocab_size={mc.vocab_size}; "
+            f"set model.vocab_size={token_ids.vocab_size} (or use the tokenizer the model was sized for)")
+    from megatron.core.datasets.indexed_dataset import IndexedDataset
+    for prefix in prefixes:
+        ds = IndexedDataset(prefix)
+        # A bounded scan of up to 256 sequences spread over the corpus (the max over a
+        # pretraining corpus would read terabytes); a tokenizer mismatch shows up in any.
+        n = len(ds)
+        picks = sorted(set(np.linspace(0, n - 1, num=min(n, 256)).astype(int).tolist())) if n else []
+        top = max((int(np.max(ds[i])) for i in picks if len(ds[i])), default=-1)
+        if top >= token_ids.vocab_size:
+            raise ConfigError(
+                f"indexed data {prefix} holds token id {top}, but the tokenizer has only "
+                f"{token_ids.vocab_size} tokens: the data was preprocessed with a different tokenizer. "
+                f"Set data.tokenizer to that tokenizer, or re-run tools/preprocess_data.py with this one")
+
+
+def build_data(config: RunConfig, mc, dp_size: int) -> DataBundle:
+    from megatron_biglm.data.blend import parse_blend
+    from megatron_biglm.data.pretrain_data import build_pretrain_datasets
+    from megatron_biglm.data.token_ids import TokenIds
+    from megatron_biglm.data.tokenizer import load_tokenizer
+
+    d = config.data
+    if not d.tokenizer:
+        raise ConfigError("data.tokenizer is not set: give the tokenizer directory the data was preprocessed with")
+    if not d.blend:
+        raise ConfigError("data.blend is empty: give [[weight, path_prefix], ...] or [path_prefix, ...]")
+    prefixes = []
+    for key in ("blend", "anneal_blend", "valid_blend"):
+        spec = getattr(d, key)
+        if spec:
+            try:
+                prefixes += parse_blend(spec, f"data.{key}")[0]
+            except FileNotFoundError as exc:
+                raise ConfigError(str(exc)) from None
+    if not os.path.exists(os.path.expanduser(d.tokenizer)):
+        raise ConfigError(f"data.tokenizer={d.tokenizer} does not exist (a tokenizer directory is expected)")
+    tokenizer = load_tokenizer(d.tokenizer)
+    token_ids = TokenIds.from_tokenizer(tokenizer)
+    check_vocab(token_ids, mc, prefixes)
+    gbs, steps = config.training.global_batch_size, config.schedule.train_steps
+    anneal = config.anneal_start_step if d.anneal_blend else None
+    eval_samples = config.training.eval_iters * gbs if config.training.eval_iters > 0 else 0
+    ds = build_pretrain_datasets(
+        d, token_ids=token_ids, objective=config.objective, train_samples=steps * gbs,
+        valid_samples=eval_samples, anneal_start_sample=anneal * gbs if anneal is not None else None,
+        is_built_on_rank=lambda: True)
+    return DataBundle(tokenizer, token_ids, ds.train, ds.valid, ds.anneal_start_sample)

@@ -1,0 +1,134 @@
+"""Atomic checkpoint directories: write to a temp dir, seal it, rename, then move `latest`.
+
+Layout under `checkpoint.dir`:
+
+    latest                  text: the name of the newest complete checkpoint
+    iter_0000100/
+        COMPLETE.json       manifest: iteration + every file's size, written last
+        config.yaml         the resolved run config
+        ...                 whatever the saver wrote (dist_checkpointing shards, rng, state)
+    .tmp-iter_0000200-*/    an interrupted save: never loaded, removed by the next save
+
+Why a manifest and not just a marker: a checkpoint copied or synced partially (or a disk
+that filled up) keeps its marker but loses bytes; checking each file's size refuses it
+with a message naming the file instead of failing deep inside torch.load.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+MANIFEST = "COMPLETE.json"
+LATEST = "latest"
+
+
+class CheckpointError(RuntimeError):
+    """A checkpoint cannot be used; the message says why and what to do."""
+
+
+def iteration_name(iteration: int) -> str:
+    return f"iter_{iteration:07d}"
+
+
+def new_temp_dir(root: Path, iteration: int) -> Path:
+    """A fresh temp dir beside the final one (same filesystem, so rename is atomic)."""
+    root = Path(root)
+    root.mkdir(parents=True, exist_ok=True)
+    return Path(tempfile.mkdtemp(prefix=f".tmp-{iteration_name(iteration)}-", dir=root))
+
+
+def _manifest(folder: Path) -> dict:
+    files = {}
+    for path in sorted(folder.rglob("*")):
+        if path.is_file() and path.name != MANIFEST:
+            files[str(path.relative_to(folder))] = path.stat().st_size
+    return files
+
+
+def seal(temp_dir: Path, iteration: int, keep_last: int | None = None) -> Path:
+    """Write the manifest, rename temp → `iter_N`, point `latest` at it (single writer)."""
+    temp_dir = Path(temp_dir)
+    root = temp_dir.parent
+    manifest = {"iteration": iteration, "files": _manifest(temp_dir)}
+    with open(temp_dir / MANIFEST, "w") as f:
+        json.dump(manifest, f, indent=1)
+        f.flush()
+        os.fsync(f.fileno())
+    final = root / iteration_name(iteration)
+    if final.exists():  # a re-save of the same step (e.g. final save right after a periodic one)
+        shutil.rmtree(final)
+    os.replace(temp_dir, final)
+    pointer_tmp = root / f".{LATEST}.tmp"
+    pointer_tmp.write_text(final.name + "\n")
+    os.replace(pointer_tmp, root / LATEST)
+    for stale in root.glob(".tmp-*"):
+        shutil.rmtree(stale, ignore_errors=True)
+    if keep_last:
+        for old in complete_checkpoints(root)[:-keep_last]:
+            shutil.rmtree(old, ignore_errors=True)
+    return final
+
+
+def verify(folder: Path) -> dict:
+    """The manifest of a complete checkpoint, or CheckpointError naming what is wrong."""
+    folder = Path(folder)
+    if not folder.is_dir():
+        raise CheckpointError(f"checkpoint {folder} does not exist")
+    mpath = folder / MANIFEST
+    if not mpath.is_file():
+        raise CheckpointError(
+            f"checkpoint {folder} is incomplete: it has no {MANIFEST} (the save was interrupted). "
+            f"Point checkpoint.load at an earlier complete checkpoint, or remove this directory.")
+    try:
+        manifest = json.loads(mpath.read_text())
+    except json.JSONDecodeError as exc:
+        raise CheckpointError(f"checkpoint {folder}: {MANIFEST} is unreadable ({exc})") from None
+    for rel, size in manifest["files"].items():
+        path = folder / rel
+        if not path.is_file():
+            raise CheckpointError(f"checkpoint {folder} is truncated: file {rel} is missing. "
+                                  f"Point checkpoint.load at an earlier complete checkpoint.")
+        actual = path.stat().st_size
+        if actual != size:
+            raise CheckpointError(f"checkpoint {folder} is truncated: file {rel} has {actual} bytes, "
+                                  f"the manifest says {size}. Point checkpoint.load at an earlier "
+                                  f"complete checkpoint.")
+    return manifest
+
+
+def complete_checkpoints(root: Path) -> list[Path]:
+    """`iter_*` dirs that carry a manifest, oldest first (sizes are checked on load)."""
+    root = Path(root)
+    if not root.is_dir():
+        return []
+    return sorted(p for p in root.glob("iter_*") if (p / MANIFEST).is_file())
+
+
+def latest_checkpoint(root: Path) -> Path | None:
+    """The checkpoint `latest` points to (verified), or None when there is none yet."""
+    root = Path(root)
+    pointer = root / LATEST
+    if not pointer.is_file():
+        if complete_checkpoints(root):
+            raise CheckpointError(f"{root} has checkpoints but no '{LATEST}' pointer; "
+                                  f"set checkpoint.load to one of them explicitly")
+        return None
+    target = root / pointer.read_text().strip()
+    verify(target)
+    return target
+
+
+def resolve_load_path(root: Path, load: str) -> Path | None:
+    """`auto` → latest under root (or None), `none` → None, else that directory (verified)."""
+    if load == "none":
+        return None
+    if load == "auto":
+        return latest_checkpoint(root)
+    path = Path(load)
+    if (path / LATEST).is_file():
+        return latest_checkpoint(path)
+    verify(path)
+    return path

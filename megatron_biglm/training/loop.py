@@ -1,0 +1,136 @@
+"""The pretraining loop: short on purpose; every piece it calls is built and tested apart.
+
+    for each step until schedule.train_steps:
+        one optimizer step over global_batch_size samples (step.train_step)
+        log every logging.log_interval steps, validate every training.eval_interval
+        save every checkpoint.save_interval; stop cleanly on SIGTERM/SIGUSR1
+
+`callbacks` are called as `cb(step, loop_state)` after each step on every rank (the
+in-training evaluation hook plugs in here).
+"""
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field
+
+import torch
+
+from megatron_biglm.training.flops import ModelShape, mfu, train_step_flops
+from megatron_biglm.training.step import evaluate, train_step
+
+
+@dataclass
+class LoopState:
+    iteration: int = 0
+    consumed_samples: int = 0
+    consumed_tokens: int = 0
+    last_loss: float = math.nan
+    last_val_loss: float | None = None
+    first_val_loss: float | None = None
+    stopped_by: str | None = None
+    losses: list = field(default_factory=list)
+
+
+@dataclass
+class Components:
+    """Everything the loop needs, built by train.py (or by a test)."""
+    config: object
+    info: object
+    model_chunks: list
+    optimizer: object
+    scheduler: object
+    guard: object
+    metrics: object
+    train_iter_fn: object          # consumed_samples -> iterator of micro-batches
+    valid_iter_fn: object | None   # () -> iterator of micro-batches
+    save_fn: object                # (LoopState) -> Path
+    stop: object                   # GracefulStop
+    model_shape: ModelShape
+    num_microbatches: int
+    use_split_mask: bool
+    peak_tflops: float | None = None
+    callbacks: list = field(default_factory=list)
+
+
+def _memory() -> dict:
+    if torch.cuda.is_available():
+        return {"mem_alloc_gb": torch.cuda.max_memory_allocated() / 2**30}
+    try:
+        import psutil
+        return {"mem_rss_gb": psutil.Process().memory_info().rss / 2**30}
+    except ImportError:  # pragma: no cover
+        return {}
+
+
+def run(c: Components, state: LoopState) -> LoopState:
+    cfg, t = c.config, c.config.training
+    seq, mbs, gbs = cfg.data.seq_length, t.micro_batch_size, t.global_batch_size
+    total = cfg.schedule.train_steps
+    last = min(total, state.iteration + t.exit_after_steps) if t.exit_after_steps else total
+    data = c.train_iter_fn(state.consumed_samples)
+    window = {"t0": time.time(), "steps": 0, "flops": 0.0, "tokens": 0, "loss_sum": 0.0, "loss_n": 0}
+
+    def validate():
+        if c.valid_iter_fn is None:
+            return
+        val = evaluate(c.model_chunks, c.valid_iter_fn(), iters=t.eval_iters, num_microbatches=c.num_microbatches,
+                       seq_length=seq, micro_batch_size=mbs, device=c.info.device, use_split_mask=c.use_split_mask)
+        state.last_val_loss = val
+        if state.first_val_loss is None:
+            state.first_val_loss = val
+        c.metrics.log({"kind": "valid", "step": state.iteration, "loss": val,
+                       "consumed_tokens": state.consumed_tokens})
+
+    if state.iteration == 0 and t.eval_interval > 0:
+        validate()
+    while state.iteration < last:
+        out = train_step(c.model_chunks, c.optimizer, c.scheduler, c.guard, data,
+                         num_microbatches=c.num_microbatches, seq_length=seq, micro_batch_size=mbs,
+                         device=c.info.device, use_split_mask=c.use_split_mask, iteration=state.iteration + 1)
+        state.iteration += 1
+        state.consumed_samples += gbs
+        state.consumed_tokens += gbs * seq
+        state.last_loss = out["loss"]
+        state.losses.append(out["loss"])
+        stats = out["stats"]
+        window["steps"] += 1
+        window["tokens"] += gbs * seq
+        if math.isfinite(out["loss"]):
+            window["loss_sum"] += out["loss"]
+            window["loss_n"] += 1
+        # This rank saw 1/DP of the global batch: its splits stand in for the other ranks'.
+        splits = stats.splits * c.info.dp if c.use_split_mask else None
+        if splits is not None and len(splits) != gbs:
+            splits = None
+        window["flops"] += train_step_flops(c.model_shape, seq, gbs, splits=splits,
+                                            split_mask=c.use_split_mask, predicted_tokens=out["tokens"])
+        if state.iteration % cfg.logging.log_interval == 0 or state.iteration == last:
+            dt = max(time.time() - window["t0"], 1e-9)
+            tflops, util = mfu(window["flops"] / window["steps"], dt / window["steps"], c.info.world_size,
+                               c.peak_tflops)
+            c.metrics.log({
+                "step": state.iteration, "loss": out["loss"],
+                "loss_avg": window["loss_sum"] / window["loss_n"] if window["loss_n"] else math.nan,
+                "lr": c.optimizer.param_groups[0]["lr"], "grad_norm": out["grad_norm"],
+                "tokens_per_s": window["tokens"] / dt, "tflops_per_device": tflops, "mfu": util,
+                "consumed_samples": state.consumed_samples, "consumed_tokens": state.consumed_tokens,
+                "skipped_nonfinite": c.guard.total_skipped, "phase": stats.phase, **_memory()})
+            window.update(t0=time.time(), steps=0, flops=0.0, tokens=0, loss_sum=0.0, loss_n=0)
+        if t.eval_interval > 0 and state.iteration % t.eval_interval == 0:
+            validate()
+        for cb in c.callbacks:
+            cb(state.iteration, state)
+        stop = c.stop.should_stop()
+        if stop or state.iteration % cfg.checkpoint.save_interval == 0:
+            path = c.save_fn(state)
+            c.metrics.message(f"saved checkpoint {path}")
+        if stop:
+            state.stopped_by = c.stop.name or "signal"
+            c.metrics.message(f"received {state.stopped_by}: saved at step {state.iteration}, exiting")
+            return state
+    if t.eval_interval > 0 and state.iteration % t.eval_interval != 0:
+        validate()
+    if cfg.checkpoint.save_at_end and state.iteration % cfg.checkpoint.save_interval != 0:
+        c.save_fn(state)
+    return state

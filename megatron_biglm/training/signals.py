@@ -1,0 +1,56 @@
+"""Graceful stop on SIGTERM / SIGUSR1: finish the current step, save, exit 0.
+
+SLURM sends SIGUSR1 ahead of the time limit (`--signal=USR1@120`) and SIGTERM on preemption.
+The handler only sets a flag; the loop checks it between steps, so a checkpoint is never
+written from inside a signal handler or in the middle of an optimizer step. Under several
+ranks the flag is all-reduced so every rank stops at the same step (a rank that stopped
+alone would hang the others in their next collective).
+"""
+from __future__ import annotations
+
+import signal
+
+import torch
+import torch.distributed as dist
+
+DEFAULT_SIGNALS = (signal.SIGTERM, signal.SIGUSR1)
+
+
+class GracefulStop:
+    """Context manager that records the first stop signal and restores old handlers."""
+
+    def __init__(self, signals=DEFAULT_SIGNALS):
+        self.signals = tuple(signals)
+        self.received: int | None = None
+        self._old = {}
+
+    def _handler(self, signum, frame):  # noqa: ARG002 - signal API
+        if self.received is None:
+            self.received = signum
+
+    def __enter__(self):
+        for sig in self.signals:
+            self._old[sig] = signal.signal(sig, self._handler)
+        return self
+
+    def __exit__(self, *exc):
+        for sig, old in self._old.items():
+            signal.signal(sig, old)
+        return False
+
+    @property
+    def name(self) -> str | None:
+        return signal.Signals(self.received).name if self.received is not None else None
+
+    def should_stop(self) -> bool:
+        """True on every rank when any rank got a signal (a collective when distributed)."""
+        flag = self.received is not None
+        if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
+            t = torch.tensor([1.0 if flag else 0.0], device=_device())
+            dist.all_reduce(t, op=dist.ReduceOp.MAX)
+            flag = bool(t.item() > 0)
+        return flag
+
+
+def _device():
+    return torch.device("cuda", torch.cuda.current_device()) if torch.cuda.is_available() else "cpu"

@@ -1,0 +1,92 @@
+"""SLURM launch scripts in DRY_RUN mode: the printed torchrun command is consistent."""
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from megatron_biglm.training.config import check_batch_arithmetic, load_config
+
+REPO = Path(__file__).resolve().parents[1]
+SCRIPTS = ["pretrain_136m.sh", "pretrain_360m.sh", "pretrain_1p3b.sh", "pretrain_3p5b.sh"]
+
+
+@pytest.fixture(autouse=True)
+def _paths(monkeypatch):
+    monkeypatch.setenv("DATA_ROOT", "/data")
+    monkeypatch.setenv("BIGLM_TOKENIZER", "/tok")
+
+
+def _dry_run(script, **env):
+    full = {**os.environ, "DRY_RUN": "1", "DATA_ROOT": "/data", "BIGLM_TOKENIZER": "/tok", **env}
+    for key in ("SLURM_JOB_NUM_NODES", "SLURM_JOB_NODELIST", "SLURM_JOB_ID", "NODES", "TP", "PP"):
+        if key not in env:
+            full.pop(key, None)
+    return subprocess.run(["bash", str(REPO / "launch" / script)], capture_output=True, text=True,
+                          env=full, cwd=REPO)
+
+
+def _command(stdout):
+    argv = shlex.split(stdout.strip().splitlines()[-1])
+    opts = dict(re.match(r"--([\w-]+)=(.*)", a).groups() for a in argv if re.match(r"--[\w-]+=", a))
+    overrides = argv[argv.index("--config") + 2:]
+    return argv, opts, argv[argv.index("--config") + 1], overrides
+
+
+@pytest.mark.parametrize("script", SCRIPTS)
+def test_dry_run_layout_matches_nodes(script):
+    text = (REPO / "launch" / script).read_text()
+    sbatch_nodes = int(re.search(r"#SBATCH --nodes=(\d+)", text).group(1))
+    assert "#SBATCH --signal=USR1@120" in text and "#SBATCH --requeue" in text
+    proc = _dry_run(script)
+    assert proc.returncode == 0, proc.stderr
+    argv, opts, config_path, overrides = _command(proc.stdout)
+    assert argv[0] == "srun" and "torch.distributed.run" in argv and "megatron_biglm.train" in argv
+    nnodes, nproc = int(opts["nnodes"]), int(opts["nproc-per-node"])
+    assert nnodes == sbatch_nodes and nproc == 8 and opts["rdzv-backend"] == "c10d"
+    cfg = load_config(config_path, overrides)
+    tp, pp = cfg.parallelism.tensor_model_parallel_size, cfg.parallelism.pipeline_model_parallel_size
+    world = nnodes * nproc
+    assert world % (tp * pp) == 0
+    dp = world // (tp * pp)
+    assert tp * pp * dp == world
+    assert f"dp={dp}" in proc.stdout and f"tp={tp} pp={pp}" in proc.stdout
+    assert check_batch_arithmetic(cfg, dp) >= 1 and cfg.training.global_batch_size == 1024
+    # the model's preset must accept this layout (heads, groups, layers divisible)
+    from megatron_biglm.model.presets import load_preset
+    load_preset(cfg.model["preset"]).check_parallel_layout(tp, pp)
+    assert "export NCCL_DEBUG=" in proc.stdout and "export CUDA_DEVICE_MAX_CONNECTIONS=1" in proc.stdout
+
+
+def test_env_overrides_nodes_layout_and_extra_args():
+    proc = _dry_run("pretrain_3p5b.sh", NODES="4", TP="4", PP="1", EXTRA_ARGS="optimizer.lr=1e-4")
+    assert proc.returncode == 0, proc.stderr
+    _, opts, config_path, overrides = _command(proc.stdout)
+    assert opts["nnodes"] == "4"
+    cfg = load_config(config_path, overrides)
+    assert cfg.parallelism.tensor_model_parallel_size == 4 and cfg.optimizer.lr == pytest.approx(1e-4)
+    assert "dp=8" in proc.stdout
+
+
+def test_bad_layout_and_batch_fail_before_launch():
+    proc = _dry_run("pretrain_136m.sh", NODES="1", TP="3", PP="1")
+    assert proc.returncode == 2 and "not divisible by TP*PP" in proc.stderr
+    proc = _dry_run("pretrain_136m.sh", GBS="1000")
+    assert proc.returncode == 2 and "global batch 1000 is not divisible" in proc.stderr
+    proc = _dry_run("pretrain_136m.sh", CONFIG="/nonexistent.yaml")
+    assert proc.returncode == 2 and "not found" in proc.stderr
+
+
+def test_local_dry_run():
+    env = {**os.environ, "DRY_RUN": "1", "NPROC": "2"}
+    proc = subprocess.run(["bash", str(REPO / "launch" / "local.sh"), "parallelism.tensor_model_parallel_size=2"],
+                          capture_output=True, text=True, env=env, cwd=REPO)
+    assert proc.returncode == 0, proc.stderr
+    argv = shlex.split(proc.stdout.strip().splitlines()[-1])
+    assert "--standalone" in argv and "--nproc-per-node=2" in argv
+    assert argv[-1] == "parallelism.tensor_model_parallel_size=2"
+    assert argv[argv.index("--config") + 1].endswith("examples/configs/tiny_cpu.yaml")
