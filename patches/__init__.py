@@ -3,9 +3,13 @@
     import patches
     patches.apply_cpu()   # once, at process start, before building megatron models
 
+    optimizer = get_megatron_optimizer(...)
+    patches.apply_distopt_checkpoint_fixes(optimizer)  # then save/load with DISTOPT_METADATA
+
 `apply_cpu` installs the CPU shims (one file each, `cpu_*.py`) only when CUDA is absent;
-nothing here patches anything at import time. Each shim's module docstring names the exact
-failure it fixes and the megatron-core versions it was seen in.
+`apply_distopt_checkpoint_fixes` fixes one optimizer instance (distopt_checkpoint.py).
+Nothing here patches anything at import time. Each module docstring names the exact failure
+it fixes and the megatron-core versions it was seen in.
 """
 from __future__ import annotations
 
@@ -22,6 +26,7 @@ from . import (
     cpu_tensor_type,
 )
 from ._patching import Patch, log
+from .distopt_checkpoint import DISTOPT_METADATA, apply_distopt_checkpoint_fixes
 
 CPU_PATCHES: tuple[Patch, ...] = (
     cpu_current_device.PATCH,
@@ -65,4 +70,7 @@ def applied_cpu_patches() -> List[str]:
     return list(_APPLIED)
 
 
-__all__ = ["apply_cpu", "applied_cpu_patches", "CPU_PATCHES", "CPU_PATCH_NAMES", "Patch"]
+__all__ = [
+    "apply_cpu", "applied_cpu_patches", "CPU_PATCHES", "CPU_PATCH_NAMES", "Patch",
+    "apply_distopt_checkpoint_fixes", "DISTOPT_METADATA",
+]

@@ -1,9 +1,10 @@
 """Single-process megatron-core scenarios for the CPU-shim tests, run as a subprocess:
 
-    python tests/patches_cpu_scenarios.py SCENARIO [--skip SHIM ...] [--distopt]
+    python tests/patches_cpu_scenarios.py SCENARIO [SCENARIO ...] [--skip SHIM ...]
 
-Prints one JSON line: the scenario's measurements, or {"error_type", "error", "raised_in"}
-(the deepest megatron-core/torch frame) when it fails. Why a subprocess: the shims patch
+Prints one JSON line {"applied": [...], SCENARIO: result, ...}; a result holds the
+scenario's measurements, or {"error_type", "error", "raised_in"} (the deepest megatron-core
+frame) when it failed. Several scenarios share one process to pay megatron's import once. Why a subprocess: the shims patch
 torch globally and must not leak into the pytest process.
 """
 from __future__ import annotations
@@ -73,7 +74,7 @@ def _plain_torch_step(model, fx, lr: float, clip: float):
     return sum(losses) / len(losses), norm
 
 
-def scenario_rng(_distopt: bool) -> dict:
+def scenario_rng() -> dict:
     """megatron's tracker after model_parallel_cuda_manual_seed, and recompute through it."""
     from megatron.core import tensor_parallel
 
@@ -112,7 +113,7 @@ def scenario_rng(_distopt: bool) -> dict:
     }
 
 
-def scenario_streams(_distopt: bool) -> dict:
+def scenario_streams() -> dict:
     """megatron.core.pipeline_parallel.utils.set_streams, used by the overlapped 1F1B."""
     from megatron.core.pipeline_parallel import utils as pp_utils
 
@@ -126,35 +127,40 @@ def scenario_streams(_distopt: bool) -> dict:
     return {"product": c.tolist(), "stream_type": type(comm).__name__}
 
 
-SCENARIOS = {"train_step": scenario_train_step, "rng": scenario_rng, "streams": scenario_streams}
+SCENARIOS = {
+    "train_step": lambda: scenario_train_step(distopt=False),
+    "train_step_distopt": lambda: scenario_train_step(distopt=True),
+    "rng": scenario_rng,
+    "streams": scenario_streams,
+}
 
 
 def _raised_in(exc: BaseException) -> str:
-    """The deepest traceback frame inside megatron/ or torch/, as a package-relative path."""
+    """The deepest traceback frame inside megatron-core, as "megatron/...py:function"."""
     where = ""
     for frame in traceback.extract_tb(exc.__traceback__):
-        for root in ("megatron/", "torch/"):
-            if f"/{root}" in frame.filename:
-                where = root + frame.filename.split(f"/{root}", 1)[1]
+        if "/megatron/" in frame.filename:
+            where = "megatron/" + frame.filename.split("/megatron/", 1)[1] + ":" + frame.name
     return where
 
 
 def main(argv) -> int:
     parser = argparse.ArgumentParser()
-    parser.add_argument("scenario", choices=sorted(SCENARIOS))
+    parser.add_argument("scenarios", nargs="+", choices=sorted(SCENARIOS))
     parser.add_argument("--skip", nargs="*", default=[])
-    parser.add_argument("--distopt", action="store_true")
     args = parser.parse_args(argv)
 
     import patches
 
-    applied = patches.apply_cpu(force=True, skip=args.skip)
-    try:
-        result = SCENARIOS[args.scenario](args.distopt)
-    except Exception as exc:  # reported, not swallowed: the test asserts on it
-        result = {"error_type": type(exc).__name__, "error": str(exc), "raised_in": _raised_in(exc)}
-    result["applied"] = applied
-    print("SCENARIO_RESULT " + json.dumps(result))
+    report = {"applied": patches.apply_cpu(force=True, skip=args.skip)}
+    for name in args.scenarios:
+        try:
+            report[name] = SCENARIOS[name]()
+        except Exception as exc:  # reported, not swallowed: the test asserts on it
+            report[name] = {
+                "error_type": type(exc).__name__, "error": str(exc), "raised_in": _raised_in(exc)
+            }
+    print("SCENARIO_RESULT " + json.dumps(report))
     return 0
 
 

@@ -8,8 +8,8 @@ import random
 import pytest
 import yaml
 from eval_fixtures import (bert_dir, bf_greedy_reveal, corpus_sentences,  # noqa: F401
-                           build_wordpiece_tokenizer, corpus_texts, instances, one_torch_thread,
-                           overfit_biglm_style, tiny_bert, wordpiece_dir, write_task_data)
+                           one_torch_thread, overfit_biglm_style, tiny_bert, wordpiece_dir,
+                           write_task_data)
 
 import megatron_biglm.evaluation  # noqa: F401 - registers the models
 from megatron_biglm.evaluation.models import HFMaskedLMEvalLM

@@ -57,6 +57,7 @@ def test_tiny_run_learns_and_plots(train_data, tmp_path):
     assert img.shape[0] > 400 and img.shape[1] > 600 and img[..., :3].std() > 0.05
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("distopt", [False, True], ids=["adam", "distributed_optimizer"])
 def test_resume_is_exact(train_data, tmp_path, distopt):
     extra = {"optimizer.use_distributed_optimizer": distopt, "checkpoint.save_interval": 4}
@@ -83,6 +84,7 @@ def test_resume_refuses_other_model_and_truncated_checkpoint(train_data, tmp_pat
         train(None, tiny_overrides(train_data, run, steps=6))
 
 
+@pytest.mark.slow
 def test_nan_steps_are_skipped_then_too_many_stop(train_data, tmp_path):
     def transient(step, loss):
         return loss * math.nan if step in (3, 4) else loss

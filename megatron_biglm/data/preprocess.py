@@ -14,8 +14,8 @@ Design:
     Tokens are `tokenizer(text, add_special_tokens=False)` plus EOS when `append_eod`;
     the BiGLM datasets add BOS themselves.
   * The .bin/.idx are written by megatron-core's `IndexedDatasetBuilder` under temporary
-    names, then renamed (.bin first, the .idx last): an interrupted run leaves no .idx that
-    looks valid.
+    names, then renamed (`indexed_tools.AtomicIndexedWriter`): an interrupted run leaves no
+    .idx that looks valid.
   * Workers start with `spawn`: they import only this module, numpy and `tokenizers` (not
     torch, megatron or transformers) and are safe however the parent process was set up.
 """
@@ -37,6 +37,7 @@ from typing import Iterable, Iterator, Sequence
 
 import numpy as np
 
+from megatron_biglm.data.indexed_tools import AtomicIndexedWriter
 from megatron_biglm.data.readers import Record, SkipReport, expand_inputs, records_from_files
 
 logger = logging.getLogger(__name__)
@@ -176,42 +177,6 @@ def _result(future):
             "workers=1 tokenizes in this process") from exc
 
 
-# ---------------------------------------------------------------- writing
-
-class _AtomicIndexedWriter:
-    """megatron-core's IndexedDatasetBuilder writing to temporary names; `commit` renames."""
-
-    def __init__(self, prefix: str, dtype):
-        from megatron.core.datasets.indexed_dataset import IndexedDatasetBuilder
-
-        self.prefix = prefix
-        suffix = f".tmp-{os.getpid()}"
-        self.bin_path, self.idx_path = prefix + ".bin", prefix + ".idx"
-        self.tmp_bin, self.tmp_idx = self.bin_path + suffix, self.idx_path + suffix
-        self.builder = IndexedDatasetBuilder(self.tmp_bin, dtype=dtype)
-        self.documents = 0
-        self.tokens = 0
-
-    def add(self, tokens: np.ndarray) -> None:
-        self.builder.add_document(tokens, [int(tokens.size)])
-        self.documents += 1
-        self.tokens += int(tokens.size)
-
-    def commit(self) -> None:
-        self.builder.finalize(self.tmp_idx)
-        if os.path.exists(self.idx_path):
-            os.remove(self.idx_path)  # never pair an old .idx with the new .bin
-        os.replace(self.tmp_bin, self.bin_path)
-        os.replace(self.tmp_idx, self.idx_path)
-
-    def discard(self) -> None:
-        if not self.builder.data_file.closed:
-            self.builder.data_file.close()
-        for path in (self.tmp_bin, self.tmp_idx):
-            if os.path.exists(path):
-                os.remove(path)
-
-
 # ---------------------------------------------------------------- progress
 
 class _Progress:
@@ -287,9 +252,11 @@ def preprocess(inputs, output_prefix, tokenizer, *, json_keys: Sequence[str] = (
         raise PreprocessError(f"no input files: {list(map(str, _as_list(inputs)))} matched "
                               "nothing; check the paths or quote the glob")
     Path(output_prefix).parent.mkdir(parents=True, exist_ok=True)
-    writers = [_AtomicIndexedWriter(output_prefix_for(output_prefix, key), dtype) for key in keys]
+    writers: list[AtomicIndexedWriter] = []
     bar = _Progress(progress)
     try:
+        for key in keys:
+            writers.append(AtomicIndexedWriter(output_prefix_for(output_prefix, key), dtype))
         records = records_from_files(files, json_keys=keys, report=report, text_mode=text_mode,
                                      input_format_name=input_format)
         encoded = closing(_ordered_encode(_batches(records, keys, batch_size), spec, workers))
@@ -311,14 +278,18 @@ def preprocess(inputs, output_prefix, tokenizer, *, json_keys: Sequence[str] = (
 
 
 def _write_batch(batch: _Batch, lengths, tokens, writers, keys, report: SkipReport) -> None:
-    offsets = np.concatenate(([0], np.cumsum(lengths)))
-    for i, key_index in enumerate(batch.keys):
-        if lengths[i] == 0:
-            source, line = batch.where[i]
-            report.skip(EMPTY_AFTER_TOKENIZATION, source, line,
-                        f"key {keys[key_index]!r} encodes to no tokens")
-            continue
-        writers[key_index].add(tokens[offsets[i]:offsets[i + 1]])
+    """Route a batch's documents to their key's writer (in order), skipping empty ones."""
+    key_of = np.asarray(batch.keys)
+    for i in np.flatnonzero(lengths == 0):
+        source, line = batch.where[i]
+        report.skip(EMPTY_AFTER_TOKENIZATION, source, line,
+                    f"key {keys[key_of[i]]!r} encodes to no tokens")
+    for key_index, writer in enumerate(writers):
+        chosen = (key_of == key_index) & (lengths > 0)
+        if chosen.all():
+            writer.add_documents(tokens, lengths)
+        elif chosen.any():
+            writer.add_documents(tokens[np.repeat(chosen, lengths)], lengths[chosen])
 
 
 def _as_list(inputs) -> list:
@@ -326,13 +297,19 @@ def _as_list(inputs) -> list:
 
 
 def _check_something_written(files, report: SkipReport, writers, keys) -> None:
-    if report.files_seen and report.files_failed == report.files_seen:
+    """Fatal when nothing was written (a truncated file that yielded documents is not)."""
+    if any(writer.documents for writer in writers):
+        pass
+    elif report.files_seen and report.files_failed == report.files_seen:
         raise PreprocessError(f"none of the {len(files)} input files could be read: "
                               + "; ".join(report.example_lines()[:5]))
-    if not any(writer.documents for writer in writers):
+    else:
         raise PreprocessError(f"no documents for keys {list(keys)} in {len(files)} files "
                               f"({report.summary_line()}); check --json-keys and the input. "
                               "First skips: " + "; ".join(report.example_lines()[:5]))
+    for key, writer in zip(keys, writers):
+        if not writer.documents:
+            logger.warning("key %r got no documents: %s will be empty", key, writer.prefix)
 
 
 def _summary(files, report, writers, keys, dtype, vocab_size, workers, append_eod, seconds):
@@ -360,3 +337,25 @@ def _summary(files, report, writers, keys, dtype, vocab_size, workers, append_eo
         "append_eod": append_eod,
         "outputs": outputs,
     }
+
+
+def format_summary(summary: dict) -> list[str]:
+    """Human-readable summary lines, ending with the whole summary as one JSON line."""
+    import json
+
+    lines = [f"preprocessed {summary['files']} files with {summary['workers']} workers in "
+             f"{summary['seconds']:.1f} s",
+             f"  documents  {summary['documents']:,}   tokens {summary['tokens']:,}   "
+             f"(dtype {summary['dtype']}, vocab {summary['vocab_size']:,}, "
+             f"EOS appended: {summary['append_eod']})"]
+    skipped = summary["skipped"]
+    reasons = ", ".join(f"{reason} {n:,}" for reason, n in skipped.items())
+    lines.append(f"  skipped    {sum(skipped.values()):,}" + (f" ({reasons})" if reasons else ""))
+    lines += [f"    {example}" for example in summary["skipped_examples"]]
+    for key, out in summary["outputs"].items():
+        lines.append(f"  output     {out['prefix']}.{{bin,idx}}: {out['documents']:,} docs, "
+                     f"{out['tokens']:,} tokens, {out['bin_bytes'] + out['idx_bytes']:,} bytes")
+    lines.append(f"  throughput {summary['docs_per_s'] or 0:,.1f} docs/s, "
+                 f"{summary['tokens_per_s'] or 0:,.0f} tokens/s")
+    lines.append(json.dumps(summary, sort_keys=True))
+    return lines

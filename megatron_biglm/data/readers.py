@@ -162,13 +162,55 @@ def open_binary(path) -> BinaryIO:
     if name.endswith(".gz"):
         return gzip.open(path, "rb")
     if name.endswith((".zst", ".zstd")):
+        return io.BufferedReader(_ZstdFrames(open(path, "rb")), buffer_size=1 << 20)
+    return open(path, "rb")
+
+
+class _ZstdFrames(io.RawIOBase):
+    """Decompressed bytes of a (multi-frame) zstd file that raises EOFError when the file
+    ends inside a frame. zstandard's `stream_reader` returns a clean EOF there, which would
+    drop the tail of a truncated file without a word."""
+
+    def __init__(self, raw: BinaryIO):
         import zstandard
 
-        raw = open(path, "rb")
-        reader = zstandard.ZstdDecompressor().stream_reader(raw, read_across_frames=True,
-                                                            closefd=True)
-        return io.BufferedReader(reader, buffer_size=1 << 20)
-    return open(path, "rb")
+        self._raw = raw
+        self._context = zstandard.ZstdDecompressor()
+        self._chunks = self._decompress()
+        self._pending = memoryview(b"")
+
+    def _decompress(self) -> Iterator[bytes]:
+        frame, in_frame = self._context.decompressobj(), False
+        while chunk := self._raw.read(1 << 20):
+            while chunk:
+                out = frame.decompress(chunk)
+                in_frame = True
+                if out:
+                    yield out
+                if not frame.eof:
+                    break
+                chunk = frame.unused_data
+                frame, in_frame = self._context.decompressobj(), False
+        if in_frame:
+            raise EOFError("zstd file ends inside a frame (truncated)")
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer) -> int:
+        while not self._pending:
+            chunk = next(self._chunks, b"")
+            if not chunk:
+                return 0
+            self._pending = memoryview(chunk)
+        n = min(len(buffer), len(self._pending))
+        buffer[:n] = self._pending[:n]
+        self._pending = self._pending[n:]
+        return n
+
+    def close(self) -> None:
+        self._raw.close()
+        super().close()
 
 
 def iter_records(inputs, *, json_keys: Sequence[str] = ("text",), report: SkipReport,
@@ -244,8 +286,11 @@ def _extra_io_errors() -> tuple[type, ...]:
     return tuple(errors)
 
 
-def _check_text(value, key: str, source, line: int, report: SkipReport) -> str | None:
-    """The text if `value` is a usable document, else None (after reporting why)."""
+def _check_text(value, key: str, source, line: int, report: SkipReport,
+                may_hold_surrogates: bool = False) -> str | None:
+    """The text if `value` is a usable document, else None (after reporting why). Only JSON
+    `\\u` escapes can smuggle in unpaired surrogates (strict UTF-8 decoding rejects them),
+    and the Rust tokenizer cannot take them."""
     if value is None:
         report.skip(MISSING_KEY, source, line, f"key {key!r} is null")
         return None
@@ -258,10 +303,10 @@ def _check_text(value, key: str, source, line: int, report: SkipReport) -> str |
     if not isinstance(value, str):
         report.skip(NOT_A_STRING, source, line, f"key {key!r} is {type(value).__name__}")
         return None
-    if not value.strip():
+    if not value or value.isspace():
         report.skip(EMPTY_DOCUMENT, source, line, f"key {key!r} is empty or whitespace")
         return None
-    if _SURROGATE.search(value):
+    if may_hold_surrogates and _SURROGATE.search(value):
         report.skip(LONE_SURROGATE, source, line, f"key {key!r} holds an unpaired \\ud800-\\udfff escape")
         return None
     return value
@@ -293,7 +338,7 @@ def _jsonl_records(path, keys: tuple[str, ...], report: SkipReport):
                     if key not in obj:
                         report.skip(MISSING_KEY, path, number, f"no key {key!r} (keys: {sorted(obj)[:8]})")
                         continue
-                    text = _check_text(obj[key], key, path, number, report)
+                    text = _check_text(obj[key], key, path, number, report, b"\\u" in raw)
                     if text is not None:
                         texts[key] = text
                 if texts:

@@ -1,17 +1,19 @@
 """Adapter over any HF `AutoModelForMaskedLM` (BERT, RoBERTa, EuroBERT, our BiGLM export).
 
-HF masked LMs know nothing of BiGLM's split, so what runs is decided by probes at load time,
-and recorded in the results (`describe()`):
+HF masked LMs know nothing of BiGLM's split, so what runs is decided by probes at load time
+(a few forwards on random ids) and recorded in the results (`describe()`):
 - split attention: a model whose forward takes `split=` uses it ("native"); otherwise an
-  additive 4D mask `[b, 1, s, s]` is tried ("4d-mask": BERT and EuroBERT/BiGLM accept it in
-  transformers 5). The probe checks that the 4D mask means what we think (an all-visible 4D
-  mask equals the 2D padding mask) and that prefix logits do not move when the suffix changes.
-  A model that fails runs full attention ("none"): context rows then also see the masked
-  continuation, so `beam` is not the reference rule there.
+  additive 4D mask `[b, 1, s, s]` is tried ("4d-mask": BERT, RoBERTa and EuroBERT/BiGLM accept
+  it in transformers 5). The probe checks that the 4D mask means what we think (an all-visible
+  4D mask equals the 2D padding mask) and that prefix logits do not move when the suffix
+  changes. A model that fails runs full attention ("none"): context rows then also see the
+  masked continuation, so `beam` is not the reference rule there.
 - prefix cache: the prefix's keys/values are collected by passing an empty `DynamicCache`
-  through the encoder, then suffix-only forwards attend to them with a 4D mask and explicit
-  position ids. The probe compares that path with the full forward; a mismatch (e.g. RoBERTa's
-  padding-offset position ids) or an error turns it off.
+  through the encoder; suffix-only forwards then attend to them with a 4D mask and explicit
+  position ids (RoBERTa-style ids that start at `pad_token_id + 1` are detected). The probe
+  compares that path with the full forward; a mismatch or an error turns it off.
+- head at positions: if the LM head is a submodule (`lm_head`, `cls`, `predictions`) that
+  reproduces the full forward, logits are computed only where the rules read them.
 """
 from __future__ import annotations
 
@@ -49,6 +51,7 @@ class HFMaskedLMAdapter(MaskedLMAdapter):
         self._dtype = next(model.parameters()).dtype
         self._position_offset = 0
         self._max_position_id = int(getattr(model.config, "max_position_embeddings", 1 << 30)) - 1
+        self._head = self._resolve_head()
         self.split_mode, self.split_note = self._resolve_split(split_attention)
         self.split_attention = self.split_mode != "none"
         self.prefix_cache, self.cache_note = self._resolve_cache(prefix_cache)
@@ -60,16 +63,23 @@ class HFMaskedLMAdapter(MaskedLMAdapter):
     # ---------------------------------------------------------------- forward paths
     def logits(self, input_ids, lengths, split, positions):
         s = input_ids.shape[1]
-        kwargs: dict[str, Any] = {}
+        padding = (torch.arange(s, device=input_ids.device)[None] < lengths[:, None]).long()
         if split is None or self.split_mode == "none":
-            attention = (torch.arange(s, device=input_ids.device)[None] < lengths[:, None]).long()
-        elif self.split_mode == "native":
-            attention = (torch.arange(s, device=input_ids.device)[None] < lengths[:, None]).long()
-            kwargs["split"] = split
-        else:
-            attention = additive_mask(sequence_mask(lengths, s, split), self._dtype)
-        out = self.model(input_ids=input_ids, attention_mask=attention, **kwargs).logits
-        return _gather(out, positions)
+            return self._run(positions, input_ids=input_ids, attention_mask=padding)
+        if self.split_mode == "native":
+            out = self.model(input_ids=input_ids, attention_mask=padding, split=split).logits
+            return _gather(out, positions)
+        mask = additive_mask(sequence_mask(lengths, s, split), self._dtype)
+        return self._run(positions, input_ids=input_ids, attention_mask=mask)
+
+    def _run(self, positions, **inputs) -> torch.Tensor:
+        """Logits at `positions` only. With a verified head (see `_resolve_head`) the LM head
+        runs on the gathered hidden states: a full `[b, s, V]` logits tensor is 6 GB for
+        16 x 2048 tokens and a 49k vocabulary."""
+        if self._head is None:
+            return _gather(self.model(**inputs).logits, positions)
+        hidden = self.model.base_model(**inputs)[0]
+        return self._head(_gather(hidden, positions))
 
     def encode_prefix(self, prefix_ids, prefix_lengths):
         from transformers import DynamicCache
@@ -96,15 +106,41 @@ class HFMaskedLMAdapter(MaskedLMAdapter):
                         + torch.arange(q, device=suffix_ids.device)[None])
         # padding slots of short rows may run past the table; their outputs are never read
         position_ids = position_ids.clamp(max=self._max_position_id)
-        out = self.model(input_ids=suffix_ids, attention_mask=additive_mask(allowed, self._dtype),
-                         position_ids=position_ids, past_key_values=cache).logits
-        return _gather(out, positions)
+        return self._run(positions, input_ids=suffix_ids,
+                         attention_mask=additive_mask(allowed, self._dtype),
+                         position_ids=position_ids, past_key_values=cache)
 
     def describe(self) -> dict[str, Any]:
         return {**super().describe(), "split_mode": self.split_mode, "split_note": self.split_note,
-                "prefix_cache_note": self.cache_note, "model_class": type(self.model).__name__}
+                "prefix_cache_note": self.cache_note, "model_class": type(self.model).__name__,
+                "logits_at_positions_only": self._head is not None}
 
     # ---------------------------------------------------------------- probes
+    def _resolve_head(self):
+        """The LM head as a module that maps the base model's hidden states to logits, if
+        one of the usual names (`lm_head`: RoBERTa, EuroBERT; `cls`: BERT; `predictions`:
+        ALBERT) reproduces the full forward exactly; else None (full logits)."""
+        base = getattr(self.model, "base_model", None)
+        if not isinstance(base, torch.nn.Module) or base is self.model:
+            return None
+        ids, _, lengths, _ = self._probe_inputs()
+        padding = (torch.arange(ids.shape[1], device=ids.device)[None] < lengths[:, None]).long()
+        positions = torch.tensor([[0, 5, 11], [1, 2, 8], [0, 3, 6]], device=ids.device)
+        for name in ("lm_head", "cls", "predictions"):
+            head = getattr(self.model, name, None)
+            if not isinstance(head, torch.nn.Module):
+                continue
+            try:
+                with torch.inference_mode():
+                    want = _gather(self.model(input_ids=ids, attention_mask=padding).logits, positions)
+                    hidden = base(input_ids=ids, attention_mask=padding)[0]
+                    got = head(_gather(hidden, positions))
+            except Exception:  # noqa: BLE001 - not this name's layout; try the next
+                continue
+            if got.shape == want.shape and _close(got, want):
+                return head
+        return None
+
     def _resolve_split(self, wanted: str) -> tuple[str, str]:
         if wanted == "off":
             return "none", "split attention turned off by the user: full attention"

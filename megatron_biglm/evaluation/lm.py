@@ -110,9 +110,9 @@ class MaskedLMEvalLM(LM):
             (text,) = req.args[:1]
             tokens = self.tok_encode(text)
             pairs = get_rolling_token_windows(tokens, self.adapter.special.bos_id, window, 1)
-            for context_ids, predicted in map(make_disjoint_window, pairs):
-                if context_ids[:1] == [self.adapter.special.bos_id] and len(context_ids) == 1:
-                    context_ids = []  # first window: the BOS placeholder is our prefix already
+            for w, (context_ids, predicted) in enumerate(map(make_disjoint_window, pairs)):
+                if w == 0:
+                    context_ids = []  # lm-eval's placeholder context is [BOS]: our prefix already
                 built.append(self.build_request(context_ids, predicted))
                 owner.append(k)
         totals = [0.0] * len(requests)

@@ -180,7 +180,6 @@ def write_checkpoint(plan: ImportPlan, output_dir: Path, tp: int, pp: int, progr
     from megatron_biglm.model import model_provider
     from megatron_biglm.model.standalone import init_single_process
     from megatron_biglm.training.checkpoint_dir import new_temp_dir, seal
-    from megatron_biglm.training.config import load_config, save_resolved
 
     created_group = not dist.is_initialized()
     if torch.cuda.is_available():
@@ -206,6 +205,7 @@ def write_checkpoint(plan: ImportPlan, output_dir: Path, tp: int, pp: int, progr
         unfilled = sorted(set(params) - filled)
         if unfilled:
             raise VerificationError(f"rank {rank}: parameters not covered by the HF weights: {unfilled[:4]}")
+        dist.barrier()  # every rank has checked that the output is new before rank 0 writes into it
         temp = [str(new_temp_dir(output_dir, 0)) if rank == 0 else None]
         dist.broadcast_object_list(temp, src=0)
         temp = Path(temp[0])
@@ -214,7 +214,7 @@ def write_checkpoint(plan: ImportPlan, output_dir: Path, tp: int, pp: int, progr
         dist.barrier()
         dist_checkpointing.save({"model": model.sharded_state_dict()}, str(temp / "dist"))
         if rank == 0:
-            _write_metadata(plan, temp, output_dir, tp, pp, load_config, save_resolved)
+            _write_metadata(plan, temp, output_dir, tp, pp, dist.get_world_size())
         dist.barrier()
         final = seal(temp, 0) if rank == 0 else None
         dist.barrier()
@@ -225,16 +225,19 @@ def write_checkpoint(plan: ImportPlan, output_dir: Path, tp: int, pp: int, progr
             dist.destroy_process_group()
 
 
-def _write_metadata(plan, temp: Path, output_dir: Path, tp, pp, load_config, save_resolved) -> None:
+def _write_metadata(plan: ImportPlan, temp: Path, output_dir: Path, tp: int, pp: int, world: int) -> None:
+    """Rank 0: the trainer's metadata files in `temp`; preset file and tokenizer in the root."""
+    import yaml
+
+    from megatron_biglm.training.config import load_config, save_resolved
+
     mc = plan.model_config
     state = {WEIGHTS_ONLY_KEY: True, "iteration": 0, "consumed_samples": 0, "consumed_tokens": 0,
-             "tp": tp, "pp": pp, "world_size": tp * pp, "dp": 1,
+             "tp": tp, "pp": pp, "world_size": world, "dp": world // (tp * pp),
              "source": {"hf_dir": str(plan.hf_dir.resolve()), "model_type": plan.model_type}}
     (temp / "train_state.json").write_text(json.dumps(state, indent=1))
     (temp / "model_signature.json").write_text(json.dumps(signature_of(mc), indent=1))
     save_resolved(load_config(run_config_tree(plan, output_dir, tp, pp)), temp / "config.yaml")
-    import yaml
-
     preset = {"model": {k: v for k, v in mc.to_dict().items() if v is not None}}
     (output_dir / "model_preset.yaml").write_text(
         f"# BiGLM shape imported from {plan.hf_dir} (model_type {plan.model_type}).\n"
@@ -248,17 +251,20 @@ def _write_metadata(plan, temp: Path, output_dir: Path, tp, pp, load_config, sav
 # ------------------------------------------------------------------------------ driver
 
 
-def _in_launched_job() -> bool:
+def _launched_world_size() -> int:
+    """Ranks of the job this process belongs to (1 when run alone, even under a 1-rank launch)."""
     import torch.distributed as dist
 
-    return dist.is_initialized() or ("RANK" in os.environ and "WORLD_SIZE" in os.environ)
+    if dist.is_initialized():
+        return dist.get_world_size()
+    return int(os.environ.get("WORLD_SIZE", 1)) if "RANK" in os.environ else 1
 
 
-def _spawn_ranks(hf_dir: Path, output_dir: Path, tp: int, pp: int) -> None:
+def _spawn_ranks(hf_dir: Path, output_dir: Path, tp: int, pp: int, progress: bool) -> None:
     """Run the import on TP×PP local processes with torchrun; stream their output to stderr."""
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nnodes", "1",
            "--nproc-per-node", str(tp * pp), "-m", "megatron_biglm.export.convert_cli", "from-hf",
-           "--hf", str(hf_dir), "--output", str(output_dir), "--tp", str(tp), "--pp", str(pp), "--no-verify"]
+           "--hf", str(hf_dir), "--output", str(output_dir), "--tp", str(tp), "--pp", str(pp), "--no-verify"] + ([] if progress else ["--quiet"])
     env = dict(os.environ)
     env.setdefault("OMP_NUM_THREADS", "1")
     repo_root = str(Path(__file__).resolve().parents[2])
@@ -310,14 +316,17 @@ def from_hf(hf_dir, output_dir, *, tp: int = 1, pp: int = 1, progress: bool = Tr
     """
     plan = plan_import(hf_dir, tp, pp)
     output_dir = Path(output_dir).expanduser()
-    launched = _in_launched_job()
+    world = _launched_world_size()
+    if world > 1 and world % (tp * pp):
+        raise ConversionError(f"this job has {world} ranks, not a multiple of TP×PP = {tp * pp}; launch "
+                              f"{tp * pp} ranks, or run from-hf as one process (it starts the ranks itself)")
     check_new_output(output_dir, plan.hf_dir)  # every rank, before any rank writes
-    if launched or tp * pp == 1:
+    if world > 1 or tp * pp == 1:
         checkpoint = write_checkpoint(plan, output_dir, tp, pp, progress)
     else:
-        _spawn_ranks(plan.hf_dir, output_dir, tp, pp)
+        _spawn_ranks(plan.hf_dir, output_dir, tp, pp, progress)
         checkpoint = output_dir / "iter_0000000"
-    if not verify or (launched and int(os.environ.get("RANK", 0)) != 0):
+    if not verify or (world > 1 and int(os.environ.get("RANK", 0)) != 0):
         return None
     summary = verify_import(plan, checkpoint)
     logger.info("%s", summary.format())

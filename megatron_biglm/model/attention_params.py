@@ -12,7 +12,7 @@ a VarlenSplit there would crash; `packed_seq_params` reaches the core attention 
 
 Representations (one per backend, nothing else is built):
   sdpa, local -> `dense_mask` [b,1,s,s] bool, True = masked out (megatron's convention)
-  flex        -> `block_mask`, a FlexAttention BlockMask (no s x s tensor)
+  flex        -> `block_mask`, a FlexAttention BlockMask (no s x s tensor once compiled)
   flash       -> `varlen`, the cu_seqlens/indices of the two flash-attn varlen calls
   all None    -> full bidirectional attention (variants `mlm`, `no_attn`; split is None)
 """
@@ -47,16 +47,27 @@ def flash_attn_available() -> bool:
     return torch.cuda.is_available() and importlib.util.find_spec("flash_attn") is not None
 
 
-def resolve_backend(name: str) -> str:
-    """The concrete backend for a configured name: `auto` picks flash > flex (CUDA) > sdpa."""
+FLASH_DTYPES = (torch.float16, torch.bfloat16)
+
+
+def resolve_backend(name: str, dtype: torch.dtype = torch.bfloat16) -> str:
+    """The concrete backend for a configured name and compute dtype.
+
+    `auto` picks flash (CUDA, flash-attn installed, fp16/bf16: its only dtypes) > flex (CUDA)
+    > sdpa.
+    """
     if name not in ATTENTION_BACKENDS:
         raise ValueError(f"attention backend {name!r} is not one of {ATTENTION_BACKENDS}")
     if name == "auto":
-        if flash_attn_available():
+        if flash_attn_available() and dtype in FLASH_DTYPES:
             return "flash"
         return "flex" if torch.cuda.is_available() else "sdpa"
-    if name == "flash" and not flash_attn_available():
-        raise ImportError(FLASH_MISSING)
+    if name == "flash":
+        if not flash_attn_available():
+            raise ImportError(FLASH_MISSING)
+        if dtype not in FLASH_DTYPES:
+            raise ValueError(f"flash-attn computes in fp16/bf16 only, the model is {dtype}; "
+                             "train in bf16 or use attention_backend flex or sdpa")
     return name
 
 
@@ -91,12 +102,15 @@ def build_attention_params(
     valid_lengths: Optional[torch.Tensor] = None,
     device: "torch.device | str | None" = None,
     flex_block_size: int = 128,
+    flex_compile: Optional[bool] = None,
 ) -> BiGLMAttentionParams:
     """Build the mask for `backend` (already resolved) from `split`.
 
     `split` None means full attention. With right padding (`valid_lengths`) and no split, the
     split rule with split = valid_lengths is exactly "attend to valid keys only", so padding
-    reuses the same builders.
+    reuses the same builders. `flex_compile` (default: on CUDA) builds the BlockMask with
+    torch.compile: the eager build evaluates the rule on a dense b x s x s grid (1.3 GB at
+    s = 8192, b = 2), the compiled one does not; compiling costs ~30 s once per process.
     """
     if backend not in ("sdpa", "local", "flex", "flash"):
         raise ValueError(f"build_attention_params needs a resolved backend, got {backend!r}")
@@ -111,8 +125,11 @@ def build_attention_params(
         mask = dense_split_mask(split, seq_len, valid_lengths=valid_lengths)
         return BiGLMAttentionParams(backend=backend, dense_mask=mask)
     if backend == "flex":
+        if flex_compile is None:
+            flex_compile = torch.device(device if device is not None else split.device).type == "cuda"
         block_mask = flex_split_block_mask(
-            split, seq_len, block_size=flex_block_size, valid_lengths=valid_lengths
+            split, seq_len, block_size=flex_block_size, valid_lengths=valid_lengths,
+            compile=flex_compile,
         )
         return BiGLMAttentionParams(backend=backend, block_mask=block_mask)
     return BiGLMAttentionParams(

@@ -9,7 +9,8 @@ every other backend is tested against. The other backends read the mask represen
   flex  FlexAttention with a BlockMask; compiled on CUDA. On CPU it runs eagerly and forward
         only (torch has no CPU backward for it): evaluation, not training
   flash flash-attn varlen, two calls (prefix->prefix, suffix->all); no s x s tensor anywhere
-Full attention (no mask: variants `mlm`/`no_attn`) uses flash-attn when present, else SDPA.
+Full attention (no mask: variants `mlm`/`no_attn`) uses flash-attn when present (CUDA, fp16 or
+bf16), else SDPA, whatever the configured backend: it is the fastest kernel for that case.
 
 Layouts: megatron hands q [sq, b, nq, d] and k/v [sk, b, ng, d] (ng <= nq: GQA) and wants
 [sq, b, nq*d] back.
@@ -84,7 +85,8 @@ class BiGLMCoreAttention(DotProductAttention):
             return super().forward(query, key, value, params.dense_mask, attn_mask_type)
         with self._dropout_rng():
             if params.backend == "flash" or (
-                params.is_full_attention and query.is_cuda and attention_params.flash_attn_available()
+                params.is_full_attention and query.is_cuda and query.dtype in attention_params.FLASH_DTYPES
+                and attention_params.flash_attn_available()
             ):
                 out = self._flash(query, key, value, params)
             elif params.backend == "flex" and not params.is_full_attention:

@@ -12,10 +12,15 @@ import torch
 
 
 class BiGLMRMSNorm(torch.nn.RMSNorm):
-    """`torch.nn.RMSNorm` with megatron's norm constructor signature."""
+    """`torch.nn.RMSNorm` with megatron's norm constructor signature; its weight is created in
+    `params_dtype` on the device megatron creates the other weights on."""
 
     def __init__(self, config, hidden_size: int, eps: float = 1e-5, **unused_megatron_kwargs):
         if config.normalization != "RMSNorm":
             raise ValueError(f"BiGLM uses RMSNorm, got config.normalization={config.normalization!r}")
-        super().__init__(hidden_size, eps=eps)
+        on_gpu = torch.cuda.is_available() and not config.use_cpu_initialization
+        super().__init__(
+            hidden_size, eps=eps, dtype=config.params_dtype,
+            device=torch.cuda.current_device() if on_gpu else "cpu",
+        )
         setattr(self.weight, "sequence_parallel", bool(config.sequence_parallel))

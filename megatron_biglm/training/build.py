@@ -40,8 +40,8 @@ def model_config(config: RunConfig):
     return mc
 
 
-def build_model(config: RunConfig, mc, precision: str):
-    """This rank's model chunk wrapped in megatron DDP (one chunk: no virtual pipeline)."""
+def build_module(config: RunConfig, mc, precision: str):
+    """This rank's bare BiGLMModel chunk and its TransformerConfig (shared by both backends)."""
     from megatron_biglm.model import model_provider
 
     recompute = config.training.recompute
@@ -59,6 +59,12 @@ def build_model(config: RunConfig, mc, precision: str):
                             config=mc, transformer_config=tcfg)
     if torch.cuda.is_available():
         module.cuda(torch.cuda.current_device())
+    return module, tcfg
+
+
+def build_model(config: RunConfig, mc, precision: str):
+    """This rank's model chunk wrapped in megatron DDP (one chunk: no virtual pipeline)."""
+    module, tcfg = build_module(config, mc, precision)
     ddp_config = DistributedDataParallelConfig(
         grad_reduce_in_fp32=True, overlap_grad_reduce=False,
         use_distributed_optimizer=config.optimizer.use_distributed_optimizer, check_for_nan_in_grad=False)

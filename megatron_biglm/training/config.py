@@ -74,9 +74,13 @@ class ParallelismConfig:
 
 @dataclass
 class DeepSpeedConfig:
+    """Used only with `training.backend: deepspeed` (data parallel; TP = PP = 1). Batch sizes,
+    clipping and precision come from the rest of this config; `extra` is merged into the
+    DeepSpeed config for anything else (e.g. `{zero_optimization: {overlap_comm: true}}`)."""
     zero_stage: Literal[1, 2, 3] = 2
     offload_optimizer: bool = False
     offload_param: bool = False
+    extra: dict = field(default_factory=dict)
 
 
 @dataclass
@@ -379,6 +383,35 @@ def validate(config: RunConfig) -> None:
         raise ConfigError("data.anneal_blend needs schedule.style=wsd (the blend switches when the decay starts)")
     if "preset" not in config.model:
         raise ConfigError("config section 'model' needs a 'preset' (a preset name such as 'tiny' or a YAML path)")
+    if t.backend == "deepspeed":
+        _validate_deepspeed(config)
+
+
+_DEEPSPEED_OWNED = ("train_batch_size", "train_micro_batch_size_per_gpu", "gradient_accumulation_steps",
+                    "gradient_clipping", "optimizer", "scheduler", "fp16", "bf16", "amp")
+
+
+def _validate_deepspeed(config: RunConfig) -> None:
+    p, ds = config.parallelism, config.training.deepspeed
+    if p.tensor_model_parallel_size != 1 or p.pipeline_model_parallel_size != 1:
+        raise ConfigError(
+            f"training.backend=deepspeed is data-parallel only, but parallelism is TP="
+            f"{p.tensor_model_parallel_size}, PP={p.pipeline_model_parallel_size}; set both to 1, "
+            f"or use training.backend=megatron for tensor/pipeline parallelism")
+    if config.optimizer.use_distributed_optimizer:
+        raise ConfigError("optimizer.use_distributed_optimizer is the megatron backend's ZeRO-1; with "
+                          "training.backend=deepspeed set training.deepspeed.zero_stage instead")
+    owned = sorted(k for k in ds.extra if k in _DEEPSPEED_OWNED)
+    owned += [f"zero_optimization.{k}" for k in (ds.extra.get("zero_optimization") or {})
+              if k in ("stage", "offload_optimizer", "offload_param")]
+    if owned:
+        raise ConfigError(
+            f"training.deepspeed.extra sets {owned}, which this config already decides (batch sizes from "
+            f"training.*, clipping and the optimizer from optimizer.*, the lr from schedule.*, precision from "
+            f"training.precision, ZeRO from training.deepspeed.zero_stage/offload_*); set them there")
+    if ds.offload_param and ds.zero_stage != 3:
+        raise ConfigError(f"training.deepspeed.offload_param needs zero_stage=3 (got {ds.zero_stage}): "
+                          f"DeepSpeed offloads parameters only when it partitions them")
 
 
 def check_batch_arithmetic(config: RunConfig, data_parallel_size: int) -> int:

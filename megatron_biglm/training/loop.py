@@ -51,6 +51,8 @@ class Components:
     use_split_mask: bool
     peak_tflops: float | None = None
     callbacks: list = field(default_factory=list)
+    train_step_fn: object = train_step   # the backend's step and evaluation (backends.py)
+    evaluate_fn: object = evaluate
 
 
 def _memory() -> dict:
@@ -74,8 +76,9 @@ def run(c: Components, state: LoopState) -> LoopState:
     def validate():
         if c.valid_iter_fn is None:
             return
-        val = evaluate(c.model_chunks, c.valid_iter_fn(), iters=t.eval_iters, num_microbatches=c.num_microbatches,
-                       seq_length=seq, micro_batch_size=mbs, device=c.info.device, use_split_mask=c.use_split_mask)
+        val = c.evaluate_fn(c.model_chunks, c.valid_iter_fn(), iters=t.eval_iters,
+                            num_microbatches=c.num_microbatches, seq_length=seq, micro_batch_size=mbs,
+                            device=c.info.device, use_split_mask=c.use_split_mask)
         state.last_val_loss = val
         if state.first_val_loss is None:
             state.first_val_loss = val
@@ -85,9 +88,9 @@ def run(c: Components, state: LoopState) -> LoopState:
     if state.iteration == 0 and t.eval_interval > 0:
         validate()
     while state.iteration < last:
-        out = train_step(c.model_chunks, c.optimizer, c.scheduler, c.guard, data,
-                         num_microbatches=c.num_microbatches, seq_length=seq, micro_batch_size=mbs,
-                         device=c.info.device, use_split_mask=c.use_split_mask, iteration=state.iteration + 1)
+        out = c.train_step_fn(c.model_chunks, c.optimizer, c.scheduler, c.guard, data,
+                              num_microbatches=c.num_microbatches, seq_length=seq, micro_batch_size=mbs,
+                              device=c.info.device, use_split_mask=c.use_split_mask, iteration=state.iteration + 1)
         state.iteration += 1
         state.consumed_samples += gbs
         state.consumed_tokens += gbs * seq

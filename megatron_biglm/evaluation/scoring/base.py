@@ -90,6 +90,23 @@ class RequestScoring(ABC):
         return Query(suffix + self.request.tail, asked, tuple(cont[j] for j in asked))
 
 
+class OneSlotPerQuery(RequestScoring):
+    """Rules whose queries each score one slot (slot i in the i-th query) and depend only on
+    gold tokens, so all n run in one round: the score is the sum, and the argmax fill
+    reproduces the continuation iff every slot's argmax is gold."""
+
+    def __init__(self, request: ScoreRequest, mask_id: int):
+        super().__init__(request, mask_id)
+        if not request.continuation:
+            self._finish(0.0, True)
+
+    def update(self, stats: list[QueryStats]) -> None:
+        self.passes += len(stats)
+        gold = self.request.continuation
+        total = sum(st.gold_logprob[0] for st in stats)
+        self._finish(total, all(st.argmax[0] == gold[i] for i, st in enumerate(stats)))
+
+
 @dataclass(frozen=True)
 class ScoringRule(ABC):
     """A named way to score `log p(continuation | context)` with a masked LM."""

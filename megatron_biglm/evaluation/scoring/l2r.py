@@ -9,15 +9,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from .base import Query, QueryStats, RequestScoring, ScoringRule, ScoreRequest
+from .base import OneSlotPerQuery, Query, RequestScoring, ScoringRule, ScoreRequest
 
 
-class _LeftToRight(RequestScoring):
-    def __init__(self, request: ScoreRequest, mask_id: int):
-        super().__init__(request, mask_id)
-        if not request.continuation:
-            self._finish(0.0, True)
-
+class _LeftToRight(OneSlotPerQuery):
     def pending(self) -> list[Query]:
         if self.done:
             return []
@@ -26,13 +21,6 @@ class _LeftToRight(RequestScoring):
             q = self.masked_query(frozenset(range(i)))
             queries.append(Query(q.suffix, q.positions[:1], q.targets[:1]))  # only slot i
         return queries
-
-    def update(self, stats: list[QueryStats]) -> None:
-        self.passes += len(stats)
-        gold = self.request.continuation
-        total = sum(st.gold_logprob[0] for st in stats)
-        greedy = all(st.argmax[0] == gold[i] for i, st in enumerate(stats))
-        self._finish(total, greedy)
 
 
 @dataclass(frozen=True)

@@ -8,27 +8,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from .base import Query, QueryStats, RequestScoring, ScoringRule, ScoreRequest
+from .base import OneSlotPerQuery, Query, RequestScoring, ScoringRule, ScoreRequest
 
 
-class _PseudoLogLikelihood(RequestScoring):
-    def __init__(self, request: ScoreRequest, mask_id: int):
-        super().__init__(request, mask_id)
-        if not request.continuation:
-            self._finish(0.0, True)
-
+class _PseudoLogLikelihood(OneSlotPerQuery):
     def pending(self) -> list[Query]:
         if self.done:
             return []
         n = len(self.request.continuation)
         return [self.masked_query(frozenset(range(n)) - {i}) for i in range(n)]
-
-    def update(self, stats: list[QueryStats]) -> None:
-        self.passes += len(stats)
-        gold = self.request.continuation
-        total = sum(st.gold_logprob[0] for st in stats)
-        greedy = all(st.argmax[0] == gold[i] for i, st in enumerate(stats))
-        self._finish(total, greedy)
 
 
 @dataclass(frozen=True)

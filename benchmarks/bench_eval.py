@@ -1,0 +1,126 @@
+"""Zero-shot scoring throughput: requests/s per scoring rule, prefix reuse off vs on.
+
+The model is the `tiny` preset in its HF export layout (EuroBERT) with random weights (speed
+does not depend on them), the tokenizer our BPE trained on the sample corpus. Requests look
+like a multiple-choice task: each question is a Shakespeare passage of `--context-tokens`
+tokens with `--choices` continuations of `--choice-tokens` tokens; they go through the lm-eval
+model's `loglikelihood`, so tokenization, batching and scoring are all timed. The speed-up is
+prefix reuse on / off, measured in the same run on the same requests (and the scores of both
+paths are checked to agree).
+
+    python -m benchmarks eval [--context-tokens 256] [--questions 12] [--device cpu]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+
+def build_model(tokenizer, device: str):
+    import torch
+    from transformers import EuroBertForMaskedLM
+
+    from megatron_biglm.export.hf_config import hf_config_from_biglm
+    from megatron_biglm.model.presets import load_preset
+
+    torch.manual_seed(0)
+    config = hf_config_from_biglm(load_preset("tiny"), tokenizer)
+    return EuroBertForMaskedLM(config).to(device).eval()
+
+
+def build_requests(tokenizer, corpus_jsonl: Path, questions: int, context_tokens: int,
+                   choices: int, choice_tokens: int):
+    """(context, continuation) pairs cut from real text: token spans decoded back to strings."""
+    ids: list[int] = []
+    with open(corpus_jsonl, encoding="utf-8") as f:
+        for line in f:
+            ids += tokenizer(json.loads(line)["text"], add_special_tokens=False)["input_ids"]
+            if len(ids) > questions * (context_tokens + choices * choice_tokens):
+                break
+    pairs, cursor = [], 0
+    for _ in range(questions):
+        context = tokenizer.decode(ids[cursor:cursor + context_tokens])
+        cursor += context_tokens
+        for _ in range(choices):
+            pairs.append((context, tokenizer.decode(ids[cursor:cursor + choice_tokens])))
+            cursor += choice_tokens
+    return pairs
+
+
+def time_rule(model, tokenizer, pairs, scoring: str, batch_size: int, repeats: int):
+    """Best-of-`repeats` seconds for reuse off and on, measured alternately (off, on, off, ...)
+    so that load changes on a shared machine hit both alike; plus scores and passes/request."""
+    from lm_eval.api.instance import Instance
+
+    from megatron_biglm.evaluation.models import HFMaskedLMEvalLM
+
+    lms = {reuse: HFMaskedLMEvalLM(pretrained=model, tokenizer=tokenizer, scoring=scoring,
+                                   batch_size=batch_size, prefix_reuse="on" if reuse else "off",
+                                   progress=False) for reuse in (False, True)}
+    reqs = [Instance("loglikelihood", {}, pair, i) for i, pair in enumerate(pairs)]
+    best = {False: float("inf"), True: float("inf")}
+    scores = {}
+    for lm in lms.values():
+        lm.loglikelihood(reqs[: max(1, len(reqs) // 8)])  # warm-up (allocator, kernels)
+    for _ in range(repeats):
+        for reuse, lm in lms.items():
+            start = time.perf_counter()
+            scores[reuse] = [s[0] for s in lm.loglikelihood(reqs)]
+            best[reuse] = min(best[reuse], time.perf_counter() - start)
+    info = lms[False].get_model_info()["masked_lm_eval"]
+    return best, scores, info["forward_passes"] / info["scored_requests"]
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--questions", type=int, default=12)
+    p.add_argument("--choices", type=int, default=4)
+    p.add_argument("--context-tokens", type=int, default=256)
+    p.add_argument("--choice-tokens", type=int, default=8)
+    p.add_argument("--batch-size", type=int, default=16)
+    p.add_argument("--rules", default="beam,oneshot,pll,l2r")
+    p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--device", default="cpu")
+    p.add_argument("--threads", type=int, default=1,
+                   help="torch threads (default 1: steadier on a shared machine; 0 leaves torch's)")
+    args = p.parse_args(argv)
+
+    import torch
+    from transformers import AutoTokenizer
+
+    from megatron_biglm.data import sample_corpus
+    from megatron_biglm.data.tokenizer import train_bpe_tokenizer
+
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    with tempfile.TemporaryDirectory() as tmp:
+        corpus = Path(tmp) / "corpus.jsonl"
+        sample_corpus.write_jsonl(corpus, max_plays=3)
+        train_bpe_tokenizer([str(corpus)], 4096, Path(tmp) / "tok")
+        tokenizer = AutoTokenizer.from_pretrained(str(Path(tmp) / "tok"))
+        pairs = build_requests(tokenizer, corpus, args.questions, args.context_tokens,
+                               args.choices, args.choice_tokens)
+    model = build_model(tokenizer, args.device)
+    device_name = torch.cuda.get_device_name() if args.device.startswith("cuda") else \
+        f"CPU, {torch.get_num_threads()} threads"
+    print(f"tiny BiGLM (HF export layout), {device_name}; {len(pairs)} requests = "
+          f"{args.questions} questions x {args.choices} choices, context ~{args.context_tokens} "
+          f"tokens, continuation ~{args.choice_tokens} tokens, batch {args.batch_size}")
+    print("| rule | passes/request | req/s reuse off | req/s reuse on | speed-up (on/off) | max |diff| |")
+    print("|---|---|---|---|---|---|")
+    for rule in args.rules.split(","):
+        best, scores, passes = time_rule(model, tokenizer, pairs, rule, args.batch_size,
+                                         args.repeats)
+        diff = max(abs(a - b) for a, b in zip(scores[False], scores[True]))
+        print(f"| {rule} | {passes:.1f} | {len(pairs) / best[False]:.2f} | "
+              f"{len(pairs) / best[True]:.2f} | {best[False] / best[True]:.2f}x | {diff:.1e} |",
+              flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,158 @@
+"""Preprocessing throughput (tokens/s): `preprocess()` with 1 and 2 workers against a naive
+single-process loop that calls `tokenizer(text)` once per document.
+
+Both sides do the same whole job on the same corpus: read the jsonl, parse each line,
+tokenize (+EOS), write .bin/.idx with megatron-core's IndexedDatasetBuilder. Only the
+tokenizing differs: per-document HF calls, against batched single-threaded Rust calls in N
+processes. Configurations are interleaved within each trial, and the median trial is
+reported, so background load hits all of them alike. CPU seconds (this process plus the
+workers) are printed too: on a shared machine they show the work done when wall-clock
+ratios cannot. Documents are scenes (long) and paragraphs (short, where per-call overhead
+matters); the output bytes of every configuration are checked to be identical.
+
+    python -m benchmarks preprocess [--repeat 3] [--trials 3] [--workers 1 2]
+
+Targets: 2 workers >= 1.6x 1 worker, and >= 3x the naive loop.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import resource
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+
+def _corpus(directory: Path, repeat: int, unit: str) -> Path:
+    """The sample corpus as jsonl, one scene (~2.4k tokens) or one paragraph (a speech or
+    stage direction, ~50 tokens) per line."""
+    from megatron_biglm.data import sample_corpus
+
+    texts = [record["text"] for record in sample_corpus.iter_documents()]
+    if unit == "paragraph":
+        texts = [p for text in texts for p in re.split(r"\n(?:[ \t]*\n)+", text) if p.strip()]
+    path = directory / f"{unit}s.jsonl"
+    with open(path, "w", encoding="utf-8") as fh:
+        for _ in range(repeat):
+            for text in texts:
+                fh.write(json.dumps({"text": text}, ensure_ascii=False) + "\n")
+    return path
+
+
+def naive_loop(path: Path, tokenizer, output_prefix: str) -> int:
+    """Megatron-LM's pattern with an HF tokenizer: one `tokenizer(text)` call per document."""
+    import numpy as np
+    from megatron.core.datasets.indexed_dataset import IndexedDatasetBuilder
+
+    from megatron_biglm.data.tokenizer import dtype_for_vocab
+
+    builder = IndexedDatasetBuilder(output_prefix + ".bin", dtype=dtype_for_vocab(len(tokenizer)))
+    eos, tokens = tokenizer.eos_token_id, 0
+    with open(path, encoding="utf-8") as fh:
+        for line in fh:
+            ids = tokenizer(json.loads(line)["text"], add_special_tokens=False)["input_ids"]
+            ids.append(eos)
+            builder.add_document(np.asarray(ids), [len(ids)])
+            tokens += len(ids)
+    builder.finalize(output_prefix + ".idx")
+    return tokens
+
+
+def _cpu_seconds() -> float:
+    """CPU time of this process plus its finished children (the tokenizer workers)."""
+    own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
+
+
+def _measure(corpus: Path, tokenizer, tmp: Path, worker_counts, trials: int, batch_size: int):
+    """(tokens, {config: median wall s}, {config: median CPU s}); configurations are
+    interleaved within each trial."""
+    from megatron_biglm.data.preprocess import preprocess
+
+    names = ["naive"] + [f"w{w}" for w in worker_counts]
+    wall: dict[str, list[float]] = {name: [] for name in names}
+    cpu: dict[str, list[float]] = {name: [] for name in names}
+    tokens = {}
+    for _ in range(trials):
+        for name in names:
+            start, start_cpu = time.perf_counter(), _cpu_seconds()
+            if name == "naive":
+                tokens[name] = naive_loop(corpus, tokenizer, str(tmp / "naive"))
+            else:
+                tokens[name] = preprocess([corpus], tmp / name, tokenizer, workers=int(name[1:]),
+                                          batch_size=batch_size)["tokens"]
+            wall[name].append(time.perf_counter() - start)
+            cpu[name].append(_cpu_seconds() - start_cpu)
+    assert len(set(tokens.values())) == 1, f"token counts differ: {tokens}"
+    naive_bin = (tmp / "naive.bin").read_bytes()
+    for name in names[1:]:  # the same bytes as the naive loop, or the speed is moot
+        assert (tmp / f"{name}_text_document.bin").read_bytes() == naive_bin
+    return (tokens["naive"], {n: statistics.median(v) for n, v in wall.items()},
+            {n: statistics.median(v) for n, v in cpu.items()})
+
+
+def _report(unit: str, n_tokens: int, wall: dict, cpu: dict, worker_counts) -> None:
+    rate = {name: n_tokens / seconds for name, seconds in wall.items()}
+    print(f"{unit}s: {n_tokens:,} tokens")
+    print(f"  {'':34}{'tokens/s':>10}  {'vs naive':>8}  {'vs 1 worker':>11}  {'CPU s':>6}")
+    labels = {"naive": "naive loop (tokenizer(text)/doc)"} | {
+        f"w{w}": f"preprocess, {w} worker{'s' if w > 1 else ''}" for w in worker_counts}
+    for name, label in labels.items():
+        vs_one = f"{rate[name] / rate['w1']:.2f}x" if "w1" in rate and name != "naive" else ""
+        print(f"  {label:34}{rate[name]:>10,.0f}  {rate[name] / rate['naive']:>7.2f}x  "
+              f"{vs_one:>11}  {cpu[name]:>6.1f}")
+    if "w1" in rate and "w2" in rate:
+        scale, vs_naive = rate["w2"] / rate["w1"], rate["w2"] / rate["naive"]
+        print(f"  targets: 2 workers >= 1.6x 1 worker: {scale:.2f}x "
+              f"({'met' if scale >= 1.6 else 'NOT met'}); >= 3x naive: {vs_naive:.2f}x "
+              f"({'met' if vs_naive >= 3 else 'NOT met'})")
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--tokenizer", help="tokenizer dir (default: train a 16k BPE here)")
+    parser.add_argument("--vocab-size", type=int, default=16384)
+    parser.add_argument("--repeat", type=int, default=2, help="copies of the sample corpus")
+    parser.add_argument("--unit", nargs="+", choices=("scene", "paragraph"),
+                        default=["scene", "paragraph"], help="what one document is")
+    parser.add_argument("--trials", type=int, default=3)
+    parser.add_argument("--workers", type=int, nargs="+", default=[1, 2])
+    parser.add_argument("--batch-size", type=int, default=None)
+    args = parser.parse_args(argv)
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    import warnings
+
+    warnings.filterwarnings("ignore", message="Transformer Engine and Apex are not installed")
+    import megatron.core.datasets.indexed_dataset  # noqa: F401  (import cost outside timings)
+
+    from megatron_biglm.data.preprocess import DEFAULT_BATCH_SIZE
+    from megatron_biglm.data.tokenizer import load_tokenizer, train_bpe_tokenizer
+
+    with tempfile.TemporaryDirectory() as tmp:
+        tmp = Path(tmp)
+        corpora = {unit: _corpus(tmp, args.repeat, unit) for unit in args.unit}
+        tokenizer_dir = args.tokenizer or train_bpe_tokenizer(
+            [corpora[args.unit[0]]], args.vocab_size, tmp / "tok")
+        tokenizer = load_tokenizer(tokenizer_dir)
+        batch_size = args.batch_size or DEFAULT_BATCH_SIZE
+        load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
+        print(f"preprocess throughput: {args.repeat}x sample corpus, vocab {len(tokenizer):,}, "
+              f"batch {batch_size}, median of {args.trials} trials; {os.cpu_count()} CPUs, "
+              f"load average {load:.1f} at start")
+        for unit, corpus in corpora.items():
+            _report(unit, *_measure(corpus, tokenizer, tmp, args.workers, args.trials, batch_size),
+                    args.workers)
+        load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
+        print(f"load average {load:.1f} at the end (above {os.cpu_count()}, other processes "
+              "shared the CPUs and the wall-clock ratios understate the scaling)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

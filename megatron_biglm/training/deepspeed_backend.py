@@ -1,0 +1,257 @@
+"""The DeepSpeed backend: a ZeRO-1/2/3 engine around the same BiGLM model, data parallel only.
+
+For users who prefer DeepSpeed's ZeRO (and its CPU offload) over megatron's distributed
+optimizer. It plugs into the same loop as the megatron backend (see backends.py); what
+differs is only how a step, an evaluation and a checkpoint are done:
+
+- Step: the loss is the same per-token mean over the whole global batch as the megatron
+  backend's. The step's micro-batches are read first and their predicted tokens counted
+  over all ranks, so each micro-batch's backward can carry `loss_sum · DP / global_count`
+  (DeepSpeed averages gradients over DP ranks; `scale_wrt_gas=False` stops it dividing by
+  the accumulation steps again). The update then equals megatron's: same AdamW, same
+  weight-decay groups, same clipping, same lr schedule (our scheduler drives the lr).
+- Non-finite loss: the NaN guard decides before the last backward. A rejected step is fed
+  a NaN loss so DeepSpeed's own overflow path skips the update and clears the partitioned
+  gradients (ZeRO skips every step whose gradient norm is not finite); nothing here reaches
+  into ZeRO's buffers.
+- Checkpoints: DeepSpeed's own save/load (per-rank ZeRO shards, in `deepspeed/`) written
+  inside our atomic temp dir -> rename -> `latest` scheme, with the same train state, RNG,
+  model signature and config files as megatron checkpoints. ZeRO shards resume only at the
+  same DP size (`backends.check_resume` refuses other sizes before anything is built). The
+  model weights are also written as a megatron `dist/` checkpoint, so export to HF,
+  evaluation and fine-tuning read a DeepSpeed-trained checkpoint like any other (this costs
+  one more copy of the weights, no optimizer state).
+- fp32 has no loss scaling (DeepSpeed's fp16 section stays off); on GPU `bf16` runs
+  DeepSpeed's bf16 ZeRO with fp32 master weights.
+"""
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import math
+import os
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+
+from megatron_biglm.training.config import ConfigError, RunConfig
+
+INSTALL_HINT = ("pip install 'megatron-biglm[deepspeed]' (CPU machines: DS_BUILD_OPS=0 pip install "
+                "-c constraints-cpu.txt 'megatron-biglm[deepspeed]')")
+CHECKPOINT_SUBDIR, CHECKPOINT_TAG = "deepspeed", "state"
+
+
+def import_deepspeed():
+    """`deepspeed`, set up for this machine; ConfigError with the install command if absent."""
+    if not torch.cuda.is_available():
+        os.environ.setdefault("DS_ACCELERATOR", "cpu")  # read at import: never probe for CUDA
+    try:
+        import deepspeed
+    except ImportError as exc:
+        raise ConfigError(f"training.backend=deepspeed needs the deepspeed package ({exc}); "
+                          f"{INSTALL_HINT}, or use training.backend=megatron") from None
+    logging.getLogger("DeepSpeed").setLevel(logging.WARNING)  # its INFO lines would drown our log
+    return deepspeed
+
+
+def deepspeed_backend():
+    from megatron_biglm.training.backends import Backend
+
+    import_deepspeed()
+    return Backend("deepspeed", build_engine, train_step, evaluate, save_checkpoint, load_checkpoint,
+                   reshardable=False, shutdown=shutdown)
+
+
+def shutdown(info) -> None:
+    """Destroy the process group through deepspeed when this run created it: deepspeed caches
+    groups cloned from the world, and only its own teardown drops them, so a later run in the
+    same process (tests, notebooks) does not meet a dead group."""
+    from megatron_biglm.training import distributed
+
+    import deepspeed.comm
+    if info.created_group and deepspeed.comm.is_initialized():
+        deepspeed.comm.destroy_process_group()
+    distributed.shutdown(info)
+
+
+def deepspeed_config(config: RunConfig, precision: str, num_microbatches: int) -> dict:
+    """The DeepSpeed JSON config: batch, clipping and precision from our config, ZeRO from
+    `training.deepspeed`, then `training.deepspeed.extra` merged in (validated in config.py)."""
+    t, ds = config.training, config.training.deepspeed
+    zero = {"stage": ds.zero_stage}
+    if ds.offload_optimizer:
+        zero["offload_optimizer"] = {"device": "cpu"}
+    if ds.offload_param:
+        zero["offload_param"] = {"device": "cpu"}
+    out = {
+        "train_batch_size": t.global_batch_size,
+        "train_micro_batch_size_per_gpu": t.micro_batch_size,
+        "gradient_accumulation_steps": num_microbatches,
+        "gradient_clipping": config.optimizer.clip_grad,
+        "zero_optimization": zero,
+        "bf16": {"enabled": precision == "bf16", "check_grad_overflow": True},
+        "fp16": {"enabled": False},
+        "zero_allow_untested_optimizer": True,  # torch AdamW: the same optimizer as the megatron backend
+        "zero_force_ds_cpu_optimizer": False,   # ... also under offload (no cpu_adam build)
+        "steps_per_print": 2**31 - 1,
+        "wall_clock_breakdown": False,
+    }
+    for key, value in ds.extra.items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = {**out[key], **value}
+        else:
+            out[key] = value
+    return out
+
+
+def weight_decay_groups(module) -> list[dict]:
+    """megatron's default groups: no weight decay on biases and 1-D parameters (norms)."""
+    decay, no_decay = [], []
+    for name, param in module.named_parameters():
+        if param.requires_grad:
+            (no_decay if param.dim() == 1 or name.endswith(".bias") else decay).append(param)
+    return [g for g in ({"params": decay, "wd_mult": 1.0}, {"params": no_decay, "wd_mult": 0.0}) if g["params"]]
+
+
+def build_engine(config: RunConfig, mc, precision: str, num_microbatches: int):
+    """([engine], engine.optimizer): the model from the shared builder wrapped by deepspeed."""
+    from megatron_biglm.training.build import build_module
+
+    deepspeed = import_deepspeed()
+    if not dist.is_initialized() or dist.get_world_size() == 1:
+        os.environ.setdefault("LOCAL_RANK", "0")  # deepspeed insists; a plain `python` run has no launcher
+    module, _ = build_module(config, mc, precision)
+    o = config.optimizer
+    optimizer = torch.optim.AdamW(weight_decay_groups(module), lr=o.lr, betas=(o.adam_beta1, o.adam_beta2),
+                                  eps=o.adam_eps, weight_decay=o.weight_decay)
+    engine, *_ = deepspeed.initialize(model=module, optimizer=optimizer,
+                                      config=deepspeed_config(config, precision, num_microbatches))
+    return [engine], engine.optimizer
+
+
+def _all_reduce(tensor: torch.Tensor) -> torch.Tensor:
+    if dist.is_initialized() and dist.get_world_size() > 1:
+        dist.all_reduce(tensor)
+    return tensor
+
+
+def train_step(model_chunks, optimizer, scheduler, guard, data_iterator, *, num_microbatches, seq_length,  # noqa: ARG001
+               micro_batch_size, device, use_split_mask, iteration):
+    """One optimizer step over the global batch (same contract as step.train_step)."""
+    from megatron_biglm.training.step import StepStats, make_forward_step
+
+    engine = model_chunks[0]
+    stats = StepStats()
+    forward_step = make_forward_step(device, use_split_mask, stats)
+    batches = [next(data_iterator) for _ in range(num_microbatches)]
+    local = sum(int((b["loss_mask"] != 0).sum()) for b in batches)
+    global_count = int(_all_reduce(torch.tensor([float(local)], dtype=torch.float64, device=device)).item())
+    grad_scale = engine.dp_world_size / max(global_count, 1)
+    scheduler.step(1)  # lr of this step = lr(iteration), as in the megatron backend
+    report = torch.zeros(2, dtype=torch.float64, device=device)
+    apply = True
+    for i, batch in enumerate(batches):
+        output, loss_func = forward_step(iter([batch]), engine)
+        loss_sum, _, parts = loss_func(output)
+        report += parts["lm loss"].to(device=device, dtype=torch.float64)
+        if i == num_microbatches - 1:
+            total = _all_reduce(report.clone())
+            loss = float(total[0] / total[1]) if total[1] else math.nan
+            apply = guard.check(loss, iteration)  # raises after too many in a row
+            if not apply:
+                loss_sum = loss_sum * math.nan  # DeepSpeed's overflow check skips the update
+        engine.backward(loss_sum * grad_scale, scale_wrt_gas=False)
+        engine.step()
+    applied = engine.was_step_applied()
+    if applied and not apply:
+        raise RuntimeError("DeepSpeed applied an update that the non-finite guard rejected; this DeepSpeed "
+                           "version does not skip steps with non-finite gradients")
+    norm = engine.get_global_grad_norm() if applied else None
+    return {"loss": loss, "skipped": not applied, "grad_norm": float(norm) if norm is not None else math.nan,
+            "stats": stats, "tokens": global_count}
+
+
+@torch.no_grad()
+def evaluate(model_chunks, data_iterator, *, iters, num_microbatches, seq_length, micro_batch_size, device,  # noqa: ARG001
+             use_split_mask) -> float:
+    """Per-token validation loss over `iters` global batches (same contract as step.evaluate)."""
+    from megatron_biglm.training.step import make_forward_step
+
+    engine = model_chunks[0]
+    forward_step = make_forward_step(device, use_split_mask)
+    total = torch.zeros(2, dtype=torch.float64, device=device)
+    engine.eval()
+    try:
+        for _ in range(iters * num_microbatches):
+            output, loss_func = forward_step(data_iterator, engine)
+            total += loss_func(output)[2]["lm loss"].to(device=device, dtype=torch.float64)
+    finally:
+        engine.train()
+    _all_reduce(total)
+    return float(total[0] / total[1]) if total[1] else math.nan
+
+
+def save_checkpoint(root: Path, iteration: int, model_chunks, optimizer, scheduler, train_state: dict,  # noqa: ARG001
+                    config: RunConfig, signature: dict) -> Path:
+    """Write `root/iter_N` atomically (every rank writes its ZeRO shard); return its path."""
+    from megatron_biglm.training.checkpoint import _barrier, _broadcast_path, _rank, rng_state
+    from megatron_biglm.training.checkpoint_dir import new_temp_dir, seal
+    from megatron_biglm.training.config import save_resolved
+
+    engine = model_chunks[0]
+    tmp = None
+    if _rank() == 0:
+        tmp = new_temp_dir(root, iteration)
+        (tmp / "rng").mkdir()
+        (tmp / "dist").mkdir()
+    tmp = _broadcast_path(tmp)
+    engine.save_checkpoint(str(tmp / CHECKPOINT_SUBDIR), tag=CHECKPOINT_TAG, save_latest=False)
+    save_model_weights(engine, tmp / "dist")
+    torch.save(rng_state(), tmp / "rng" / f"rank_{_rank():05d}.pt")
+    if _rank() == 0:
+        state = dict(train_state, iteration=iteration, scheduler=scheduler.state_dict(),
+                     world_size=dist.get_world_size() if dist.is_initialized() else 1, tp=1, pp=1,
+                     dp=engine.dp_world_size, zero_stage=engine.zero_optimization_stage())
+        (tmp / "train_state.json").write_text(json.dumps(state, indent=1))
+        (tmp / "model_signature.json").write_text(json.dumps(signature, indent=1))
+        save_resolved(config, tmp / "config.yaml")
+    _barrier()
+    final = seal(tmp, iteration, keep_last=config.checkpoint.keep_last) if _rank() == 0 else None
+    _barrier()
+    return _broadcast_path(final)
+
+
+def save_model_weights(engine, folder: Path) -> None:
+    """The model alone as a megatron torch_dist checkpoint (collective; ZeRO-3 gathers the
+    partitioned parameters for the duration of the save)."""
+    from megatron.core import dist_checkpointing
+
+    module = engine.module
+    gathered = contextlib.nullcontext()
+    if engine.zero_optimization_stage() == 3:
+        gathered = import_deepspeed().zero.GatheredParameters(list(module.parameters()), modifier_rank=None)
+    with gathered:
+        dist_checkpointing.save({"model": module.sharded_state_dict()}, str(folder))
+
+
+def load_checkpoint(path: Path, model_chunks, optimizer, scheduler) -> dict:  # noqa: ARG001
+    """Load model, ZeRO optimizer shards, schedule position and RNG; return the train state."""
+    from megatron_biglm.training.checkpoint import _rank, set_rng_state
+    from megatron_biglm.training.checkpoint_dir import CheckpointError
+
+    engine = model_chunks[0]
+    state = json.loads((path / "train_state.json").read_text())
+    loaded, _ = engine.load_checkpoint(str(path / CHECKPOINT_SUBDIR), tag=CHECKPOINT_TAG,
+                                       load_optimizer_states=True, load_lr_scheduler_states=False)
+    if loaded is None:
+        raise CheckpointError(f"DeepSpeed could not load {path / CHECKPOINT_SUBDIR}/{CHECKPOINT_TAG}; "
+                              f"point checkpoint.load at another checkpoint")
+    scheduler.num_steps = 0
+    scheduler.step(int(state["scheduler"]["num_steps"]))  # schedule shape comes from this run's config
+    rng_file = path / "rng" / f"rank_{_rank():05d}.pt"
+    if rng_file.is_file():
+        set_rng_state(torch.load(rng_file, weights_only=False))
+    state["rng_restored"] = rng_file.is_file()
+    return state

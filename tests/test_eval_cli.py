@@ -1,0 +1,73 @@
+"""`tools/eval_zero_shot.py --suite paper` on a tiny BiGLM export and local task data."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from eval_fixtures import biglm_dir, bpe_dir, one_torch_thread, write_task_data  # noqa: F401
+
+from megatron_biglm.evaluation import cli
+from megatron_biglm.evaluation.tasks import PAPER_SUITE, MissingTaskData, resolve_tasks
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _parse_table(text: str) -> tuple[list[str], list[str], list[str]]:
+    rows = [[c.strip() for c in line.strip("|").split("|")] for line in text.splitlines()
+            if line.startswith("|")]
+    header, _, metrics, values = rows[:4]
+    return header, metrics, values
+
+
+def test_paper_suite_table_and_json(tmp_path, biglm_dir, capsys):
+    data = write_task_data(tmp_path / "data", [t.name for t in PAPER_SUITE], n=2)
+    out = tmp_path / "results.json"
+    code = cli.main(["--model", "biglm", "--model-args", f"path={biglm_dir},progress=false",
+                     "--suite", "paper", "--data-dir", str(data), "--output", str(out),
+                     "--label", "tiny-biglm"])
+    assert code == 0
+    header, metrics, values = _parse_table(capsys.readouterr().out)
+    assert header == ["Model", "ARC-E", "ARC-C", "PIQA", "SciQ", "Wino.", "LogiQA", "RACE",
+                      "SIQA", "BoolQ", "Hella.", "Truth.", "AVG."]
+    assert metrics[1:-1] == ["acc", "acc_norm", "acc_norm", "acc", "acc", "acc_norm", "acc",
+                             "acc", "acc", "acc_norm", "acc"]
+    assert values[0] == "tiny-biglm"
+
+    results = json.loads(out.read_text())  # lm-eval's layout, plus our suite block
+    assert {"results", "configs", "versions", "n-shot", "config"} <= set(results)
+    assert results["config"]["masked_lm_eval"]["scoring"] == "beam"
+    assert results["config"]["masked_lm_eval"]["split_mode"] == "4d-mask"
+    table_values = [float(v) for v in values[1:-1]]
+    for task, shown in zip(PAPER_SUITE, table_values):
+        raw = results["results"][task.name][f"{task.metric},none"]
+        assert shown == pytest.approx(100 * raw, abs=0.006)
+        assert results["zero_shot_suite"]["tasks"][task.name]["score"] == pytest.approx(100 * raw)
+    assert float(values[-1]) == pytest.approx(sum(table_values) / 11, abs=0.01)
+
+
+def test_task_list_missing_data_and_skip(tmp_path, biglm_dir, capsys):
+    data = write_task_data(tmp_path / "data", ["boolq"], n=2)
+    args = ["--model", "biglm", "--model-args", f"path={biglm_dir},progress=false",
+            "--suite", "boolq,sciq", "--data-dir", str(data)]
+    with pytest.raises(MissingTaskData, match="sciq"):
+        cli.main(args)
+    assert cli.main(args + ["--skip-missing"]) == 0
+    text = capsys.readouterr().out
+    header, _, values = _parse_table(text)
+    assert header == ["Model", "BoolQ", "SciQ", "AVG."] and values[2] == "-"
+    assert "AVG. over 1 of 2 tasks" in text and "skipped 1 task(s) without local data: sciq" in text
+
+
+def test_resolve_tasks_keeps_paper_metrics_for_known_names():
+    tasks = resolve_tasks("hellaswag, mmlu_anatomy")
+    assert [(t.name, t.label, t.metric) for t in tasks] == [
+        ("hellaswag", "Hella.", "acc_norm"), ("mmlu_anatomy", "mmlu_anatomy", "acc")]
+
+
+def test_tool_script_runs_as_a_program():
+    proc = subprocess.run([sys.executable, str(REPO / "tools" / "eval_zero_shot.py"), "--help"],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0 and "--model-args" in proc.stdout and "--data-dir" in proc.stdout
