@@ -14,7 +14,8 @@ $(STAMP): setup.py constraints-cpu.txt
 	$(PIP) install -q --upgrade pip
 	# torch first, pinned: a bare `torch` requirement would pull the CUDA build.
 	$(PIP) install -q -c constraints-cpu.txt torch==2.13.0
-	$(PIP) install -q -c constraints-cpu.txt -e ".[dev,eval]"
+	# DS_BUILD_OPS=0: DeepSpeed installs without compiling CUDA ops (it JIT-builds one CPU op on first use).
+	DS_BUILD_OPS=0 $(PIP) install -q -c constraints-cpu.txt -e ".[dev,eval,deepspeed]"
 	touch $(STAMP)
 
 install: $(STAMP)

@@ -31,7 +31,7 @@ setup(
     extras_require={
         # apex is not on PyPI; see README "Optional: apex" for the source build.
         "gpu": ["flash-attn", "transformer-engine[pytorch]"],
-        "deepspeed": ["deepspeed"],
+        "deepspeed": ["deepspeed>=0.19"],  # tested: 0.19.8; CPU installs: DS_BUILD_OPS=0 (no op builds)
         "eval": ["lm-eval>=0.4.5", "rouge-score", "sacrebleu", "nltk"],
         "dev": ["pytest", "pytest-timeout", "scipy", "matplotlib", "tensorboard"],
     },

@@ -13,7 +13,7 @@ it fixes and the megatron-core versions it was seen in.
 """
 from __future__ import annotations
 
-from typing import Iterable, List, Optional
+from typing import Iterable, List
 
 import torch
 
@@ -26,7 +26,12 @@ from . import (
     cpu_tensor_type,
 )
 from ._patching import Patch, log
-from .distopt_checkpoint import DISTOPT_METADATA, apply_distopt_checkpoint_fixes
+from .distopt_checkpoint import (
+    DISTOPT_METADATA,
+    apply_distopt_checkpoint_fixes,
+    distopt_after_load,
+    distopt_before_load,
+)
 
 CPU_PATCHES: tuple[Patch, ...] = (
     cpu_current_device.PATCH,
@@ -72,5 +77,6 @@ def applied_cpu_patches() -> List[str]:
 
 __all__ = [
     "apply_cpu", "applied_cpu_patches", "CPU_PATCHES", "CPU_PATCH_NAMES", "Patch",
-    "apply_distopt_checkpoint_fixes", "DISTOPT_METADATA",
+    "apply_distopt_checkpoint_fixes", "DISTOPT_METADATA", "distopt_before_load",
+    "distopt_after_load",
 ]

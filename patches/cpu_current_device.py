@@ -4,7 +4,7 @@ Failure fixed: ``AssertionError: Torch not compiled with CUDA enabled`` raised f
 ``torch.cuda.current_device()``, which megatron-core uses as the device of freshly allocated
 tensors: RoPE's ``RotaryEmbedding`` (inv_freq / ``get_emb``), ``GlobalMemoryBuffer``,
 tensor-parallel gathers (``mappings._gather_along_*``), pipeline p2p shape exchange and the
-DDP grad buffers. Seen in megatron-core 0.16.1 and 0.19.2.
+DDP grad buffers. Seen in megatron-core 0.16.1.
 
 Returning the string "cpu" (not an int) keeps every ``device=torch.cuda.current_device()``
 allocation valid on CPU without any other shim.

@@ -1,12 +1,13 @@
 """CPU shim: every CUDA placement goes to the CPU (via the shared TorchFunctionMode).
 
 Failure fixed: ``AssertionError: Torch not compiled with CUDA enabled`` from hard-coded CUDA
-placements in megatron-core: ``torch.zeros([], device="cuda")`` for ``total_num_tokens`` in
+placements in megatron-core: ``device="cuda"`` for ``total_num_tokens`` in
 ``pipeline_parallel.schedules.forward_backward_*``, ``device='cuda'`` buffers in
-``optimizer.clip_grads`` and ``MixedPrecisionOptimizer``, ``.cuda()`` in
-``tensor_parallel.data`` / optimizer reload, ``.to("cuda")`` in mask helpers, and
-``pin_memory=True`` (``RuntimeError: pin_memory=True requires a CUDA or other accelerator
-backend``). Seen in megatron-core 0.16.1 and 0.19.2.
+``optimizer.optimizer`` (``MixedPrecisionOptimizer``/``FP32Optimizer.__init__``) and
+``optimizer.clip_grads``, ``transformer.utils`` causal-mask helpers and
+``tensor_parallel.data.broadcast_data``, ``.cuda()`` in ``tensor_parallel.data`` and
+``LanguageModule`` embedding sync; and ``RuntimeError: pin_memory=True requires a CUDA or
+other accelerator backend``. Seen in megatron-core 0.16.1.
 
 Why a mode and not per-call-site patches: the call sites move between releases; a mode
 catches all of them. It only rewrites placement arguments, so it changes no numbers.

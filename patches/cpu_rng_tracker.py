@@ -5,7 +5,7 @@ Failure fixed: ``AssertionError: Torch not compiled with CUDA enabled`` from
 ``tensor_parallel.model_parallel_cuda_manual_seed``; and the same error from
 ``_get_cuda_rng_state`` / ``_set_cuda_rng_state`` in ``CudaRNGStatesTracker.fork`` (dropout
 inside tensor-parallel regions) and in activation recompute (``CheckpointFunction``).
-Seen in megatron-core 0.16.1 and 0.19.2.
+Seen in megatron-core 0.16.1.
 
 Why not ``inference_rng_tracker=True`` (a no-op tracker): it silently makes tensor-parallel
 dropout use the default stream, so TP ranks would draw correlated masks. This tracker keeps

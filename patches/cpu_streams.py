@@ -2,11 +2,11 @@
 
 Failure fixed: ``AssertionError: Torch not compiled with CUDA enabled`` from
 ``torch.cuda.current_stream()`` / ``torch.cuda.default_stream()`` and ``RuntimeError:
-torch.cuda.Stream requires CUDA support`` from ``torch.cuda.Stream(...)``: used by the DDP
-gradient-sync path with a communication stream (``param_and_grad_buffer``
-``start_grad_sync``/``finish_grad_sync`` with ``num_distributed_optimizer_instances > 1``,
-``DistributedDataParallel.__init__``), and by newer releases' grad sync and
-overlap schedules. Seen in megatron-core 0.16.1 and 0.19.2.
+torch.cuda.Stream requires CUDA support`` from ``torch.cuda.Stream(...)``: in
+``pipeline_parallel.utils.set_streams`` (overlapped 1F1B schedules), and in DDP gradient sync
+with a communication stream (``DistributedDataParallel.__init__`` and the bucket group's
+``start_grad_sync``/``finish_grad_sync`` when ``num_distributed_optimizer_instances > 1``).
+Seen in megatron-core 0.16.1.
 
 On CPU every op runs to completion in order, so waiting on / recording a stream is a no-op.
 """
@@ -54,7 +54,7 @@ class CpuStream:
 class CpuEvent:
     """Stands in for torch.cuda.Event: already complete; elapsed time is not measured."""
 
-    def __init__(self, enable_timing: bool = False, blocking: bool = False, interprocess: bool = False):
+    def __init__(self, enable_timing: bool = False, blocking: bool = False, interprocess=False):
         self.enable_timing = enable_timing
 
     def record(self, stream=None) -> None:

@@ -4,7 +4,7 @@ Failure fixed: ``AssertionError: Torch not compiled with CUDA enabled`` from
 ``torch.cuda.synchronize()`` in pipeline p2p (``p2p_communication._batched_p2p_ops`` /
 ``_communicate`` when ``batch_p2p_sync=True``, the default), in
 ``DistributedDataParallel.{free,allocate}_overlap_grad_reduce`` helpers and in
-``parallel_state`` timeout updates. Seen in megatron-core 0.16.1 and 0.19.2.
+``parallel_state`` timeout updates. Seen in megatron-core 0.16.1.
 
 CPU ops are synchronous, so there is nothing to wait for.
 """

@@ -5,7 +5,7 @@ in ``optimizer.clip_grads.clip_grad_by_total_norm_fp32``, and ``TypeError: Wrapp
 parameters must be one of torch.cuda.FloatTensor, torch.cuda.HalfTensor, or
 torch.cuda.BFloat16Tensor. Received torch.FloatTensor`` from
 ``DistributedOptimizer._build_model_and_main_param_groups`` and
-``Float16OptimizerWithFloat16Params``. Seen in megatron-core 0.16.1 and 0.19.2.
+``Float16OptimizerWithFloat16Params``. Seen in megatron-core 0.16.1.
 
 Why report rather than patch each assert: the checks are inline in long methods that move
 between releases. Conversions such as ``t.type('torch.cuda.HalfTensor')`` are mapped to

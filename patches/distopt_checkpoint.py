@@ -1,7 +1,8 @@
 """Fixes for saving/loading megatron's DistributedOptimizer with dist_checkpointing when the
 inner optimizer is torch Adam/AdamW (no apex / Transformer Engine: every CPU run, and GPU
-runs without TE). Seen in megatron-core 0.16.1 and 0.19.2; with all five, a resumed run is
-bit-identical to an uninterrupted one.
+runs without TE). All seen in megatron-core 0.16.1 (1-5 also in 0.19.2, per the shared
+notes); with them a resumed run is bit-identical to an uninterrupted one. Always pass
+DISTOPT_METADATA: fix 1 is also needed with TE, where the other fixes are not installed.
 
 Applied per optimizer, through one explicit call (nothing global):
 
@@ -12,7 +13,11 @@ Applied per optimizer, through one explicit call (nothing global):
     #                                                      metadata=DISTOPT_METADATA)
     #        optimizer.load_state_dict(dist_checkpointing.load(sd, ckpt_dir)["optimizer"])
 
-The five fixes, one function each (names are what `skip=` takes):
+Loaders that drive megatron's calls themselves can instead pass DISTOPT_METADATA, load under
+torch.no_grad(), and call distopt_before_load(optimizer) before building the loading sharded
+state dict and distopt_after_load(optimizer, applied_steps) after load_state_dict.
+
+The fixes, one function each (names are what `skip=` takes):
 1. sharding_type:     default sharding 'fully_sharded_model_space' raises
                       "ShardedTensor.flattened_range is not supported." -> use 'dp_reshardable'.
 2. init_empty_state:  sharded_state_dict(is_loading=True) on a fresh optimizer trips
@@ -23,6 +28,10 @@ The five fixes, one function each (names are what `skip=` takes):
                       (the saved value survives only in param_groups[i]["step"]).
 5. unshare_step:      load_state_dict gives every parameter one shared `step` tensor, so
                       AdamW increments it once per parameter per step.
+6. reshardable_step:  with metadata 'fully_reshardable' (the format that can change TP/PP on
+                      resume), load_state_dict raises KeyError: 'step' in
+                      _set_main_param_and_optimizer_states: that format stores no per-param
+                      step. The step then comes from param_groups (fix 4).
 """
 from __future__ import annotations
 
@@ -38,7 +47,10 @@ DP_RESHARDABLE = "dp_reshardable"
 # What the saver and the loader pass as `metadata=` (fix 1 also defaults to it).
 DISTOPT_METADATA = {SHARDING_KEY: DP_RESHARDABLE}
 
-FIX_NAMES = ("sharding_type", "init_empty_state", "load_no_grad", "restore_step", "unshare_step")
+FIX_NAMES = (
+    "sharding_type", "init_empty_state", "load_no_grad", "restore_step", "unshare_step",
+    "reshardable_step",
+)
 _APPLIED_ATTR = "_biglm_distopt_fixes"
 _TORCH_ADAMS = (torch.optim.Adam, torch.optim.AdamW)
 
@@ -109,22 +121,58 @@ def unshare_adam_step(optimizer) -> int:
     return cloned
 
 
-def restore_adam_step(optimizer) -> int:
-    """Fix 4: set each parameter's AdamW `step` to its group's saved `step`.
-    Returns the number of parameters whose step was restored."""
+def restore_adam_step(optimizer, step: Optional[int] = None) -> int:
+    """Fix 4: set each parameter's AdamW `step` to its group's saved `step` (or to `step`).
+    Returns the number of parameters whose step was set."""
     restored = 0
     for adam in _torch_adams(optimizer):
         for group in adam.param_groups:
-            saved = group.get("step")
+            saved = group.get("step") if step is None else step
             if saved is None:
                 continue
             for param in group["params"]:
-                step = adam.state.get(param, {}).get("step")
-                if isinstance(step, torch.Tensor):
+                current = adam.state.get(param, {}).get("step")
+                if isinstance(current, torch.Tensor):
                     with torch.no_grad():
-                        step.fill_(float(saved))
+                        current.fill_(float(saved))
                     restored += 1
     return restored
+
+
+def distopt_before_load(optimizer) -> int:
+    """Fix 2 as a plain call, for loaders that drive megatron's calls themselves."""
+    return init_empty_adam_state(optimizer)
+
+
+def distopt_after_load(optimizer, applied_steps: Optional[int] = None) -> int:
+    """Fixes 5 then 4 as a plain call: one `step` tensor per parameter, set to
+    `applied_steps` (the number of optimizer updates so far) or, if None, the saved step."""
+    unshare_adam_step(optimizer)
+    return restore_adam_step(optimizer, applied_steps)
+
+
+def _tolerate_missing_step(distributed_optimizer) -> bool:
+    """Fix 6: let DistributedOptimizer._set_main_param_and_optimizer_states accept source
+    tensors without "step" (keep the current step; restore_adam_step sets it afterwards)."""
+    original = getattr(distributed_optimizer, "_set_main_param_and_optimizer_states", None)
+    index_map = getattr(distributed_optimizer, "model_param_group_index_map", None)
+    if original is None or index_map is None:
+        log.info("reshardable_step: DistributedOptimizer internals differ here: not needed")
+        return False
+
+    @functools.wraps(original)
+    def set_states(model_param, tensors):
+        if "step" not in tensors:
+            group_index, group_order = index_map[model_param]
+            adam = distributed_optimizer.optimizer
+            main_param = adam.param_groups[group_index]["params"][group_order]
+            step = adam.state.get(main_param, {}).get("step")
+            if step is not None:
+                tensors = {**tensors, "step": step}
+        return original(model_param, tensors)
+
+    distributed_optimizer._set_main_param_and_optimizer_states = set_states
+    return True
 
 
 def _fixed_sharded_state_dict(original, optimizer, fixes):
@@ -159,7 +207,7 @@ def _fixed_load_state_dict(original, optimizer, fixes):
 
 
 def apply_distopt_checkpoint_fixes(optimizer, skip: Iterable[str] = ()) -> List[str]:
-    """Install the five fixes on this megatron optimizer's sharded_state_dict/load_state_dict.
+    """Install the fixes on this megatron optimizer's sharded_state_dict/load_state_dict.
 
     Returns the names of the fixes installed (all of FIX_NAMES minus `skip`), or [] (logged)
     when the optimizer holds no DistributedOptimizer over torch Adam/AdamW, where none of
@@ -179,6 +227,10 @@ def apply_distopt_checkpoint_fixes(optimizer, skip: Iterable[str] = ()) -> List[
         )
         return []
     fixes = tuple(name for name in FIX_NAMES if name not in skip)
+    if "reshardable_step" in fixes:
+        for dist_opt in distributed_optimizers(optimizer):
+            if isinstance(getattr(dist_opt, "optimizer", None), _TORCH_ADAMS):
+                _tolerate_missing_step(dist_opt)
     optimizer.sharded_state_dict = _fixed_sharded_state_dict(
         optimizer.sharded_state_dict, optimizer, fixes
     )

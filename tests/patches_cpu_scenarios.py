@@ -4,8 +4,8 @@
 
 Prints one JSON line {"applied": [...], SCENARIO: result, ...}; a result holds the
 scenario's measurements, or {"error_type", "error", "raised_in"} (the deepest megatron-core
-frame) when it failed. Several scenarios share one process to pay megatron's import once. Why a subprocess: the shims patch
-torch globally and must not leak into the pytest process.
+frame) when it failed. Several scenarios share one process to pay megatron's import once.
+Why a subprocess: the shims patch torch globally and must not leak into the pytest process.
 """
 from __future__ import annotations
 

@@ -236,3 +236,33 @@ def test_outputs_must_be_new_directories(source_dir, imported, tmp_path):
         from_hf(tmp_path / "nowhere", tmp_path / "x", progress=False)
     with pytest.raises(CheckpointError, match="does not exist"):
         to_hf(tmp_path / "nowhere", tmp_path / "y", progress=False)
+
+
+def test_max_abs_difference_matches_a_direct_computation_blockwise():
+    from megatron_biglm.export.conversion_summary import max_abs_difference
+
+    gen = torch.Generator().manual_seed(0)
+    for trial in range(20):
+        shape = tuple(int(d) for d in torch.randint(1, 40, (1 + trial % 3,), generator=gen))
+        a = torch.randn(shape, generator=gen)
+        b = a + torch.randn(shape, generator=gen) * 10 ** -float(trial % 7)
+        for dtype in (torch.float32, torch.bfloat16):
+            want = float((a.to(dtype).double() - b.double()).abs().max())
+            for chunk in (1, 7, 1 << 22):
+                assert max_abs_difference(a.to(dtype), b, chunk_elements=chunk) == want
+    x = torch.tensor([1.0, float("nan"), 3.0])
+    assert max_abs_difference(x, x.clone()) == 0.0
+    assert max_abs_difference(x, torch.tensor([1.0, 2.0, 3.0])) == float("inf")
+    assert max_abs_difference(torch.tensor(2.0), torch.tensor(2.5)) == 0.5
+
+
+def test_shard_sizes_parse():
+    import argparse
+
+    from megatron_biglm.export.convert_cli import parse_size
+
+    assert parse_size("2GiB") == 2 * 2**30 and parse_size("500MB") == 500 * 10**6
+    assert parse_size("100000") == 100000 and parse_size("1.5 kib") == 1536
+    for bad in ("2 parsecs", "-1GB", "", "0"):
+        with pytest.raises(argparse.ArgumentTypeError):
+            parse_size(bad)

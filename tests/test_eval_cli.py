@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -71,3 +72,26 @@ def test_tool_script_runs_as_a_program():
     proc = subprocess.run([sys.executable, str(REPO / "tools" / "eval_zero_shot.py"), "--help"],
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0 and "--model-args" in proc.stdout and "--data-dir" in proc.stdout
+
+
+@pytest.mark.slow  # a fresh interpreter importing lm-eval, transformers and torch: 15-40 s
+def test_lm_eval_own_cli_runs_our_models(tmp_path, biglm_dir):
+    """`python -m megatron_biglm.evaluation run ...` is lm-eval's CLI with biglm/hf-mlm
+    registered; its default device cuda:0 falls back to CPU on machines without CUDA."""
+    from megatron_biglm.evaluation.tasks import write_local_task_yamls
+
+    data = write_task_data(tmp_path / "data", ["boolq"], n=2)
+    write_local_task_yamls(["boolq"], data, tmp_path / "yaml")
+    out = tmp_path / "out"
+    proc = subprocess.run(
+        [sys.executable, "-m", "megatron_biglm.evaluation", "run", "--model", "biglm",
+         "--model_args", f"path={biglm_dir},scoring=oneshot", "--tasks", "boolq",
+         "--include_path", str(tmp_path / "yaml"), "--output_path", str(out)],
+        capture_output=True, text=True, timeout=600, cwd=REPO,
+        env={**os.environ, "OMP_NUM_THREADS": "1"})  # tiny model: threads only contend
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    (result_file,) = out.rglob("results_*.json")
+    results = json.loads(result_file.read_text())
+    assert results["config"]["masked_lm_eval"]["scoring"] == "oneshot"
+    assert 0.0 <= results["results"]["boolq"]["acc,none"] <= 1.0
+    assert results["results"]["boolq"]["acc,none"] * 2 in (0.0, 1.0, 2.0)  # 2 documents

@@ -107,7 +107,6 @@ def _memorized_endings_task(tmp_path, sentences, seed=0):
     return tmp_path / "tasks"
 
 
-@pytest.mark.slow  # trains a model: ~10 s alone, more on a busy machine
 def test_overfit_model_answers_its_training_text_far_above_chance(tmp_path, corpus_jsonl,
                                                                   wordpiece_dir):
     import lm_eval

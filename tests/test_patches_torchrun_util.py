@@ -1,7 +1,6 @@
 """Self-test of tests/torchrun_util.py: real gloo ranks, results, failures, timeouts."""
 from __future__ import annotations
 
-import os
 import time
 
 import pytest

@@ -193,6 +193,12 @@ def test_fatal_and_usage_exit_codes(bpe_dir, tmp_path, capsys):
     (tmp_path / "only.jsonl.gz").write_bytes(b"not gzip")
     assert tool.main(["--input", str(tmp_path / "only.jsonl.gz"), *common]) == 1
     assert "could be read" in capsys.readouterr().err
+    whole = gzip.compress(b'{"text": "the rest is silence"}\n' * 300)
+    (tmp_path / "cut.jsonl.gz").write_bytes(whole[:-20])  # truncated, but documents survive
+    assert tool.main(["--input", str(tmp_path / "cut.jsonl.gz"), *common[:-1], "--quiet"]) == 0
+    assert '"unreadable_file": 1' in capsys.readouterr().out
+    for ext in (".bin", ".idx"):
+        os.remove(tmp_path / f"out_text_document{ext}")
     (tmp_path / "keys.jsonl").write_text('{"body": "x"}\n')
     assert tool.main(["--input", str(tmp_path / "keys.jsonl"), *common]) == 1
     assert "check --json-keys" in capsys.readouterr().err

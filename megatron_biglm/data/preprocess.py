@@ -298,15 +298,14 @@ def _as_list(inputs) -> list:
 
 def _check_something_written(files, report: SkipReport, writers, keys) -> None:
     """Fatal when nothing was written (a truncated file that yielded documents is not)."""
-    if any(writer.documents for writer in writers):
-        pass
-    elif report.files_seen and report.files_failed == report.files_seen:
-        raise PreprocessError(f"none of the {len(files)} input files could be read: "
-                              + "; ".join(report.example_lines()[:5]))
-    else:
+    if not any(writer.documents for writer in writers):
+        first_skips = "; ".join(report.example_lines()[:5])
+        if report.files_seen and report.files_failed == report.files_seen:
+            raise PreprocessError(f"none of the {len(files)} input files could be read: "
+                                  f"{first_skips}")
         raise PreprocessError(f"no documents for keys {list(keys)} in {len(files)} files "
                               f"({report.summary_line()}); check --json-keys and the input. "
-                              "First skips: " + "; ".join(report.example_lines()[:5]))
+                              f"First skips: {first_skips}")
     for key, writer in zip(keys, writers):
         if not writer.documents:
             logger.warning("key %r got no documents: %s will be empty", key, writer.prefix)

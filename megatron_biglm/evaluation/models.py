@@ -51,6 +51,19 @@ def batch_size_arg(value: Any) -> int:
     return size
 
 
+def resolve_device(device: str | None) -> str:
+    """`device`, or CUDA when available; lm-eval's CLI asks for cuda:0 by default, so a CUDA
+    request on a machine without CUDA runs on CPU with a warning instead of failing."""
+    import torch
+
+    if device is None:
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    if str(device).startswith("cuda") and not torch.cuda.is_available():
+        log.warning("device %s requested but CUDA is not available: running on cpu", device)
+        return "cpu"
+    return str(device)
+
+
 def load_hf_masked_lm(path, *, device: str = "cpu", dtype: str = "float32",
                       trust_remote_code: bool = False):
     """`AutoModelForMaskedLM.from_pretrained(path)` on `device` in `dtype`, in eval mode."""
@@ -95,7 +108,7 @@ class HFMaskedLMEvalLM(MaskedLMEvalLM):
         source = pretrained if pretrained is not None else path
         if source is None:
             raise ValueError("give the model as pretrained=DIR (or path=DIR)")
-        device = device or "cpu"
+        device = resolve_device(device)
         model = source if not isinstance(source, (str, os.PathLike)) else self._load(
             source, device=device, dtype=dtype, trust_remote_code=trust_remote_code)
         if tokenizer is None and not isinstance(source, (str, os.PathLike)):

@@ -28,6 +28,23 @@ class TensorComparison:
     worst: str | None = None
 
 
+def max_abs_difference(a: torch.Tensor, b: torch.Tensor, chunk_elements: int = 1 << 22) -> float:
+    """max |a - b| in float64, row block by row block: a whole-tensor float64 difference of a
+    large embedding would itself cost several copies of the model's biggest tensor."""
+    if (a.dtype == b.dtype and torch.equal(a, b)) or a.numel() == 0:
+        return 0.0
+    if a.dim() == 0:
+        a, b = a.reshape(1), b.reshape(1)
+    rows = max(1, chunk_elements // max(1, a[0].numel()))
+    worst = 0.0
+    for start in range(0, a.shape[0], rows):
+        x, y = a[start:start + rows].double(), b[start:start + rows].double()
+        nan_mismatch = not torch.equal(x.isnan(), y.isnan())
+        diff = (x - y).abs().nan_to_num(nan=0.0)  # NaN at the same places counts as equal
+        worst = max(worst, float("inf") if nan_mismatch else float(diff.max()))
+    return worst
+
+
 def compare_written(written: Mapping[str, torch.Tensor],
                     expected: Iterable[Tuple[str, torch.Tensor]]) -> TensorComparison:
     """Compare each expected ``(name, tensor)`` with `written[name]` (shapes must agree)."""
@@ -40,9 +57,7 @@ def compare_written(written: Mapping[str, torch.Tensor],
         if tuple(got.shape) != tuple(reference.shape):
             raise VerificationError(f"{name} was written with shape {tuple(got.shape)}, "
                                     f"expected {tuple(reference.shape)}")
-        diff = float((got.double() - reference.double()).abs().max()) if got.numel() else 0.0
-        if diff != diff:  # NaN in either tensor: equal only if both are NaN at the same places
-            diff = 0.0 if torch.equal(got.isnan(), reference.isnan()) else float("inf")
+        diff = max_abs_difference(got, reference)
         if result.worst is None or diff > result.max_abs_diff:
             result.max_abs_diff, result.worst = diff, name
         result.tensors += 1

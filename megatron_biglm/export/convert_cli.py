@@ -23,9 +23,10 @@ def parse_size(text: str) -> int:
     """'2GB', '500MiB', '100000' -> bytes."""
     match = _SIZE.match(text)
     unit = (match.group(2) or "").upper() if match else None
-    if not match or unit not in _UNITS:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a size like 2GB, 500MiB or 100000")
-    return int(float(match.group(1)) * _UNITS[unit])
+    size = int(float(match.group(1)) * _UNITS[unit]) if match and unit in _UNITS else 0
+    if size <= 0:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a positive size like 2GB, 500MiB or 100000")
+    return size
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -80,8 +81,6 @@ def main(argv=None) -> int:
         if args.command == "to-hf":
             from .convert_to_hf import to_hf
 
-            if isinstance(args.max_shard_size, str):
-                args.max_shard_size = parse_size(args.max_shard_size)
             summary = to_hf(args.checkpoint, args.output, tokenizer=args.tokenizer, dtype=args.dtype,
                             max_shard_bytes=args.max_shard_size, progress=not args.quiet)
         else:

@@ -14,24 +14,15 @@ differs is only how a step, an evaluation and a checkpoint are done:
   a NaN loss so DeepSpeed's own overflow path skips the update and clears the partitioned
   gradients (ZeRO skips every step whose gradient norm is not finite); nothing here reaches
   into ZeRO's buffers.
-- Checkpoints: DeepSpeed's own save/load (per-rank ZeRO shards, in `deepspeed/`) written
-  inside our atomic temp dir -> rename -> `latest` scheme, with the same train state, RNG,
-  model signature and config files as megatron checkpoints. ZeRO shards resume only at the
-  same DP size (`backends.check_resume` refuses other sizes before anything is built). The
-  model weights are also written as a megatron `dist/` checkpoint, so export to HF,
-  evaluation and fine-tuning read a DeepSpeed-trained checkpoint like any other (this costs
-  one more copy of the weights, no optimizer state).
+- Checkpoints: DeepSpeed's own, inside our atomic checkpoint scheme (deepspeed_checkpoint.py).
 - fp32 has no loss scaling (DeepSpeed's fp16 section stays off); on GPU `bf16` runs
   DeepSpeed's bf16 ZeRO with fp32 master weights.
 """
 from __future__ import annotations
 
-import contextlib
-import json
 import logging
 import math
 import os
-from pathlib import Path
 
 import torch
 import torch.distributed as dist
@@ -40,7 +31,6 @@ from megatron_biglm.training.config import ConfigError, RunConfig
 
 INSTALL_HINT = ("pip install 'megatron-biglm[deepspeed]' (CPU machines: DS_BUILD_OPS=0 pip install "
                 "-c constraints-cpu.txt 'megatron-biglm[deepspeed]')")
-CHECKPOINT_SUBDIR, CHECKPOINT_TAG = "deepspeed", "state"
 
 
 def import_deepspeed():
@@ -58,6 +48,7 @@ def import_deepspeed():
 
 def deepspeed_backend():
     from megatron_biglm.training.backends import Backend
+    from megatron_biglm.training.deepspeed_checkpoint import load_checkpoint, save_checkpoint
 
     import_deepspeed()
     return Backend("deepspeed", build_engine, train_step, evaluate, save_checkpoint, load_checkpoint,
@@ -137,8 +128,8 @@ def _all_reduce(tensor: torch.Tensor) -> torch.Tensor:
     return tensor
 
 
-def train_step(model_chunks, optimizer, scheduler, guard, data_iterator, *, num_microbatches, seq_length,  # noqa: ARG001
-               micro_batch_size, device, use_split_mask, iteration):
+def train_step(model_chunks, optimizer, scheduler, guard, data_iterator, *,  # noqa: ARG001 - shared signature
+               num_microbatches, seq_length, micro_batch_size, device, use_split_mask, iteration):
     """One optimizer step over the global batch (same contract as step.train_step)."""
     from megatron_biglm.training.step import StepStats, make_forward_step
 
@@ -174,8 +165,8 @@ def train_step(model_chunks, optimizer, scheduler, guard, data_iterator, *, num_
 
 
 @torch.no_grad()
-def evaluate(model_chunks, data_iterator, *, iters, num_microbatches, seq_length, micro_batch_size, device,  # noqa: ARG001
-             use_split_mask) -> float:
+def evaluate(model_chunks, data_iterator, *, iters, num_microbatches, seq_length,  # noqa: ARG001
+             micro_batch_size, device, use_split_mask) -> float:
     """Per-token validation loss over `iters` global batches (same contract as step.evaluate)."""
     from megatron_biglm.training.step import make_forward_step
 
@@ -191,67 +182,3 @@ def evaluate(model_chunks, data_iterator, *, iters, num_microbatches, seq_length
         engine.train()
     _all_reduce(total)
     return float(total[0] / total[1]) if total[1] else math.nan
-
-
-def save_checkpoint(root: Path, iteration: int, model_chunks, optimizer, scheduler, train_state: dict,  # noqa: ARG001
-                    config: RunConfig, signature: dict) -> Path:
-    """Write `root/iter_N` atomically (every rank writes its ZeRO shard); return its path."""
-    from megatron_biglm.training.checkpoint import _barrier, _broadcast_path, _rank, rng_state
-    from megatron_biglm.training.checkpoint_dir import new_temp_dir, seal
-    from megatron_biglm.training.config import save_resolved
-
-    engine = model_chunks[0]
-    tmp = None
-    if _rank() == 0:
-        tmp = new_temp_dir(root, iteration)
-        (tmp / "rng").mkdir()
-        (tmp / "dist").mkdir()
-    tmp = _broadcast_path(tmp)
-    engine.save_checkpoint(str(tmp / CHECKPOINT_SUBDIR), tag=CHECKPOINT_TAG, save_latest=False)
-    save_model_weights(engine, tmp / "dist")
-    torch.save(rng_state(), tmp / "rng" / f"rank_{_rank():05d}.pt")
-    if _rank() == 0:
-        state = dict(train_state, iteration=iteration, scheduler=scheduler.state_dict(),
-                     world_size=dist.get_world_size() if dist.is_initialized() else 1, tp=1, pp=1,
-                     dp=engine.dp_world_size, zero_stage=engine.zero_optimization_stage())
-        (tmp / "train_state.json").write_text(json.dumps(state, indent=1))
-        (tmp / "model_signature.json").write_text(json.dumps(signature, indent=1))
-        save_resolved(config, tmp / "config.yaml")
-    _barrier()
-    final = seal(tmp, iteration, keep_last=config.checkpoint.keep_last) if _rank() == 0 else None
-    _barrier()
-    return _broadcast_path(final)
-
-
-def save_model_weights(engine, folder: Path) -> None:
-    """The model alone as a megatron torch_dist checkpoint (collective; ZeRO-3 gathers the
-    partitioned parameters for the duration of the save)."""
-    from megatron.core import dist_checkpointing
-
-    module = engine.module
-    gathered = contextlib.nullcontext()
-    if engine.zero_optimization_stage() == 3:
-        gathered = import_deepspeed().zero.GatheredParameters(list(module.parameters()), modifier_rank=None)
-    with gathered:
-        dist_checkpointing.save({"model": module.sharded_state_dict()}, str(folder))
-
-
-def load_checkpoint(path: Path, model_chunks, optimizer, scheduler) -> dict:  # noqa: ARG001
-    """Load model, ZeRO optimizer shards, schedule position and RNG; return the train state."""
-    from megatron_biglm.training.checkpoint import _rank, set_rng_state
-    from megatron_biglm.training.checkpoint_dir import CheckpointError
-
-    engine = model_chunks[0]
-    state = json.loads((path / "train_state.json").read_text())
-    loaded, _ = engine.load_checkpoint(str(path / CHECKPOINT_SUBDIR), tag=CHECKPOINT_TAG,
-                                       load_optimizer_states=True, load_lr_scheduler_states=False)
-    if loaded is None:
-        raise CheckpointError(f"DeepSpeed could not load {path / CHECKPOINT_SUBDIR}/{CHECKPOINT_TAG}; "
-                              f"point checkpoint.load at another checkpoint")
-    scheduler.num_steps = 0
-    scheduler.step(int(state["scheduler"]["num_steps"]))  # schedule shape comes from this run's config
-    rng_file = path / "rng" / f"rank_{_rank():05d}.pt"
-    if rng_file.is_file():
-        set_rng_state(torch.load(rng_file, weights_only=False))
-    state["rng_restored"] = rng_file.is_file()
-    return state

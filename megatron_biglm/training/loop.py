@@ -1,7 +1,7 @@
 """The pretraining loop: short on purpose; every piece it calls is built and tested apart.
 
     for each step until schedule.train_steps:
-        one optimizer step over global_batch_size samples (step.train_step)
+        one optimizer step over global_batch_size samples (the backend's train_step, backends.py)
         log every logging.log_interval steps, validate every training.eval_interval
         save every checkpoint.save_interval; stop cleanly on SIGTERM/SIGUSR1
 
