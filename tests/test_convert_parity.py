@@ -117,7 +117,8 @@ def test_trained_checkpoint_exports_with_logit_parity(train_data, tmp_path, tp, 
     summary = to_hf(tmp_path / "run", tmp_path / "hf", progress=False)  # the run dir: latest is found
     assert summary.max_abs_diff == 0.0 and summary.source.endswith(f"iter_{TRAIN_STEPS:07d}")
     ref = torch.load(ref_path)
-    assert ref["full"].abs().max() > 1.0 and (ref["full"] - ref["split"]).abs().max() > 1e-3  # not vacuous
+    # not vacuous: logits of order 1 (a 4-step model is near its init) that the split changes
+    assert ref["full"].abs().max() > 0.5 and (ref["full"] - ref["split"]).abs().max() > 1e-3
     for attn in ("sdpa", "eager"):
         full, with_split = _hf_logits(tmp_path / "hf", attn, VOCAB)
         assert (full - ref["full"]).abs().max() <= PARITY_TOL, (attn, "full")
@@ -148,7 +149,11 @@ def test_import_at_tp2_loads_in_megatron_with_the_hf_logits(tokenizer_dir, tmp_p
     assert f"parameters: source {_hf_params(src):,}, output {_hf_params(src) + 112 * 64:,}" in proc.stdout
     state = json.loads((tmp_path / "ckpt" / "iter_0000000" / "train_state.json").read_text())
     assert state["weights_only"] and (state["tp"], state["pp"]) == (2, 1)
-    assert len(list((tmp_path / "ckpt" / "iter_0000000" / "dist").glob("*.distcp"))) == 4  # 2 ranks × 2
+    from torch.distributed.checkpoint import FileSystemReader
+
+    saved = FileSystemReader(str(tmp_path / "ckpt" / "iter_0000000" / "dist")).read_metadata()
+    chunks = saved.state_dict_metadata["embedding.word_embeddings.weight"].chunks  # one per TP rank
+    assert sorted((tuple(c.offsets), tuple(c.sizes)) for c in chunks) == [((0, 0), (256, 64)), ((256, 0), (256, 64))]
     _torchrun("load_worker", 2, checkpoint=str(tmp_path / "ckpt"), tp=2, pp=1,
               ref_path=str(tmp_path / "ref.pt"), vocab=400)
     ref = torch.load(tmp_path / "ref.pt")
