@@ -7,8 +7,8 @@ random split per sample, at s = 512, 2048, 8192:
   sdpa   SDPA with the dense [b,1,s,s] split mask
   local  megatron's unfused DotProductAttention with the dense mask (s <= 2048: at 8192 its
          fp32 score tensors alone need > 4 GB)
-  flex   FlexAttention with a BlockMask, kernel and mask build both compiled (also on CPU,
-         where torch has no FlexAttention backward)
+  flex   FlexAttention with the analytically built BlockMask (no compile), kernel compiled
+         (also on CPU, where torch has no FlexAttention backward)
   flash  flash-attn varlen, two calls (CUDA with flash-attn only)
 
 Memory is the peak above the pre-call level, separately for building the mask and for one
@@ -98,7 +98,7 @@ def measure(core, backend: str, s: int, args, device, dtype) -> dict:
     def build():
         if backend == "full":
             return build_attention_params(None, s, mask_backend)
-        return build_attention_params(split, s, mask_backend, device=device, flex_compile=True)
+        return build_attention_params(split, s, mask_backend, device=device)
 
     def forward(params):
         return core(q, k, v, None, packed_seq_params=params)

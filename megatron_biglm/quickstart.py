@@ -9,6 +9,10 @@ reflects the current code):
   3. preprocess  Megatron .bin/.idx with megatron-core's IndexedDatasetBuilder
   4. pretrain    the tiny preset (examples/configs/tiny_cpu.yaml) on CPU: it stops halfway,
                  saving a checkpoint, then a second call resumes from it and finishes
+  5. export      the checkpoint to a Hugging Face directory (native EuroBertForMaskedLM),
+                 then a fill-mask pipeline on it, loaded the way any HF user would
+  6. evaluate    zero-shot through lm-eval with our `biglm` model: a next-line multiple-choice
+                 task in ARC's schema made from the corpus (chance = 25 %)
 """
 from __future__ import annotations
 
@@ -58,7 +62,8 @@ def stage_pretrain(out: Path, tok_dir: Path, data_prefix: Path, steps: int) -> d
     shutil.rmtree(out / "pretrain", ignore_errors=True)  # a rerun trains afresh, never resumes a stale run
     config = TINY_CPU_CONFIG
     overrides = [f"data.tokenizer={tok_dir}", f"data.blend=['{data_prefix}']", f"run_dir={out / 'pretrain'}",
-                 f"schedule.train_steps={steps}", "logging.tensorboard=false"]
+                 f"schedule.train_steps={steps}", f"schedule.warmup_steps={max(1, steps // 15)}",
+                 "logging.tensorboard=false"]
     first = train(config, overrides + [f"training.exit_after_steps={steps // 2}"])
     log.info("pretrain: stopped at step %d, checkpoint %s", first.iteration, first.checkpoint)
     second = train(config, overrides)
@@ -69,6 +74,38 @@ def stage_pretrain(out: Path, tok_dir: Path, data_prefix: Path, steps: int) -> d
             "val_loss_start": first.first_val_loss, "val_loss_end": second.last_val_loss}
 
 
+def stage_export(out: Path, checkpoint: str) -> dict:
+    from transformers import pipeline
+
+    from megatron_biglm.export.convert_to_hf import to_hf
+
+    hf_dir = out / "hf"
+    shutil.rmtree(hf_dir, ignore_errors=True)
+    summary = to_hf(checkpoint, hf_dir, progress=False)
+    fill = pipeline("fill-mask", model=str(hf_dir))
+    prompt = f"To be, or not to be, that is the {fill.tokenizer.mask_token}"
+    top = [{"token": p["token_str"], "score": round(p["score"], 4)} for p in fill(prompt, top_k=3)]
+    log.info("export: %s; fill-mask %r -> %s", hf_dir, prompt, top)
+    return {"hf_dir": str(hf_dir), "parameters": summary.output_parameters, "fill_mask": {prompt: top}}
+
+
+def stage_evaluate(out: Path, corpus: Path, hf_dir: str, n_questions: int) -> dict:
+    from megatron_biglm.evaluation.cli import run_zero_shot
+    from megatron_biglm.evaluation.next_line_task import write_next_line_task
+    from megatron_biglm.evaluation.tasks import resolve_tasks
+
+    docs = [json.loads(line)["text"] for line in corpus.read_text(encoding="utf-8").splitlines()]
+    data_dir = out / "eval_data"
+    write_next_line_task(docs, data_dir, n_questions=n_questions, seed=0)
+    results, _ = run_zero_shot("biglm", f"path={hf_dir},scoring=beam", resolve_tasks("arc_easy"),
+                               data_dir=data_dir)
+    metrics = results["results"]["arc_easy"]
+    scores = {k.split(",")[0]: round(v, 4) for k, v in metrics.items()
+              if k.split(",")[0] in ("acc", "acc_norm") and isinstance(v, float)}
+    log.info("evaluate: next-line task, %d questions, %s (chance 0.25)", n_questions, scores)
+    return {"task": "next-line (arc_easy schema)", "questions": n_questions, "chance": 0.25, **scores}
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", type=Path, default=Path("runs/quickstart"))
@@ -76,6 +113,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-plays", type=int, default=None, help="limit the corpus (default: all 42)")
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--steps", type=int, default=300, help="pretraining steps of the tiny preset")
+    parser.add_argument("--eval-questions", type=int, default=100)
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
     args.out.mkdir(parents=True, exist_ok=True)
@@ -86,6 +124,8 @@ def main(argv: list[str] | None = None) -> int:
     summary = stage_preprocess(args.out, corpus, tok_dir, args.workers)
     data_prefix = args.out / "data" / "shakespeare_text_document"
     pretrain = stage_pretrain(args.out, tok_dir, data_prefix, args.steps)
+    export = stage_export(args.out, pretrain["checkpoint"])
+    evaluation = stage_evaluate(args.out, corpus, export["hf_dir"], args.eval_questions)
 
     result = {
         "tokenizer": str(tok_dir),
@@ -94,6 +134,8 @@ def main(argv: list[str] | None = None) -> int:
         "tokens": summary["tokens"],
         "skipped": summary["skipped"],
         "pretrain": pretrain,
+        "export": export,
+        "evaluate": evaluation,
         "seconds": round(time.time() - t0, 1),
     }
     (args.out / "summary.json").write_text(json.dumps(result, indent=2) + "\n")

@@ -139,22 +139,28 @@ def _cli(capsys, *argv) -> tuple[int, str]:
     return code, capsys.readouterr().err
 
 
-def test_export_refuses_missing_and_truncated_shards(imported, tmp_path, capsys):
+def test_export_refuses_missing_truncated_and_corrupt_shards(imported, tmp_path, capsys):
     ckpt, _ = imported
-    for damage in ("missing", "truncated"):
+    for damage in ("missing", "truncated", "flipped"):
         copy = tmp_path / damage
         shutil.copytree(ckpt, copy)
-        shard = sorted((copy / "iter_0000000" / "dist").glob("*.distcp"))[-1]
+        shard = max((copy / "iter_0000000" / "dist").glob("*.distcp"), key=lambda p: p.stat().st_size)
+        data = bytearray(shard.read_bytes())
         if damage == "missing":
             shard.unlink()
-        else:
-            shard.write_bytes(shard.read_bytes()[:-100])
+        elif damage == "truncated":
+            shard.write_bytes(data[:-100])
+        else:  # same size, so the manifest cannot see it: 16 bytes of tensor data inverted
+            middle = len(data) // 2
+            data[middle:middle + 16] = bytes(b ^ 0xFF for b in data[middle:middle + 16])
+            shard.write_bytes(bytes(data))
         code, err = _cli(capsys, "to-hf", "--checkpoint", str(copy), "--output", str(tmp_path / f"hf_{damage}"))
         assert code == 1, err
-        expected = f"file dist/{shard.name} is missing" if damage == "missing" else f"file dist/{shard.name} has"
-        assert expected in err and "earlier complete checkpoint" in err
-        with pytest.raises(CheckpointError):
-            to_hf(copy, tmp_path / f"hf2_{damage}", progress=False)
+        expected = {"missing": f"file dist/{shard.name} is missing", "truncated": f"file dist/{shard.name} has",
+                    "flipped": f"{shard.name} is corrupt: the stored bytes of "}[damage]
+        assert expected in err, err
+        assert ("CRC-32" in err) if damage == "flipped" else ("earlier complete checkpoint" in err)
+        assert not (tmp_path / f"hf_{damage}").exists()
 
 
 def test_dist_reader_refuses_a_config_that_does_not_describe_the_checkpoint(imported):

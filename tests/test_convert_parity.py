@@ -153,7 +153,8 @@ def test_import_at_tp2_loads_in_megatron_with_the_hf_logits(tokenizer_dir, tmp_p
 
     saved = FileSystemReader(str(tmp_path / "ckpt" / "iter_0000000" / "dist")).read_metadata()
     chunks = saved.state_dict_metadata["embedding.word_embeddings.weight"].chunks  # one per TP rank
-    assert sorted((tuple(c.offsets), tuple(c.sizes)) for c in chunks) == [((0, 0), (256, 64)), ((256, 0), (256, 64))]
+    boxes = sorted((tuple(c.offsets), tuple(c.sizes)) for c in chunks)
+    assert boxes == [((0, 0), (256, 64)), ((256, 0), (256, 64))]
     _torchrun("load_worker", 2, checkpoint=str(tmp_path / "ckpt"), tp=2, pp=1,
               ref_path=str(tmp_path / "ref.pt"), vocab=400)
     ref = torch.load(tmp_path / "ref.pt")

@@ -19,25 +19,16 @@ import pytest
 from megatron_biglm.train import train
 from megatron_biglm.training.checkpoint_dir import CheckpointError, complete_checkpoints, latest_checkpoint
 from megatron_biglm.training.config import ConfigError, load_config
-from megatron_biglm.training.metrics import read_metrics
 from megatron_biglm.training.nonfinite import TooManyNonFinite
-from train_fixtures import tiny_overrides, train_data  # noqa: F401 (fixture)
+from train_fixtures import loss_and_grad_norm, tiny_overrides, train_data, train_records  # noqa: F401
 
 STEPS = 8
 DS = {"training.backend": "deepspeed", "training.deepspeed.zero_stage": 2}
-# Every compared run shares these: requesting validation samples changes which training
-# samples the data pipeline yields, so runs with and without eval are not comparable.
+# Checkpoints at 4 and 8, validation at 0, 4 and 8 (which must not change training:
+# test_zero2_trains_the_same_without_validation).
 RUN = {"checkpoint.save_interval": 4, "training.eval_interval": 4, "training.eval_iters": 1}
 needs_deepspeed = pytest.mark.skipif(importlib.util.find_spec("deepspeed") is None,
                                      reason="deepspeed not installed: pip install 'megatron-biglm[deepspeed]'")
-
-
-def _train_records(run):
-    return {r["step"]: r for r in read_metrics(Path(run) / "metrics.jsonl") if r.get("kind", "train") == "train"}
-
-
-def _loss_and_norm(run):
-    return {step: (r["loss"], r["grad_norm"]) for step, r in _train_records(run).items()}
 
 
 def _exported_weights(ckpt) -> dict:
@@ -124,7 +115,7 @@ def zero2_straight(train_data, tmp_path_factory):  # noqa: F811
 @needs_deepspeed
 def test_zero2_learns_resumes_exactly_and_matches_megatron(train_data, zero2_straight, tmp_path):  # noqa: F811
     straight, res = zero2_straight
-    a = _loss_and_norm(straight)
+    a = loss_and_grad_norm(straight)
     assert sorted(a) == list(range(1, STEPS + 1)) and res.skipped_nonfinite == 0
     assert a[STEPS][0] < a[1][0] - 0.5, a  # learns real text
     assert res.last_val_loss < res.first_val_loss - 0.5, (res.first_val_loss, res.last_val_loss)
@@ -135,7 +126,7 @@ def test_zero2_learns_resumes_exactly_and_matches_megatron(train_data, zero2_str
     assert first.iteration == 4
     second = train(None, tiny_overrides(train_data, split, steps=STEPS, **extra))
     assert second.resumed_from.endswith("iter_0000004") and second.iteration == STEPS
-    assert _loss_and_norm(split) == a  # CPU fp32: bit for bit at every step
+    assert loss_and_grad_norm(split) == a  # CPU fp32: bit for bit at every step
     assert second.last_val_loss == res.last_val_loss
 
     ckpt = latest_checkpoint(split / "checkpoints")  # manifest-verified, sealed by our scheme
@@ -148,7 +139,7 @@ def test_zero2_learns_resumes_exactly_and_matches_megatron(train_data, zero2_str
     # The megatron backend on the same config: same model, data, AdamW groups, clipping and lr.
     mega = tmp_path / "megatron"
     mres = train(None, tiny_overrides(train_data, mega, steps=STEPS, **RUN))
-    m = _loss_and_norm(mega)
+    m = loss_and_grad_norm(mega)
     assert m[1][0] == a[1][0] and mres.first_val_loss == res.first_val_loss  # same initial weights
     assert mres.last_val_loss == pytest.approx(res.last_val_loss, abs=2e-5)
     for step in a:
@@ -177,6 +168,17 @@ def test_zero2_learns_resumes_exactly_and_matches_megatron(train_data, zero2_str
 
 @pytest.mark.slow
 @needs_deepspeed
+def test_zero2_trains_the_same_without_validation(train_data, zero2_straight, tmp_path):  # noqa: F811
+    run = tmp_path / "quiet"
+    quiet = {**RUN, "training.eval_interval": 0, "training.eval_iters": 0, "training.exit_after_steps": 4}
+    res = train(None, tiny_overrides(train_data, run, steps=STEPS, **DS, **quiet))
+    assert res.first_val_loss is None and zero2_straight[1].first_val_loss is not None
+    straight = loss_and_grad_norm(zero2_straight[0])
+    assert loss_and_grad_norm(run) == {step: straight[step] for step in (1, 2, 3, 4)}  # bit for bit
+
+
+@pytest.mark.slow
+@needs_deepspeed
 def test_zero2_skips_nonfinite_steps_then_stops(train_data, zero2_straight, tmp_path):  # noqa: F811
     def poisoned(step, loss):
         return loss * math.nan if step == 3 or step >= 6 else loss
@@ -185,8 +187,8 @@ def test_zero2_skips_nonfinite_steps_then_stops(train_data, zero2_straight, tmp_
     with pytest.raises(TooManyNonFinite, match="2 steps in a row"):
         train(None, tiny_overrides(train_data, run, steps=STEPS, **DS, **RUN,
                                    **{"training.max_nonfinite_in_a_row": 2}), forward_hook=poisoned)
-    recs = _train_records(run)
-    straight = _loss_and_norm(zero2_straight[0])
+    recs = train_records(run)
+    straight = loss_and_grad_norm(zero2_straight[0])
     assert [recs[s]["loss"] for s in (1, 2)] == [straight[s][0] for s in (1, 2)]
     assert recs[3]["loss"] == "nan" and recs[3]["grad_norm"] == "nan" and recs[3]["skipped_nonfinite"] == 1
     # The skipped update left finite weights and AdamW state: training goes on normally.
@@ -217,7 +219,7 @@ def test_zero2_dp2_matches_dp1_and_resumes(train_data, zero2_straight, tmp_path)
     res = run_function("tests/test_deepspeed.py:dp2_worker", nproc=2, timeout=300, kwargs=kwargs).check()
     assert all(r["first"] == 4 and r["last"] == STEPS and r["resumed_from"].endswith("iter_0000004")
                for r in res.results.values())
-    dp2, dp1 = _loss_and_norm(run), _loss_and_norm(zero2_straight[0])
+    dp2, dp1 = loss_and_grad_norm(run), loss_and_grad_norm(zero2_straight[0])
     assert sorted(dp2) == sorted(dp1)
     for step in dp1:  # DP=2 splits the same global batch over two ranks: only the sum order differs
         assert dp2[step][0] == pytest.approx(dp1[step][0], abs=2e-5), (step, dp2[step], dp1[step])
@@ -238,7 +240,7 @@ def test_other_zero_stages_follow_zero2(train_data, zero2_straight, tmp_path, ze
     """Partitioning changes where state lives, not the math: 4 steps of the same run."""
     run = tmp_path / "run"
     train(None, tiny_overrides(train_data, run, steps=STEPS, **{**DS, **RUN, **zero, "training.exit_after_steps": 4}))
-    got, ref = _loss_and_norm(run), _loss_and_norm(zero2_straight[0])
+    got, ref = loss_and_grad_norm(run), loss_and_grad_norm(zero2_straight[0])
     assert sorted(got) == [1, 2, 3, 4]
     for step in got:
         assert got[step][0] == pytest.approx(ref[step][0], abs=2e-5), (step, got[step], ref[step])

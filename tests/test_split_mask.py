@@ -234,3 +234,139 @@ def test_bad_split_gets_clear_error(split, valid, match):
     for build in (dense_split_mask, varlen_split_lengths):
         with pytest.raises((ValueError, TypeError), match=match):
             build(split, 8, valid_lengths=valid)
+
+
+# --- analytic BlockMask (no s x s grid, no compile) vs torch's create_block_mask -----------
+
+def random_flex_case(gen, max_b=4, max_s=160):
+    """A random (split, seq_len, block_size, valid_lengths), often with s % block != 0."""
+    b = int(torch.randint(1, max_b + 1, (1,), generator=gen))
+    s = int(torch.randint(1, max_s + 1, (1,), generator=gen))
+    block = int(torch.randint(1, 48, (1,), generator=gen))
+    if torch.rand(1, generator=gen) < 0.25:  # distinct q / kv block sizes
+        block = (block, int(torch.randint(1, 48, (1,), generator=gen)))
+    valid = torch.randint(1, s + 1, (b,), generator=gen) if torch.rand(1, generator=gen) < 0.5 else None
+    limit = valid if valid is not None else torch.full((b,), s)
+    split = (torch.rand(b, generator=gen) * (limit + 1)).long().clamp(max=limit)
+    if b >= 2 and torch.rand(1, generator=gen) < 0.3:
+        split[0], split[1] = 0, limit[1]  # degenerate cuts
+    return split, s, block, valid
+
+
+def listed_blocks(num, idx):
+    """Per row, the set of block indices a BlockMask list keeps (kernels read only the first num)."""
+    return [sorted(r[:n].tolist()) for r, n in zip(idx.reshape(-1, idx.shape[-1]), num.reshape(-1))]
+
+
+def test_analytic_block_mask_equals_create_block_mask_over_random_draws():
+    gen = torch.Generator().manual_seed(2024)
+    names = ("kv_num_blocks", "kv_indices", "full_kv_num_blocks", "full_kv_indices",
+             "q_num_blocks", "q_indices", "full_q_num_blocks", "full_q_indices")
+    n_tail = 0
+    for _ in range(80):
+        split, s, block, valid = random_flex_case(gen, max_s=130)
+        got = flex_split_block_mask(split, s, block_size=block, valid_lengths=valid)
+        ref = flex_split_block_mask(split, s, block_size=block, valid_lengths=valid, method="create")
+        case = f"split={split.tolist()} s={s} block={block} valid={valid}"
+        assert torch.equal(got.to_dense(), ref.to_dense()), case
+        assert got.shape == ref.shape and got.seq_lengths == ref.seq_lengths == (s, s), case
+        assert tuple(got.BLOCK_SIZE) == tuple(ref.BLOCK_SIZE), case
+        for num, idx in zip(names[0::2], names[1::2]):
+            g_num, r_num = getattr(got, num), getattr(ref, num)
+            assert g_num.dtype == r_num.dtype == torch.int32 and torch.equal(g_num, r_num), (num, case)
+            assert getattr(got, idx).shape == getattr(ref, idx).shape, (idx, case)
+            assert listed_blocks(g_num, getattr(got, idx)) == listed_blocks(r_num, getattr(ref, idx)), (idx, case)
+        n_tail += s % (block if isinstance(block, int) else block[0]) != 0
+    assert n_tail > 30, "draws must cover seq_len not a multiple of the block size"
+
+
+def test_analytic_block_mask_marks_full_and_partial_blocks_by_the_rule():
+    """Independent of torch: full blocks are all-allowed tiles, partial ones mixed, the rest empty."""
+    gen = torch.Generator().manual_seed(5)
+    for _ in range(25):
+        split, s, block, valid = random_flex_case(gen, max_s=60)
+        q_bs, kv_bs = (block, block) if isinstance(block, int) else block
+        bm = flex_split_block_mask(split, s, block_size=block, valid_lengths=valid)
+        allowed = ~brute_force_masked_out(split, s, valid)[:, 0]
+        nq, nk = -(-s // q_bs), -(-s // kv_bs)
+        padded = torch.zeros(len(split), nq * q_bs, nk * kv_bs, dtype=torch.bool)
+        padded[:, :s, :s] = allowed  # positions past seq_len count as not allowed
+        tiles = padded.view(len(split), nq, q_bs, nk, kv_bs)
+        full = tiles.all(dim=(2, 4))
+        any_ = tiles.any(dim=(2, 4))
+        from torch.nn.attention.flex_attention import _ordered_to_dense
+
+        got_full = _ordered_to_dense(bm.full_kv_num_blocks, bm.full_kv_indices, nk)[:, 0].bool()
+        got_partial = _ordered_to_dense(bm.kv_num_blocks, bm.kv_indices, nk)[:, 0].bool()
+        assert torch.equal(got_full, full)
+        assert torch.equal(got_partial, any_ & ~full)
+
+
+def test_flex_attention_with_analytic_mask_equals_dense_sdpa():
+    from torch.nn.attention.flex_attention import flex_attention
+
+    gen = torch.Generator().manual_seed(11)
+    for trial in range(8):
+        split, s, block, valid = random_flex_case(gen, max_b=3, max_s=96)
+        kv_heads = 2 if trial % 2 else 4
+        q, k, v = qkv(gen, len(split), s, 4, 8, kv_heads)
+        bm = flex_split_block_mask(split, s, block_size=block, valid_lengths=valid)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # uncompiled flex_attention warns about speed on CPU
+            got = flex_attention(q, k, v, block_mask=bm, enable_gqa=kv_heads != 4)
+        torch.testing.assert_close(got, reference_attention(q, k, v, split, valid), rtol=1e-5, atol=1e-5)
+
+
+class LargestTensorProbe:
+    """Records the largest tensor (numel) any aten op produces inside the context.
+
+    Sees every allocation torch makes on behalf of the build, which tracemalloc cannot.
+    """
+
+    def __enter__(self):
+        from torch.utils._python_dispatch import TorchDispatchMode
+        from torch.utils._pytree import tree_flatten
+
+        probe = self
+        probe.largest = 0
+
+        class Mode(TorchDispatchMode):
+            def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+                out = func(*args, **(kwargs or {}))
+                sizes = [t.numel() for t in tree_flatten(out)[0] if isinstance(t, torch.Tensor)]
+                probe.largest = max([probe.largest, *sizes])
+                return out
+
+        self._mode = Mode()
+        self._mode.__enter__()
+        return self
+
+    def __exit__(self, *exc):
+        self._mode.__exit__(*exc)
+
+
+def test_analytic_build_allocates_no_s_by_s_tensor():
+    b, s, block = 2, 8192, 128
+    split = torch.tensor([1000, 6000])
+    # the probe does see the dense grid of the eager create_block_mask (checked at a small s)
+    with LargestTensorProbe() as probe:
+        flex_split_block_mask(torch.tensor([100, 300]), 512, block_size=block, method="create")
+    assert probe.largest >= 2 * 512 * 512
+    with LargestTensorProbe() as probe:
+        bm = flex_split_block_mask(split, s, block_size=block, valid_lengths=torch.tensor([8000, s]))
+    n_blocks = s // block
+    assert probe.largest <= b * n_blocks * n_blocks, probe.largest  # vs s * s = 67M
+    held = [t for t in bm.as_tuple() if isinstance(t, torch.Tensor)]
+    assert len(held) == 8 and max(t.numel() for t in held) <= b * n_blocks * n_blocks
+
+
+def test_flex_block_mask_bad_method_or_compile_gets_clear_error():
+    split = torch.tensor([3])
+    with pytest.raises(ValueError, match="unknown BlockMask build method"):
+        flex_split_block_mask(split, 8, method="dense")
+    with pytest.raises(ValueError, match="method='create' only"):
+        flex_split_block_mask(split, 8, compile=True)
+    with pytest.raises(ValueError, match="block_size must be positive"):
+        flex_split_block_mask(split, 8, block_size=0)
+    with pytest.raises(ValueError, match=r"\[0, valid length\]"):
+        flex_split_block_mask(torch.tensor([9]), 8)

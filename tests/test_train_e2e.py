@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import signal
 import subprocess
 import sys
@@ -18,14 +17,9 @@ from megatron_biglm.training.checkpoint_dir import CheckpointError, complete_che
 from megatron_biglm.training.config import ConfigError
 from megatron_biglm.training.metrics import read_metrics
 from megatron_biglm.training.nonfinite import TooManyNonFinite
-from train_fixtures import VOCAB, tiny_overrides, train_data  # noqa: F401 (fixture)
+from train_fixtures import VOCAB, loss_and_grad_norm, tiny_overrides, train_data  # noqa: F401 (fixture)
 
 REPO = Path(__file__).resolve().parents[1]
-
-
-def _losses(run_dir):
-    return {r["step"]: (r["loss"], r["grad_norm"]) for r in read_metrics(Path(run_dir) / "metrics.jsonl")
-            if r.get("kind", "train") == "train"}
 
 
 @pytest.mark.slow
@@ -58,16 +52,19 @@ def test_tiny_run_learns_and_plots(train_data, tmp_path):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("distopt", [False, True], ids=["adam", "distributed_optimizer"])
-def test_resume_is_exact(train_data, tmp_path, distopt):
-    extra = {"optimizer.use_distributed_optimizer": distopt, "checkpoint.save_interval": 4}
+@pytest.mark.parametrize("distopt, dropout", [(False, 0.0), (True, 0.0), (True, 0.1)],
+                         ids=["adam", "distributed_optimizer", "distributed_optimizer_dropout"])
+def test_resume_is_exact(train_data, tmp_path, distopt, dropout):
+    """With dropout the resumed run must also continue the saved RNG streams."""
+    extra = {"optimizer.use_distributed_optimizer": distopt, "checkpoint.save_interval": 4,
+             "model.hidden_dropout": dropout, "model.attention_dropout": dropout}
     straight, split = tmp_path / "straight", tmp_path / "split"
     train(None, tiny_overrides(train_data, straight, steps=8, **extra))
     first = train(None, tiny_overrides(train_data, split, steps=8, **extra, **{"training.exit_after_steps": 4}))
     assert first.iteration == 4
     second = train(None, tiny_overrides(train_data, split, steps=8, **extra))
     assert second.resumed_from.endswith("iter_0000004") and second.iteration == 8
-    a, b = _losses(straight), _losses(split)
+    a, b = loss_and_grad_norm(straight), loss_and_grad_norm(split)
     assert sorted(a) == sorted(b) == list(range(1, 9))
     assert a == b  # loss and grad norm at every step, bit for bit
 
@@ -148,7 +145,7 @@ def test_sigterm_saves_and_resumes(train_data, tmp_path):
     assert "received SIGTERM" in out
     ckpt = latest_checkpoint(run / "checkpoints")  # verified complete
     state = json.loads((ckpt / "train_state.json").read_text())
-    last_logged = max(_losses(run))
+    last_logged = max(loss_and_grad_norm(run))
     assert state["iteration"] == last_logged >= 3 and ckpt.name == f"iter_{last_logged:07d}"
     assert not (run / "train_done.json").exists()
     res = train(None, tiny_overrides(train_data, run, steps=100000, **{"schedule.warmup_steps": 2,

@@ -14,8 +14,7 @@ from pathlib import Path
 import pytest
 
 from megatron_biglm.train import train
-from megatron_biglm.training.metrics import read_metrics
-from train_fixtures import tiny_overrides, train_data  # noqa: F401 (fixture)
+from train_fixtures import tiny_overrides, train_data, train_records  # noqa: F401 (fixture)
 
 REPO = Path(__file__).resolve().parents[1]
 STEPS = 6
@@ -32,7 +31,7 @@ def _torchrun(overrides, timeout=240):
 
 
 def _losses(run):
-    return [r["loss"] for r in read_metrics(Path(run) / "metrics.jsonl") if r.get("kind", "train") == "train"]
+    return [r["loss"] for r in train_records(run).values()]
 
 
 @pytest.fixture(scope="module")

@@ -1,6 +1,6 @@
 """Fixtures for the training-driver tests: a real tokenizer and indexed Shakespeare data,
 made with the project's own tokenizer trainer and preprocessing tool (the quickstart path),
-plus the overrides of a tiny, fast CPU run."""
+the overrides of a tiny, fast CPU run, and readers of what a run logged."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -47,3 +47,15 @@ def tiny_overrides(data: TrainData, run_dir: Path, steps: int = 20, **extra) -> 
     }
     over.update(extra)
     return [f"{k}={v}" for k, v in over.items()]
+
+
+def train_records(run_dir) -> dict:
+    """step -> the logged training record (validation records left out), from metrics.jsonl."""
+    from megatron_biglm.training.metrics import read_metrics
+
+    return {r["step"]: r for r in read_metrics(Path(run_dir) / "metrics.jsonl") if r.get("kind", "train") == "train"}
+
+
+def loss_and_grad_norm(run_dir) -> dict:
+    """step -> (loss, grad norm): what exactness tests compare, bit for bit."""
+    return {step: (r["loss"], r["grad_norm"]) for step, r in train_records(run_dir).items()}

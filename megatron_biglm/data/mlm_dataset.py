@@ -13,6 +13,7 @@ and BlendedDataset) are megatron's. What changes:
 from __future__ import annotations
 
 import hashlib
+import json
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -62,11 +63,24 @@ class MaskedLMDataset(GPTDataset):
 
     def __init__(self, indexed_dataset, dataset_path, indexed_indices, num_samples, index_split, config):
         super().__init__(indexed_dataset, dataset_path, indexed_indices, num_samples, index_split, config)
-        # Distinct masking streams per (corpus, split): sample i of two corpora must not share draws.
-        stream_key = int(hashlib.md5(self.unique_description.encode()).hexdigest()[:8], 16)
-        self._bitgen = np.random.PCG64(np.random.SeedSequence([config.random_seed, stream_key]))
+        self._bitgen = np.random.PCG64(np.random.SeedSequence([config.random_seed, self.masking_stream_key()]))
         self._base_state = self._bitgen.state
         self._generator = np.random.Generator(self._bitgen)
+
+    def masking_stream_key(self) -> int:
+        """A 32-bit key naming this dataset's masking stream: distinct per (corpus, split), so
+        sample i of two corpora or two splits never shares draws.
+
+        It is megatron's identity of the dataset, except that of the split matrix only this
+        split's own bookends count: the builder drops unrequested splits from the matrix, and
+        requesting validation samples must not change how training samples are masked.
+        """
+        identity = dict(self.unique_identifiers)
+        matrix = identity.pop("split_matrix", None)
+        identity.pop("split", None)  # the split text; its effect on this split is the bookends
+        identity["split_bookends"] = matrix[self.index_split.value] if matrix else None
+        description = json.dumps(identity, default=lambda obj: obj.unique_identifiers)
+        return int(hashlib.md5(description.encode()).hexdigest()[:8], 16)
 
     @staticmethod
     def _key_config_attributes() -> list[str]:

@@ -16,8 +16,11 @@ Design:
   * The .bin/.idx are written by megatron-core's `IndexedDatasetBuilder` under temporary
     names, then renamed (`indexed_tools.AtomicIndexedWriter`): an interrupted run leaves no
     .idx that looks valid.
-  * Workers start with `spawn`: they import only this module, numpy and `tokenizers` (not
-    torch, megatron or transformers) and are safe however the parent process was set up.
+  * Workers start with `spawn`: they import this module, numpy and `tokenizers` (not torch,
+    megatron or transformers) and are safe however the parent process was set up. Like any
+    spawned process they also re-import the calling script (`__main__`): a script calling
+    `preprocess(workers>1)` must keep its work, and ideally its heavy imports, under
+    `if __name__ == "__main__":`. Each worker costs ~0.5 CPU-s to start.
 """
 from __future__ import annotations
 

@@ -160,10 +160,15 @@ def make_loader(dataset, consumed_samples: int, micro_batch_size: int, data_para
 
     ``total_samples`` (default ``len(dataset)``) ends the iteration; pass
     ``PretrainDatasets.train_samples`` for training.
+
+    The loader has its own generator: a DataLoader draws a base seed for its workers each
+    time it is iterated, from the global torch generator unless given one, which would shift
+    the training RNG streams (dropout) whenever a loader is opened (at resume, for each
+    validation). Samples are pure functions of their index, so that seed changes nothing else.
     """
     sampler = ResumableSampler(len(dataset) if total_samples is None else total_samples, consumed_samples,
                                micro_batch_size, data_parallel_rank, data_parallel_size)
     return torch.utils.data.DataLoader(
         dataset, batch_sampler=sampler, num_workers=num_workers, collate_fn=collate_masked_lm,
-        persistent_workers=num_workers > 0,
+        persistent_workers=num_workers > 0, generator=torch.Generator().manual_seed(0),
     )

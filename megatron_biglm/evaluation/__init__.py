@@ -2,14 +2,16 @@
 
 `import megatron_biglm.evaluation` registers two lm-eval models, lazily (nothing heavy is
 imported until lm-eval asks for the class):
-  `biglm`   our model: an exported HF directory (a megatron checkpoint is not loadable yet)
+  `biglm`   our model: an exported HF directory, or a megatron checkpoint (any TP/PP) run
+            in-process at TP=1/PP=1
   `hf-mlm`  any HF `AutoModelForMaskedLM`
 lm-eval has no plugin entry point for models, so use them through `simple_evaluate` after
 this import, through `tools/eval_zero_shot.py`, or through lm-eval's own CLI as
 `python -m megatron_biglm.evaluation run --model hf-mlm ...`.
 
 Layout: `scoring/` (the rules, model-agnostic), `runner.py` (batching, prefix reuse),
-`protocol.py` (what a model must provide), `hf_adapter.py`, `lm.py`/`models.py` (lm-eval
+`protocol.py` (what a model must provide), `hf_adapter.py`, `megatron_adapter.py` +
+`megatron_checkpoint.py` (our megatron model in-process), `lm.py`/`models.py` (lm-eval
 models), `tasks.py` (paper suite, offline task YAMLs, table), `training_hook.py`.
 """
 from __future__ import annotations

@@ -1,11 +1,14 @@
 """The lm-eval models we register: `hf-mlm` (any HF masked LM) and `biglm` (our models).
 
 Model arguments (lm-eval `--model_args k=v,...`, or keyword arguments):
-  pretrained / path   HF directory, or an already loaded model object
-  tokenizer           tokenizer directory or object (default: same as the model)
+  pretrained / path   HF directory, or an already loaded model object; for `biglm` also a
+                      megatron checkpoint (root, iter_* folder or run directory, any TP/PP)
+  tokenizer           tokenizer directory or object (default: same as the model; for a
+                      megatron checkpoint the run's data.tokenizer)
   scoring             beam (default) | oneshot | pll | l2r;  beam: beam width (default 1)
   batch_size          rows per forward pass (default 16; lm-eval's "auto" means 16)
-  device, dtype       e.g. cpu / cuda:0, float32 / bfloat16 / float16 / float64
+  device, dtype       e.g. cpu / cuda:0, float32 / bfloat16 / float16 / float64 / auto
+                      (megatron checkpoints: not float64; auto = the stored dtype)
   split_attention     auto | on | off   (how context rows are restricted; see hf_adapter)
   prefix_cache        auto | on | off   (whether the adapter may cache prefix keys/values)
   prefix_reuse        auto | on | off   (whether scoring uses that cache)
@@ -22,6 +25,7 @@ from typing import Any
 
 from .hf_adapter import HFMaskedLMAdapter
 from .lm import MaskedLMEvalLM
+from .megatron_checkpoint import is_megatron_checkpoint
 from .protocol import SpecialTokens
 
 log = logging.getLogger(__name__)
@@ -131,37 +135,67 @@ class HFMaskedLMEvalLM(MaskedLMEvalLM):
 
 
 class BiGLMEvalLM(HFMaskedLMEvalLM):
-    """`biglm`: an exported HF directory of our model (native EuroBERT layout) or, once the
-    training issue's checkpoint format exists, a megatron checkpoint run in-process.
+    """`biglm`: our model, from an exported HF directory (native EuroBERT layout) or from a
+    megatron checkpoint (a checkpoint root, one `iter_*` folder or a run directory; saved at
+    any TP/PP), run in-process at TP=1/PP=1 with the run's own tokenizer (or `tokenizer=`).
 
     Split attention defaults to "on": BiGLM is trained with it, so an export that cannot apply
-    it is refused rather than silently scored with full attention."""
+    it is refused rather than silently scored with full attention. The megatron path applies
+    it natively and has no prefix cache (`prefix_cache=on` is refused there: evaluate the
+    `to_hf` export for prefix reuse; its scores are the same)."""
 
     default_split_attention = "on"
 
-    def _load(self, source, **kwargs):
-        path = Path(source)
-        if is_megatron_checkpoint(path):
-            raise NotImplementedError(
-                f"{path} is a megatron checkpoint. Loading megatron checkpoints in-process (any "
-                "TP/PP) needs the training issue's checkpoint loader and model provider "
-                "(megatron_biglm.training), which do not exist yet. Export the checkpoint to an HF "
-                "directory and pass path=EXPORT_DIR, or evaluate that directory with hf-mlm.")
-        if not (path / "config.json").is_file():
+    def __init__(self, pretrained=None, path=None, tokenizer=None, **kwargs):
+        source = pretrained if pretrained is not None else path
+        if isinstance(source, (str, os.PathLike)) and is_megatron_checkpoint(source):
+            self._init_megatron(source, tokenizer, **kwargs)
+            return
+        if isinstance(source, (str, os.PathLike)) and not (Path(source) / "config.json").is_file():
             raise FileNotFoundError(
-                f"{path} is neither an exported HF directory (no config.json) nor a megatron "
-                "checkpoint (no `latest` file or iter_* folders); pass path=DIR of one of them")
-        return super()._load(source, **kwargs)
+                f"{source} is neither an exported HF directory (no config.json) nor a megatron "
+                "checkpoint (no `latest`, COMPLETE.json, checkpoints/latest or iter_* folders); "
+                "pass path=DIR of one of them")
+        super().__init__(pretrained=pretrained, path=path, tokenizer=tokenizer, **kwargs)
 
+    def _init_megatron(self, source, tokenizer, scoring: str = "beam", beam: int = 1,
+                       batch_size=DEFAULT_BATCH_SIZE, max_batch_size=None,
+                       device: str | None = None, dtype: str = "float32", split_attention=None,
+                       prefix_cache=None, prefix_reuse=None, add_eos: bool = False,
+                       max_length: int | None = None, trust_remote_code: bool = False,
+                       progress: bool = True, **unknown):
+        from .megatron_adapter import MegatronMaskedLMAdapter
+        from .megatron_checkpoint import load_megatron_checkpoint
 
-def is_megatron_checkpoint(path: Path) -> bool:
-    """The layout of megatron_biglm.training.checkpoint_dir (`latest`, `iter_*/COMPLETE.json`)
-    or of a bare dist_checkpointing folder (`.metadata`)."""
-    path = Path(path)
-    if not path.is_dir():
-        return False
-    markers = ("latest", "latest_checkpointed_iteration.txt", "COMPLETE.json", ".metadata")
-    return any((path / m).exists() for m in markers) or any(path.glob("iter_*"))
+        if unknown:
+            raise TypeError(f"unknown model argument(s) {sorted(unknown)}; see "
+                            "megatron_biglm/evaluation/models.py for the supported ones")
+        if tristate(prefix_cache, "prefix_cache") == "on":
+            raise ValueError(f"prefix_cache=on is not available for a megatron checkpoint ({source}): "
+                             "export it with `convert_checkpoint.py to-hf` and evaluate path=EXPORT_DIR "
+                             "for prefix reuse, or drop prefix_cache")
+        split = tristate(split_attention, "split_attention") if split_attention is not None else "on"
+        loaded = load_megatron_checkpoint(source, tokenizer=tokenizer, device=resolve_device(device),
+                                          dtype=str(dtype))
+        model_max = int(loaded.checkpoint.model_config.seq_length)
+        adapter = MegatronMaskedLMAdapter(
+            loaded.model, SpecialTokens.from_tokenizer(loaded.tokenizer),
+            vocab_size=loaded.checkpoint.model_config.vocab_size,
+            max_length=min(int(max_length), model_max) if max_length else model_max,
+            split_attention=split != "off")
+        self.load_notes = loaded.notes
+        MaskedLMEvalLM.__init__(self, adapter, loaded.tokenizer, scoring=scoring, beam=beam,
+                                batch_size=batch_size_arg(batch_size),
+                                prefix_reuse=tristate(prefix_reuse, "prefix_reuse"),
+                                add_eos=bool(add_eos), progress=progress)
+        log.info("megatron checkpoint ready: %s; %s", "; ".join(loaded.notes),
+                 self.get_model_info()["masked_lm_eval"])
+
+    def get_model_info(self):
+        info = super().get_model_info()
+        if getattr(self, "load_notes", None):
+            info["masked_lm_eval"]["load_notes"] = list(self.load_notes)
+        return info
 
 
 def _max_length(model, tokenizer) -> int:

@@ -179,7 +179,7 @@ def write_checkpoint(plan: ImportPlan, output_dir: Path, tp: int, pp: int, progr
 
     from megatron_biglm.model import model_provider
     from megatron_biglm.model.standalone import init_single_process
-    from megatron_biglm.training.checkpoint_dir import new_temp_dir, seal
+    from megatron_biglm.training.checkpoint_files import begin_checkpoint, seal_when_written
 
     created_group = not dist.is_initialized()
     if torch.cuda.is_available():
@@ -206,19 +206,11 @@ def write_checkpoint(plan: ImportPlan, output_dir: Path, tp: int, pp: int, progr
         if unfilled:
             raise VerificationError(f"rank {rank}: parameters not covered by the HF weights: {unfilled[:4]}")
         dist.barrier()  # every rank has checked that the output is new before rank 0 writes into it
-        temp = [str(new_temp_dir(output_dir, 0)) if rank == 0 else None]
-        dist.broadcast_object_list(temp, src=0)
-        temp = Path(temp[0])
-        if rank == 0:
-            (temp / "dist").mkdir()
-        dist.barrier()
+        temp = begin_checkpoint(output_dir, 0, subdirs=("dist",))  # the trainer's own temp-dir protocol
         dist_checkpointing.save({"model": model.sharded_state_dict()}, str(temp / "dist"))
         if rank == 0:
             _write_metadata(plan, temp, output_dir, tp, pp, dist.get_world_size())
-        dist.barrier()
-        final = seal(temp, 0) if rank == 0 else None
-        dist.barrier()
-        return final or output_dir / "iter_0000000"
+        return seal_when_written(temp, 0)
     finally:
         if created_group:
             parallel_state.destroy_model_parallel()
@@ -264,7 +256,8 @@ def _spawn_ranks(hf_dir: Path, output_dir: Path, tp: int, pp: int, progress: boo
     """Run the import on TP×PP local processes with torchrun; stream their output to stderr."""
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nnodes", "1",
            "--nproc-per-node", str(tp * pp), "-m", "megatron_biglm.export.convert_cli", "from-hf",
-           "--hf", str(hf_dir), "--output", str(output_dir), "--tp", str(tp), "--pp", str(pp), "--no-verify"] + ([] if progress else ["--quiet"])
+           "--hf", str(hf_dir), "--output", str(output_dir), "--tp", str(tp), "--pp", str(pp), "--no-verify"]
+    cmd += [] if progress else ["--quiet"]
     env = dict(os.environ)
     env.setdefault("OMP_NUM_THREADS", "1")
     repo_root = str(Path(__file__).resolve().parents[2])
@@ -296,11 +289,13 @@ def verify_import(plan: ImportPlan, checkpoint: Path) -> ConversionSummary:
     if padding:
         notes.append(f"{padding} vocabulary padding rows were added as zeros (megatron pads to a "
                      f"multiple of {plan.model_config.make_vocab_size_divisible_by})")
+    root = checkpoint.parent
     notes.append(f"weights only (train_state.json: \"{WEIGHTS_ONLY_KEY}\": true): start training or "
-                 f"fine-tuning with checkpoint.load={checkpoint.parent}; model.preset={checkpoint.parent / 'model_preset.yaml'}")
+                 f"fine-tuning with checkpoint.load={root}; model.preset={root / 'model_preset.yaml'}")
+    hf_parameters = sum(math.prod(s) for s in hf_tensor_shapes(plan.shape).values())
     return ConversionSummary(
         direction="HF -> megatron", source=str(plan.hf_dir), output=str(checkpoint),
-        tensors=comparison.tensors, source_parameters=sum(math.prod(s) for s in hf_tensor_shapes(plan.shape).values()),
+        tensors=comparison.tensors, source_parameters=hf_parameters,
         output_parameters=saved.numel(), max_abs_diff=comparison.max_abs_diff, worst_tensor=comparison.worst,
         dtype=str(plan.dtype).replace("torch.", ""), files=sorted(str(p) for p in (checkpoint / "dist").iterdir()),
         skipped={**report.ignored}, notes=notes)
@@ -312,7 +307,8 @@ def from_hf(hf_dir, output_dir, *, tp: int = 1, pp: int = 1, progress: bool = Tr
 
     From one process with TP×PP > 1 this starts TP×PP torchrun ranks; inside a launched job
     every rank must call it. Returns the verified summary (None on ranks other than 0, or when
-    `verify` is False).
+    `verify` is False). A script calling it needs an ``if __name__ == "__main__":`` guard:
+    megatron's `dist_checkpointing.save` starts a spawn-based helper process.
     """
     plan = plan_import(hf_dir, tp, pp)
     output_dir = Path(output_dir).expanduser()

@@ -6,9 +6,11 @@ reassembles whatever TP/PP pieces the run saved), mapped to HF names one tensor 
 in memory (`hf_files.save_safetensors_stream`). No model is built and no process group is
 needed, so a 3.5B model never exists twice in memory.
 
-The directory is written under a temporary name beside `output_dir`, read back and compared
-with the checkpoint, and only then renamed into place: a failed export leaves nothing that
-would load.
+Before any tensor is converted, every stored model item is checked against the CRC-32 it was
+saved with (`dist_checksums`; the trainer's manifest already refuses missing and truncated
+files). The directory is written under a temporary name beside `output_dir`, read back and
+compared with the checkpoint, and only then renamed into place: a failed export leaves
+nothing that would load.
 """
 from __future__ import annotations
 
@@ -22,6 +24,7 @@ from pathlib import Path
 import torch
 
 from .conversion_summary import ConversionSummary, VerificationError, compare_written, with_progress
+from .dist_checksums import verify_dist_checksums
 from .hf_config import architecture_from_hf_config, hf_config_from_biglm, shape_from_biglm_config
 from .hf_files import DEFAULT_MAX_SHARD_BYTES, HFWeights, save_safetensors_stream
 from .model_card import model_card
@@ -79,6 +82,10 @@ def to_hf(checkpoint_dir, output_dir, *, tokenizer: str | None = None, dtype: st
         notes.append(f"the checkpoint mixes dtypes {stored}; exported as float32")
     report = ConversionReport()
     stream = megatron_to_hf(weights, shape, report=report)  # checks every key before reading
+    checksums = verify_dist_checksums(checkpoint.dist_dir)  # flipped bytes keep the file size
+    notes.append(f"{checksums.checked} stored model items passed their CRC-32 check"
+                 + (f"; {checksums.unchecked} are not zip archives and were not checked" if checksums.unchecked
+                    else ""))
 
     output_dir.parent.mkdir(parents=True, exist_ok=True)
     temp = Path(tempfile.mkdtemp(prefix=f".{output_dir.name}.partial-", dir=output_dir.parent))
@@ -96,7 +103,7 @@ def to_hf(checkpoint_dir, output_dir, *, tokenizer: str | None = None, dtype: st
         comparison = compare_written(written, megatron_to_hf(checkpoint.weights(), shape))
         if cast is None and comparison.max_abs_diff != 0.0:
             raise VerificationError(f"the written weights differ from the checkpoint by up to "
-                                    f"{comparison.max_abs_diff} (at {comparison.worst}); do not use {temp}")
+                                    f"{comparison.max_abs_diff} (at {comparison.worst}); the export was discarded")
         _check_reloadable(temp, shape)
         make_shareable(temp)
         if output_dir.exists():
@@ -112,7 +119,8 @@ def to_hf(checkpoint_dir, output_dir, *, tokenizer: str | None = None, dtype: st
         direction="megatron -> HF", source=str(checkpoint.path), output=str(output_dir),
         tensors=comparison.tensors, source_parameters=weights.numel(), output_parameters=parameters,
         max_abs_diff=comparison.max_abs_diff, worst_tensor=comparison.worst, dtype=_dtype_name(out_dtype),
-        files=[str(output_dir / f.name) for f in files], skipped={**weights.skipped, **report.ignored}, notes=notes)
+        files=[str(output_dir / f.name) for f in files], skipped={**weights.skipped, **report.ignored},
+        notes=notes)
     logger.info("%s", summary.format())
     return summary
 

@@ -23,8 +23,9 @@ def model_card(checkpoint, *, parameters: int, tokenizer_source: str, dtype: str
              ("parameters", f"{parameters:,} (tied input/output embedding counted once)"),
              ("layers / hidden / FFN", f"{mc.num_layers} / {mc.hidden_size} / {mc.ffn_hidden_size}"),
              ("heads / KV groups / head dim", f"{mc.num_attention_heads} / {mc.query_groups} / {mc.head_dim}"),
-             ("vocabulary", f"{mc.vocab_size} (megatron padded to {mc.padded_vocab_size}; padding rows not exported)"),
-             ("max positions / RoPE base / RMSNorm eps", f"{mc.seq_length} / {mc.rotary_base:g} / {mc.norm_epsilon:g}"),
+             ("vocabulary", f"{mc.vocab_size} (megatron pads to {mc.padded_vocab_size}; padding not exported)"),
+             ("max positions / RoPE base / RMSNorm eps",
+              f"{mc.seq_length} / {mc.rotary_base:g} / {mc.norm_epsilon:g}"),
              ("weights dtype", dtype), ("tokenizer", f"`{tokenizer_source}`")]
     if checkpoint.weights_only:
         source = checkpoint.train_state.get("source", {})

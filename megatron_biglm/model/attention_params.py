@@ -12,7 +12,7 @@ a VarlenSplit there would crash; `packed_seq_params` reaches the core attention 
 
 Representations (one per backend, nothing else is built):
   sdpa, local -> `dense_mask` [b,1,s,s] bool, True = masked out (megatron's convention)
-  flex        -> `block_mask`, a FlexAttention BlockMask (no s x s tensor once compiled)
+  flex        -> `block_mask`, a FlexAttention BlockMask (built analytically: no s x s tensor)
   flash       -> `varlen`, the cu_seqlens/indices of the two flash-attn varlen calls
   all None    -> full bidirectional attention (variants `mlm`, `no_attn`; split is None)
 """
@@ -102,15 +102,13 @@ def build_attention_params(
     valid_lengths: Optional[torch.Tensor] = None,
     device: "torch.device | str | None" = None,
     flex_block_size: int = 128,
-    flex_compile: Optional[bool] = None,
 ) -> BiGLMAttentionParams:
     """Build the mask for `backend` (already resolved) from `split`.
 
     `split` None means full attention. With right padding (`valid_lengths`) and no split, the
     split rule with split = valid_lengths is exactly "attend to valid keys only", so padding
-    reuses the same builders. `flex_compile` (default: on CUDA) builds the BlockMask with
-    torch.compile: the eager build evaluates the rule on a dense b x s x s grid (1.3 GB at
-    s = 8192, b = 2), the compiled one does not; compiling costs ~30 s once per process.
+    reuses the same builders. The flex BlockMask is computed from per-block arithmetic
+    (`flex_split_block_mask`'s analytic method): no s x s grid and no torch.compile, on any device.
     """
     if backend not in ("sdpa", "local", "flex", "flash"):
         raise ValueError(f"build_attention_params needs a resolved backend, got {backend!r}")
@@ -125,11 +123,8 @@ def build_attention_params(
         mask = dense_split_mask(split, seq_len, valid_lengths=valid_lengths)
         return BiGLMAttentionParams(backend=backend, dense_mask=mask)
     if backend == "flex":
-        if flex_compile is None:
-            flex_compile = torch.device(device if device is not None else split.device).type == "cuda"
         block_mask = flex_split_block_mask(
-            split, seq_len, block_size=flex_block_size, valid_lengths=valid_lengths,
-            compile=flex_compile,
+            split, seq_len, block_size=flex_block_size, valid_lengths=valid_lengths
         )
         return BiGLMAttentionParams(backend=backend, block_mask=block_mask)
     return BiGLMAttentionParams(

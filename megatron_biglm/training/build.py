@@ -10,6 +10,7 @@ import os
 from dataclasses import dataclass
 
 import numpy as np
+import patches
 import torch
 from megatron.core import parallel_state
 from megatron.core.distributed import DistributedDataParallel, DistributedDataParallelConfig, finalize_model_grads
@@ -75,6 +76,7 @@ def build_model(config: RunConfig, mc, precision: str):
 
 
 def build_optimizer(config: RunConfig, model_chunks, precision: str):
+    """megatron's optimizer over the DDP chunks, with the checkpoint fixes from patches/."""
     o = config.optimizer
     ocfg = OptimizerConfig(
         optimizer="adam", lr=o.lr, min_lr=o.min_lr, weight_decay=o.weight_decay, adam_beta1=o.adam_beta1,
@@ -82,6 +84,9 @@ def build_optimizer(config: RunConfig, model_chunks, precision: str):
         fp16=False, params_dtype=torch.bfloat16 if precision == "bf16" else torch.float32,
         use_distributed_optimizer=o.use_distributed_optimizer)
     optimizer = get_megatron_optimizer(ocfg, model_chunks)
+    # Makes the distributed optimizer's checkpoints save and load exactly (a no-op for the
+    # plain optimizer); checkpoint.py then saves and loads with patches.DISTOPT_METADATA.
+    patches.apply_distopt_checkpoint_fixes(optimizer)
     model_chunks[0].config.grad_scale_func = optimizer.scale_loss
     return optimizer
 

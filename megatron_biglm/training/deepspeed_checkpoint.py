@@ -19,12 +19,10 @@ import contextlib
 import json
 from pathlib import Path
 
-import torch
-import torch.distributed as dist
-
-from megatron_biglm.training.checkpoint import _barrier, _broadcast_path, _rank, rng_state, set_rng_state
-from megatron_biglm.training.checkpoint_dir import CheckpointError, new_temp_dir, seal
-from megatron_biglm.training.config import RunConfig, save_resolved
+from megatron_biglm.training.checkpoint_dir import CheckpointError
+from megatron_biglm.training.checkpoint_files import begin_checkpoint, restore_rng, seal_checkpoint, world_size
+from megatron_biglm.training.config import RunConfig
+from megatron_biglm.training.schedule import resume_scheduler
 
 CHECKPOINT_SUBDIR, CHECKPOINT_TAG = "deepspeed", "state"
 
@@ -33,26 +31,12 @@ def save_checkpoint(root: Path, iteration: int, model_chunks, optimizer, schedul
                     train_state: dict, config: RunConfig, signature: dict) -> Path:
     """Write `root/iter_N` atomically (every rank writes its ZeRO shard); return its path."""
     engine = model_chunks[0]
-    tmp = None
-    if _rank() == 0:
-        tmp = new_temp_dir(root, iteration)
-        (tmp / "rng").mkdir()
-        (tmp / "dist").mkdir()
-    tmp = _broadcast_path(tmp)
+    tmp = begin_checkpoint(root, iteration, subdirs=("dist",))
     engine.save_checkpoint(str(tmp / CHECKPOINT_SUBDIR), tag=CHECKPOINT_TAG, save_latest=False)
     save_model_weights(engine, tmp / "dist")
-    torch.save(rng_state(), tmp / "rng" / f"rank_{_rank():05d}.pt")
-    if _rank() == 0:
-        state = dict(train_state, iteration=iteration, scheduler=scheduler.state_dict(),
-                     world_size=dist.get_world_size() if dist.is_initialized() else 1, tp=1, pp=1,
-                     dp=engine.dp_world_size, zero_stage=engine.zero_optimization_stage())
-        (tmp / "train_state.json").write_text(json.dumps(state, indent=1))
-        (tmp / "model_signature.json").write_text(json.dumps(signature, indent=1))
-        save_resolved(config, tmp / "config.yaml")
-    _barrier()
-    final = seal(tmp, iteration, keep_last=config.checkpoint.keep_last) if _rank() == 0 else None
-    _barrier()
-    return _broadcast_path(final)
+    state = dict(train_state, iteration=iteration, scheduler=scheduler.state_dict(), world_size=world_size(),
+                 tp=1, pp=1, dp=engine.dp_world_size, zero_stage=engine.zero_optimization_stage())
+    return seal_checkpoint(tmp, iteration, state, signature, config)
 
 
 def save_model_weights(engine, folder: Path) -> None:
@@ -78,10 +62,6 @@ def load_checkpoint(path: Path, model_chunks, optimizer, scheduler) -> dict:  # 
     if loaded is None:
         raise CheckpointError(f"DeepSpeed could not load {path / CHECKPOINT_SUBDIR}/{CHECKPOINT_TAG}; "
                               f"point checkpoint.load at another checkpoint")
-    scheduler.num_steps = 0
-    scheduler.step(int(state["scheduler"]["num_steps"]))  # schedule shape comes from this run's config
-    rng_file = path / "rng" / f"rank_{_rank():05d}.pt"
-    if rng_file.is_file():
-        set_rng_state(torch.load(rng_file, weights_only=False))
-    state["rng_restored"] = rng_file.is_file()
+    resume_scheduler(scheduler, state["scheduler"]["num_steps"])
+    state["rng_restored"] = restore_rng(path, state["world_size"])  # same size: check_resume ensures it
     return state

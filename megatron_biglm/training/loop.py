@@ -6,7 +6,8 @@
         save every checkpoint.save_interval; stop cleanly on SIGTERM/SIGUSR1
 
 `callbacks` are called as `cb(step, loop_state)` after each step on every rank (the
-in-training evaluation hook plugs in here).
+in-training evaluation hook plugs in here). Validation and callbacks run with the RNG
+streams saved and restored around them, so they never change the training trajectory.
 """
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from dataclasses import dataclass, field
 import torch
 
 from megatron_biglm.training.flops import ModelShape, mfu, train_step_flops
+from megatron_biglm.training.rng import preserved_rng
 from megatron_biglm.training.step import evaluate, train_step
 
 
@@ -76,9 +78,10 @@ def run(c: Components, state: LoopState) -> LoopState:
     def validate():
         if c.valid_iter_fn is None:
             return
-        val = c.evaluate_fn(c.model_chunks, c.valid_iter_fn(), iters=t.eval_iters,
-                            num_microbatches=c.num_microbatches, seq_length=seq, micro_batch_size=mbs,
-                            device=c.info.device, use_split_mask=c.use_split_mask)
+        with preserved_rng():  # training must not depend on whether or how often it validates
+            val = c.evaluate_fn(c.model_chunks, c.valid_iter_fn(), iters=t.eval_iters,
+                                num_microbatches=c.num_microbatches, seq_length=seq, micro_batch_size=mbs,
+                                device=c.info.device, use_split_mask=c.use_split_mask)
         state.last_val_loss = val
         if state.first_val_loss is None:
             state.first_val_loss = val
@@ -122,8 +125,10 @@ def run(c: Components, state: LoopState) -> LoopState:
             window.update(t0=time.time(), steps=0, flops=0.0, tokens=0, loss_sum=0.0, loss_n=0)
         if t.eval_interval > 0 and state.iteration % t.eval_interval == 0:
             validate()
-        for cb in c.callbacks:
-            cb(state.iteration, state)
+        if c.callbacks:
+            with preserved_rng():  # e.g. zero-shot evaluation (lm-eval reseeds the global generators)
+                for cb in c.callbacks:
+                    cb(state.iteration, state)
         stop = c.stop.should_stop()
         if stop or state.iteration % cfg.checkpoint.save_interval == 0:
             path = c.save_fn(state)

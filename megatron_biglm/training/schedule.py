@@ -49,3 +49,11 @@ def lr_curve(config: RunConfig) -> list[float]:
         sched.step(1)
         out.append(_Groups.param_groups[0]["lr"])
     return out
+
+
+def resume_scheduler(scheduler: OptimizerParamScheduler, num_steps: int) -> None:
+    """Advance a fresh scheduler to a checkpoint's step count. Only the count is restored:
+    the schedule's shape (lr, warmup, decay) comes from this run's config, so a resumed run
+    may change it."""
+    scheduler.num_steps = 0
+    scheduler.step(int(num_steps))

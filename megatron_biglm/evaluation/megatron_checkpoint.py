@@ -1,0 +1,94 @@
+"""Load a megatron-biglm checkpoint for evaluation in this process (TP=1, PP=1).
+
+The checkpoint may have been saved at any TP/PP: `load_model_weights` reshards it to the
+in-process layout. The tokenizer is the run's own (`data.tokenizer` of the saved run config),
+loaded exactly as training loaded it, or one passed explicitly (checked against the run's).
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+#: model-arg dtype -> megatron params dtype ("auto": the checkpoint's stored dtype)
+_PARAMS_DTYPE = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16"}
+
+
+@dataclass
+class LoadedMegatron:
+    model: object          # BiGLMModel, eval mode, on the requested device
+    tokenizer: object
+    checkpoint: object     # megatron_biglm.export.run_checkpoint.TrainedCheckpoint
+    notes: list
+
+
+def is_megatron_checkpoint(path) -> bool:
+    """The trainer's layout: a checkpoint root (`latest`), one `iter_*` folder
+    (`COMPLETE.json`), a run directory (`checkpoints/latest`), or a folder of `iter_*`.
+    An HF directory (config.json) never counts, even if it sits inside a run."""
+    path = Path(path).expanduser()
+    if not path.is_dir() or (path / "config.json").is_file():
+        return False
+    markers = ("latest", "COMPLETE.json", "checkpoints/latest", ".metadata")
+    return any((path / m).exists() for m in markers) or any(path.glob("iter_*"))
+
+
+def _params_dtype(dtype: str, checkpoint) -> str:
+    if dtype == "auto":
+        stored = checkpoint.weights().stored_dtypes()
+        return {torch.bfloat16: "bf16", torch.float16: "fp16"}.get(stored[0], "fp32") \
+            if len(stored) == 1 else "fp32"
+    if dtype not in _PARAMS_DTYPE:
+        raise ValueError(f"a megatron checkpoint runs in one of {sorted(_PARAMS_DTYPE)} or auto, "
+                         f"not {dtype!r}")
+    return _PARAMS_DTYPE[dtype]
+
+
+def _tokenizer(checkpoint, override, notes: list):
+    from megatron_biglm.export.tokenizer_check import TokenizerMismatch, load_export_tokenizer
+
+    if override is not None and not isinstance(override, (str, os.PathLike)):
+        return override  # a tokenizer object: the caller vouches for it
+    try:
+        tok, source, more = load_export_tokenizer(
+            checkpoint.model_config.vocab_size, checkpoint.run_config.data.tokenizer,
+            None if override is None else str(override))
+    except TokenizerMismatch as exc:
+        raise ValueError(f"{checkpoint.path}: {exc}\n  (for the biglm lm-eval model pass "
+                         "tokenizer=DIR in the model args)") from None
+    notes.extend(more)
+    notes.append(f"tokenizer: {source}")
+    return tok
+
+
+def load_megatron_checkpoint(path, *, tokenizer=None, device: str = "cpu",
+                             dtype: str = "float32") -> LoadedMegatron:
+    """Build the model at TP=1/PP=1 in this process, load the checkpoint's weights into it
+    and find its tokenizer. Sets up a one-process group (gloo on CPU) when none exists."""
+    from megatron_biglm.export.run_checkpoint import open_checkpoint
+    from megatron_biglm.export.weights_only import load_model_weights
+    from megatron_biglm.model import init_single_process, model_provider
+
+    checkpoint = open_checkpoint(path)  # clear CheckpointError for missing/partial folders
+    notes: list = []
+    tok = _tokenizer(checkpoint, tokenizer, notes)
+    params_dtype = _params_dtype(dtype, checkpoint)
+    init_single_process(tp=1, pp=1)
+    _ensure_rng_tracker()
+    model = model_provider(True, True, config=checkpoint.model_config, params_dtype=params_dtype)
+    load_model_weights(checkpoint.path, model)
+    saved = checkpoint.run_config.parallelism
+    notes.append(f"loaded {checkpoint.path} (saved at TP={saved.tensor_model_parallel_size}, "
+                 f"PP={saved.pipeline_model_parallel_size}) at TP=1, PP=1, {params_dtype}")
+    return LoadedMegatron(model.to(device).eval(), tok, checkpoint, notes)
+
+
+def _ensure_rng_tracker() -> None:
+    """megatron's layers draw their (overwritten) init from the model-parallel RNG tracker;
+    seed it only when nobody has, so a training process keeps its own streams."""
+    from megatron.core import tensor_parallel
+
+    if not tensor_parallel.get_cuda_rng_tracker().is_initialized():
+        tensor_parallel.model_parallel_cuda_manual_seed(0)
