@@ -18,6 +18,9 @@ re-executes itself with glibc's mmap threshold at 64 KiB so freed blocks leave R
 from torch's allocator. Linear growth shows as x4 from s=2048 to 8192, an s x s tensor as x16.
 Times are medians; each row's time is also given relative to `full` at the same s.
 
+For flex it also times the BlockMask build against torch's eager ``create_block_mask`` (the
+dense-grid build the analytic one replaces) and prints the ratio.
+
     python -m benchmarks attention [--seqs 512 2048 8192] [--heads 4] [--groups 2] [--threads 2]
 """
 from __future__ import annotations
@@ -116,6 +119,7 @@ def measure(core, backend: str, s: int, args, device, dtype) -> dict:
         del out
     del params
     reps = max(1, args.reps * 512 // s)
+    mask_ms = _median_ms(build, args.mask_reps, sync)
     with torch.no_grad():
         params = build()
     fwd = []
@@ -127,7 +131,9 @@ def measure(core, backend: str, s: int, args, device, dtype) -> dict:
             sync()
             fwd.append(time.perf_counter() - t0)
     row = dict(backend=backend, s=s, mask_mb=mask_mem.peak / 2**20, peak_mb=mem.peak / 2**20,
-               fwd_ms=1e3 * statistics.median(fwd))
+               fwd_ms=1e3 * statistics.median(fwd), mask_ms=mask_ms)
+    if backend == "flex" and args.mask_baseline:
+        row.update(_create_block_mask_baseline(split, s, device, cuda, sync))
     if backend == "flex" and not cuda:
         row["fwdbwd_ms"] = None  # torch has no FlexAttention backward on CPU
         return row
@@ -149,6 +155,31 @@ def measure(core, backend: str, s: int, args, device, dtype) -> dict:
     return row
 
 
+def _median_ms(fn, reps: int, sync) -> float:
+    times = []
+    with torch.no_grad():
+        for _ in range(reps):
+            sync()
+            t0 = time.perf_counter()
+            fn()
+            sync()
+            times.append(time.perf_counter() - t0)
+    return 1e3 * statistics.median(times)
+
+
+def _create_block_mask_baseline(split, s: int, device, cuda: bool, sync) -> dict:
+    """Time/memory of torch's eager create_block_mask for the same BlockMask (the baseline the
+    analytic build replaces: it evaluates the rule on the dense b x s x s grid)."""
+    from megatron_biglm.objective.split_mask import flex_split_block_mask
+
+    def create():
+        return flex_split_block_mask(split, s, device=device, method="create")
+
+    with torch.no_grad(), PeakMemory(cuda) as mem:
+        create()
+    return dict(create_mask_mb=mem.peak / 2**20, create_mask_ms=_median_ms(create, 3, sync))
+
+
 def _growth(rows: dict, lo: int, hi: int, key: str) -> str:
     small, big = rows[lo][key], rows[hi][key]
     return f"{big / small:.1f}" if small > 0.05 else f"- ({small:.2f} -> {big:.2f} MB)"
@@ -164,6 +195,9 @@ def main(argv=None) -> int:
     parser.add_argument("--reps", type=int, default=4, help="timing repetitions at s=512 (fewer when longer)")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--local-max-seq", type=int, default=2048)
+    parser.add_argument("--mask-reps", type=int, default=5, help="timing repetitions of the mask build")
+    parser.add_argument("--no-mask-baseline", dest="mask_baseline", action="store_false",
+                        help="skip timing torch's eager create_block_mask against the analytic flex build")
     args = parser.parse_args(argv)
     if not torch.cuda.is_available() and "MALLOC_MMAP_THRESHOLD_" not in os.environ:
         # glibc serves small blocks from a heap it keeps, hiding them from RSS; force every
@@ -182,7 +216,8 @@ def main(argv=None) -> int:
     rows = []
     print(f"device {device} {dtype}, batch {args.batch}, {args.heads} heads / {args.groups} kv groups, "
           f"head dim {args.head_dim}, {args.threads} threads")
-    print(f"{'backend':<7} {'s':>6} {'mask MB':>9} {'attn MB':>9} {'fwd ms':>9} {'fwd+bwd ms':>11} {'fwd / full':>10}")
+    print(f"{'backend':<7} {'s':>6} {'mask MB':>9} {'mask ms':>9} {'attn MB':>9} {'fwd ms':>9} {'fwd+bwd ms':>11} "
+          f"{'fwd / full':>10}")
     for s in args.seqs:
         base = None
         for backend in available_backends(cuda):
@@ -192,8 +227,16 @@ def main(argv=None) -> int:
             base = row["fwd_ms"] if backend == "full" else base
             rows.append(row)
             fb = "n/a" if row["fwdbwd_ms"] is None else f"{row['fwdbwd_ms']:.1f}"
-            print(f"{backend:<7} {s:>6} {row['mask_mb']:>9.1f} {row['peak_mb']:>9.1f} {row['fwd_ms']:>9.1f} {fb:>11} "
+            print(f"{backend:<7} {s:>6} {row['mask_mb']:>9.1f} {row['mask_ms']:>9.2f} {row['peak_mb']:>9.1f} "
+                  f"{row['fwd_ms']:>9.1f} {fb:>11} "
                   f"{row['fwd_ms'] / base:>9.2f}x", flush=True)
+    flex_rows = [r for r in rows if r["backend"] == "flex" and "create_mask_ms" in r]
+    if flex_rows:
+        print("flex BlockMask build: analytic vs torch create_block_mask (eager, dense b x s x s grid):")
+        for r in flex_rows:
+            print(f"  s={r['s']:>6}: analytic {r['mask_ms']:.2f} ms / {r['mask_mb']:.1f} MB, create "
+                  f"{r['create_mask_ms']:.1f} ms / {r['create_mask_mb']:.1f} MB: "
+                  f"x{r['create_mask_ms'] / r['mask_ms']:.0f} faster")
     if len(args.seqs) >= 2:
         lo, hi = args.seqs[-2], args.seqs[-1]
         print(f"peak-memory growth from s={lo} to s={hi} (x{hi // lo} = linear, x{(hi // lo) ** 2} = s^2):")

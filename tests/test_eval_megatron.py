@@ -196,3 +196,29 @@ def test_checkpoint_saved_at_tp2_scores_the_same(source_dir, checkpoint, pairs, 
     assert any("saved at TP=2" in note for note in lm.get_model_info()["masked_lm_eval"]["load_notes"])
     for (lp, g), (ref, ref_g) in zip(got, want):
         assert lp == pytest.approx(ref, abs=TOL) and g == ref_g
+
+
+def test_training_hook_on_the_live_megatron_model_matches_the_export(checkpoint, export_dir, tmp_path):
+    """The in-training path (`megatron_adapter_for` as the hook's make_adapter) gives the
+    metrics the exported model gives, and restores the model's train mode."""
+    from functools import partial
+
+    from megatron_biglm.evaluation.megatron_adapter import megatron_adapter_for
+    from megatron_biglm.evaluation.training_hook import ZeroShotHookConfig, ZeroShotTrainingHook
+
+    lm = BiGLMEvalLM(path=str(checkpoint), progress=False)
+    model, tok = lm.adapter.model, lm.tokenizer
+    data = write_task_data(tmp_path / "data", ["piqa", "boolq"], n=4)
+    cfg = ZeroShotHookConfig(enabled=True, every_n_steps=5, tasks=("piqa", "boolq"), limit=None,
+                             scoring="beam", beam=2, data_dir=str(data))
+    hook = ZeroShotTrainingHook(cfg, tok, make_adapter=partial(megatron_adapter_for, tokenizer=tok))
+    model.train()
+    assert hook(3, model) is None
+    got = hook(10, model)
+    assert model.training
+    from transformers import AutoModelForMaskedLM
+
+    hf_model = AutoModelForMaskedLM.from_pretrained(str(export_dir)).eval()
+    want = ZeroShotTrainingHook(cfg, tok)(10, hf_model)
+    assert set(got) == {"zero_shot/piqa/acc_norm", "zero_shot/boolq/acc", "zero_shot/avg"}
+    assert got == pytest.approx(want, abs=1e-9)

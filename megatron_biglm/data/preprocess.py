@@ -256,10 +256,11 @@ def preprocess(inputs, output_prefix, tokenizer, *, json_keys: Sequence[str] = (
                               "nothing; check the paths or quote the glob")
     Path(output_prefix).parent.mkdir(parents=True, exist_ok=True)
     writers: list[AtomicIndexedWriter] = []
-    bar = _Progress(progress)
+    bar = _Progress(False)
     try:
         for key in keys:
             writers.append(AtomicIndexedWriter(output_prefix_for(output_prefix, key), dtype))
+        bar = _Progress(progress)  # after the writers' megatron import: rates from here
         records = records_from_files(files, json_keys=keys, report=report, text_mode=text_mode,
                                      input_format_name=input_format)
         encoded = closing(_ordered_encode(_batches(records, keys, batch_size), spec, workers))

@@ -64,6 +64,16 @@ class MegatronMaskedLMAdapter(MaskedLMAdapter):
                 "prefix_cache_note": "megatron path: no prefix cache (use the HF export for reuse)"}
 
 
+def megatron_adapter_for(model, tokenizer, *, split_attention: bool = True) -> MegatronMaskedLMAdapter:
+    """`make_adapter` for `ZeroShotTrainingHook` on the live training model (DDP-wrapped or
+    not): the tokenizer gives the special ids and the vocabulary to keep."""
+    module = getattr(model, "module", model)
+    config = module.model_config
+    return MegatronMaskedLMAdapter(module, SpecialTokens.from_tokenizer(tokenizer),
+                                   vocab_size=config.vocab_size, max_length=config.seq_length,
+                                   split_attention=split_attention)
+
+
 def _tp_size() -> int:
     from megatron.core import parallel_state
 

@@ -3,15 +3,17 @@
 The training loop (not written yet) calls, once per step:
 
     hook = ZeroShotTrainingHook(ZeroShotHookConfig.from_dict(cfg.get("zero_shot_eval", {})),
-                                tokenizer, make_adapter=wrap_megatron_model)   # once
+                                tokenizer, make_adapter=partial(megatron_adapter_for,
+                                                                tokenizer=tokenizer))  # once
     hook(step, model, log=lambda metrics, step: logger.log(metrics, step))     # every step
 
 It does nothing unless `enabled` and `step % every_n_steps == 0`. Then it puts the model in
 eval mode, scores the tasks (with `limit` documents each, to stay cheap), restores the
 previous mode and returns/logs `{"zero_shot/<task>/<metric>": value, "zero_shot/avg": ...}`.
-`make_adapter(model)` turns the live model into a `MaskedLMAdapter` (for a megatron model,
-a `CallableMaskedLMAdapter` over its forward); HF models need none. With TP/PP every rank must
-call the hook (each runs its part of the forwards); only rank 0 logs.
+`make_adapter(model)` turns the live model into a `MaskedLMAdapter` (for our megatron model,
+`megatron_adapter.megatron_adapter_for`; for other callables, `CallableMaskedLMAdapter`);
+HF models need none. With TP every rank must call the hook (each runs its part of the
+forwards); only rank 0 logs. The megatron adapter needs PP=1 (the whole model in one chunk).
 """
 from __future__ import annotations
 
