@@ -3,6 +3,12 @@
 Also under torchrun (`torchrun --nproc-per-node N -m megatron_biglm.train ...`), from SLURM
 via launch/*.sh, and from Python as `train(config_or_path, overrides)`. See
 megatron_biglm/training/ for the pieces and examples/configs/ for runs.
+
+Where a run starts (`checkpoint.load`): `auto` resumes this run's latest checkpoint, `none`
+starts fresh, a path resumes that checkpoint. A path to a weights-only checkpoint (an HF
+import, `tools/convert_checkpoint.py from-hf`) starts from its weights with a fresh
+optimizer and schedule at step 0, until this run saves its own checkpoints: from then on
+the same command resumes those (checkpoint_dir.choose_start).
 """
 from __future__ import annotations
 
@@ -30,6 +36,7 @@ class TrainResult:
     checkpoint: str | None
     run_dir: str
     resumed_from: str | None
+    initialized_from: str | None = None  # the weights-only checkpoint a fresh run took its weights from
 
 
 def _iterate_forever_guard(loader, what: str):
@@ -70,12 +77,13 @@ def train(config_or_path, overrides=(), callbacks=(), forward_hook=None) -> Trai
         data = build.build_data(cfg, mc, info.dp)
         root = cfg.checkpoint_dir
         # Every rank checks (shared filesystem), so a refusal stops all ranks, none hangs.
-        load_path = checkpoint_dir.resolve_load_path(root, cfg.checkpoint.load)
-        saved_state = checkpoint.read_train_state(load_path, signature) if load_path else None
-        if saved_state is not None:
-            check_resume(saved_state, backend, load_path, info.dp)
+        start = checkpoint_dir.choose_start(root, cfg.checkpoint.load)
+        init_path = start.path if start.weights_only else None  # weights only: a start, not a resume
+        load_path = None if start.weights_only else start.path
+        if start.path is not None:
+            check_resume(checkpoint.read_train_state(start.path, signature), backend, start.path, info.dp)
 
-        model_chunks, optimizer = backend.build(cfg, mc, precision, num_micro)
+        model_chunks, optimizer = backend.build(cfg, mc, precision, num_micro, init_weights=init_path)
         scheduler = build_scheduler(optimizer, cfg)
         guard = NonFiniteGuard(cfg.training.max_nonfinite_in_a_row)
         state = loop.LoopState()
@@ -95,13 +103,15 @@ def train(config_or_path, overrides=(), callbacks=(), forward_hook=None) -> Trai
         if info.is_logger:
             save_resolved(cfg, Path(cfg.run_dir) / "config.yaml")
             print("resolved config:\n" + cfg.to_yaml(), flush=True)
-            for note in metrics.notes:
+            for note in metrics.notes + ([start.note] if start.note else []):
                 metrics.message(note)
             metrics.message(
                 f"{backend.name} backend; world {info.world_size} = TP {info.tp} × PP {info.pp} × DP {info.dp}; "
                 f"{num_micro} micro-batches "
                 f"of {cfg.training.micro_batch_size} per step; precision {precision}; "
-                + (f"resumed from {load_path} at step {state.iteration}" if load_path else "starting fresh"))
+                + (f"resumed from {load_path} at step {state.iteration}" if load_path else
+                   f"starting at step 0 from the weights of {init_path} (a weights-only checkpoint: fresh "
+                   f"optimizer and LR schedule)" if init_path else "starting fresh"))
 
         def train_iter(consumed):
             loader = make_loader(data.train, consumed, cfg.training.micro_batch_size, info.dp_rank, info.dp,
@@ -141,7 +151,8 @@ def train(config_or_path, overrides=(), callbacks=(), forward_hook=None) -> Trai
             iteration=state.iteration, consumed_samples=state.consumed_samples, last_loss=state.last_loss,
             first_val_loss=state.first_val_loss, last_val_loss=state.last_val_loss, stopped_by=state.stopped_by,
             skipped_nonfinite=guard.total_skipped, checkpoint=str(latest[-1]) if latest else None,
-            run_dir=str(cfg.run_dir), resumed_from=str(load_path) if load_path else None)
+            run_dir=str(cfg.run_dir), resumed_from=str(load_path) if load_path else None,
+            initialized_from=str(init_path) if init_path else None)
         if info.is_logger and state.stopped_by is None and state.iteration >= cfg.schedule.train_steps:
             (Path(cfg.run_dir) / "train_done.json").write_text(json.dumps(result.__dict__, indent=1))
         return result

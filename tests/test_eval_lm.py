@@ -100,15 +100,6 @@ def test_generate_until_says_what_is_missing(bert_dir):
         lm.generate_until(instances([("Hello", {"until": ["\n"]})], "generate_until"))
 
 
-def test_biglm_refuses_a_megatron_checkpoint_and_names_the_missing_loader(tmp_path):
-    (tmp_path / "latest").write_text("iter_0000010\n")
-    (tmp_path / "iter_0000010").mkdir()
-    with pytest.raises(NotImplementedError, match="checkpoint loader"):
-        BiGLMEvalLM(path=str(tmp_path))
-    with pytest.raises(FileNotFoundError, match="neither an exported HF directory"):
-        BiGLMEvalLM(path=str(tmp_path / "iter_0000010"))
-
-
 class _IgnoresMasks(torch.nn.Module):
     """A masked LM that runs full attention whatever mask it is given."""
 

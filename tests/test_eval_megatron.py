@@ -138,8 +138,14 @@ def test_bad_paths_and_arguments_get_clear_errors(checkpoint, tmp_path):
     broken = tmp_path / "broken"
     shutil.copytree(checkpoint, broken)
     (broken / "iter_0000000" / "COMPLETE.json").unlink()  # an unfinished save
-    with pytest.raises(CheckpointError):
+    with pytest.raises(CheckpointError, match="incomplete"):
         BiGLMEvalLM(path=str(broken))
+    (tmp_path / "bare" / "iter_0000010").mkdir(parents=True)  # `latest` -> an empty folder
+    (tmp_path / "bare" / "latest").write_text("iter_0000010\n")
+    with pytest.raises(CheckpointError, match="incomplete"):
+        BiGLMEvalLM(path=str(tmp_path / "bare"))
+    with pytest.raises(FileNotFoundError, match="neither an exported HF directory"):
+        BiGLMEvalLM(path=str(tmp_path / "bare" / "iter_0000010"))
     with pytest.raises(ValueError, match="prefix_cache=on is not available"):
         BiGLMEvalLM(path=str(checkpoint), prefix_cache="on")
     with pytest.raises(ValueError, match="float32"):

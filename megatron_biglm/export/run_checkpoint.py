@@ -17,13 +17,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from megatron_biglm.training.checkpoint_compat import check_compatible, model_signature
-from megatron_biglm.training.checkpoint_dir import CheckpointError, resolve_load_path
+from megatron_biglm.training.checkpoint_dir import WEIGHTS_ONLY_KEY, CheckpointError, is_weights_only, resolve_load_path
 from megatron_biglm.training.config import RunConfig, load_config
 
 from .dist_reader import DistCheckpointWeights
 
-#: `train_state.json` flag of a checkpoint that holds model weights only (written by from_hf).
-WEIGHTS_ONLY_KEY = "weights_only"
+__all__ = ["WEIGHTS_ONLY_KEY", "TrainedCheckpoint", "locate", "open_checkpoint", "signature_of"]
 
 
 def signature_of(model_config) -> dict:
@@ -46,7 +45,7 @@ class TrainedCheckpoint:
 
     @property
     def weights_only(self) -> bool:
-        return bool(self.train_state.get(WEIGHTS_ONLY_KEY, False))
+        return is_weights_only(self.train_state)
 
     @property
     def consumed_samples(self) -> int:

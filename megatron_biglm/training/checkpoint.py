@@ -21,7 +21,7 @@ import torch
 from megatron.core import dist_checkpointing, parallel_state
 
 from megatron_biglm.training.checkpoint_compat import check_compatible
-from megatron_biglm.training.checkpoint_dir import CheckpointError
+from megatron_biglm.training.checkpoint_dir import CheckpointError, refuse_weights_only
 from megatron_biglm.training.checkpoint_files import begin_checkpoint, restore_rng, seal_checkpoint, world_size
 from megatron_biglm.training.config import RunConfig
 from megatron_biglm.training.schedule import resume_scheduler
@@ -56,6 +56,7 @@ def read_train_state(path: Path, signature: dict) -> dict:
 def load_checkpoint(path: Path, model_chunks, optimizer, scheduler) -> dict:
     """Load into the built model/optimizer/scheduler; return the saved train state."""
     state = json.loads((path / "train_state.json").read_text())
+    refuse_weights_only(path, state)
     loaded = dist_checkpointing.load(_sharded(model_chunks, optimizer, is_loading=True), str(path / "dist"))
     model_chunks[0].module.load_state_dict(loaded["model"], strict=False)
     with torch.no_grad():  # as patches' load_no_grad does, for every optimizer (not only torch Adam)

@@ -12,6 +12,10 @@ Layout under `checkpoint.dir`:
 Why a manifest and not just a marker: a checkpoint copied or synced partially (or a disk
 that filled up) keeps its marker but loses bytes; checking each file's size refuses it
 with a message naming the file instead of failing deep inside torch.load.
+
+A checkpoint whose train_state.json says `"weights_only": true` (an HF import written by
+export.convert_from_hf) holds model weights only: a starting point, not a resume point.
+`choose_start` lets a run's own checkpoints take precedence over such a starting point.
 """
 from __future__ import annotations
 
@@ -19,10 +23,15 @@ import json
 import os
 import shutil
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 
 MANIFEST = "COMPLETE.json"
 LATEST = "latest"
+TRAIN_STATE = "train_state.json"
+#: `train_state.json` flag of a checkpoint that holds model weights only (no optimizer,
+#: scheduler or RNG state).
+WEIGHTS_ONLY_KEY = "weights_only"
 
 
 class CheckpointError(RuntimeError):
@@ -132,3 +141,51 @@ def resolve_load_path(root: Path, load: str) -> Path | None:
         return latest_checkpoint(path)
     verify(path)
     return path
+
+
+def is_weights_only(train_state: dict) -> bool:
+    return bool(train_state.get(WEIGHTS_ONLY_KEY, False))
+
+
+def refuse_weights_only(path: Path, state: dict) -> None:
+    """A resume needs optimizer, scheduler and RNG state, which a weights-only checkpoint lacks."""
+    if is_weights_only(state):
+        raise CheckpointError(
+            f"checkpoint {path} holds model weights only (an HF import) and cannot be resumed: start from it "
+            f"with checkpoint.load={path} (train.py loads its weights with a fresh optimizer and schedule)")
+
+
+def read_train_state_file(folder: Path) -> dict:
+    """`folder/train_state.json`, or CheckpointError saying the folder is not a training checkpoint."""
+    path = Path(folder) / TRAIN_STATE
+    if not path.is_file():
+        raise CheckpointError(f"checkpoint {folder} has no {TRAIN_STATE}: it was not written by megatron_biglm "
+                              f"(train.py or `convert_checkpoint.py from-hf`)")
+    return json.loads(path.read_text())
+
+
+@dataclass(frozen=True)
+class StartPoint:
+    """The checkpoint a run starts from (`path` None: fresh), whether it holds weights only
+    (fresh optimizer and schedule, step 0), and `note`: why it is not `checkpoint.load` itself."""
+    path: Path | None
+    weights_only: bool = False
+    note: str | None = None
+
+
+def choose_start(root: Path, load: str) -> StartPoint:
+    """`resolve_load_path(root, load)`, except that a weights-only `checkpoint.load` (an
+    import to fine-tune from) yields to this run's own latest checkpoint under `root` once
+    there is one: re-running the same command after a preemption resumes the fine-tune
+    instead of restarting it from the import."""
+    path = resolve_load_path(root, load)
+    if path is None:
+        return StartPoint(None)
+    weights_only = is_weights_only(read_train_state_file(path))
+    if weights_only and load != "auto":
+        own = latest_checkpoint(root)
+        if own is not None and own.resolve() != path.resolve():
+            return StartPoint(own, is_weights_only(read_train_state_file(own)),
+                              note=f"checkpoint.load={load} is a weights-only starting point and this run "
+                                   f"already saved {own}: resuming from that")
+    return StartPoint(path, weights_only)

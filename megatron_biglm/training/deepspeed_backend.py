@@ -106,14 +106,19 @@ def weight_decay_groups(module) -> list[dict]:
     return [g for g in ({"params": decay, "wd_mult": 1.0}, {"params": no_decay, "wd_mult": 0.0}) if g["params"]]
 
 
-def build_engine(config: RunConfig, mc, precision: str, num_microbatches: int):
-    """([engine], engine.optimizer): the model from the shared builder wrapped by deepspeed."""
+def build_engine(config: RunConfig, mc, precision: str, num_microbatches: int, init_weights=None):
+    """([engine], engine.optimizer): the model from the shared builder wrapped by deepspeed.
+    `init_weights` (a checkpoint) is loaded into the bare module first: deepspeed.initialize
+    takes ZeRO's fp32 master copy (and, at stage 3, the partitions) from the module."""
+    from megatron_biglm.training.backends import load_initial_weights
     from megatron_biglm.training.build import build_module
 
     deepspeed = import_deepspeed()
     if not dist.is_initialized() or dist.get_world_size() == 1:
         os.environ.setdefault("LOCAL_RANK", "0")  # deepspeed insists; a plain `python` run has no launcher
     module, _ = build_module(config, mc, precision)
+    if init_weights is not None:
+        load_initial_weights(init_weights, [module])
     o = config.optimizer
     optimizer = torch.optim.AdamW(weight_decay_groups(module), lr=o.lr, betas=(o.adam_beta1, o.adam_beta2),
                                   eps=o.adam_eps, weight_decay=o.weight_decay)

@@ -19,7 +19,7 @@ import contextlib
 import json
 from pathlib import Path
 
-from megatron_biglm.training.checkpoint_dir import CheckpointError
+from megatron_biglm.training.checkpoint_dir import CheckpointError, refuse_weights_only
 from megatron_biglm.training.checkpoint_files import begin_checkpoint, restore_rng, seal_checkpoint, world_size
 from megatron_biglm.training.config import RunConfig
 from megatron_biglm.training.schedule import resume_scheduler
@@ -57,6 +57,7 @@ def load_checkpoint(path: Path, model_chunks, optimizer, scheduler) -> dict:  # 
     """Load model, ZeRO optimizer shards, schedule position and RNG; return the train state."""
     engine = model_chunks[0]
     state = json.loads((path / "train_state.json").read_text())
+    refuse_weights_only(path, state)
     loaded, _ = engine.load_checkpoint(str(path / CHECKPOINT_SUBDIR), tag=CHECKPOINT_TAG,
                                        load_optimizer_states=True, load_lr_scheduler_states=False)
     if loaded is None:
