@@ -14,6 +14,8 @@ from preprocess_fixtures import bpe, bpe_dir, corpus_texts, load_tool  # noqa: F
 def test_trained_tokenizer_reloads_offline_and_round_trips(bpe_dir, corpus_texts):
     from transformers import AutoTokenizer
 
+    config = json.loads((bpe_dir / "tokenizer_config.json").read_text())
+    assert config["tokenizer_class"] == "PreTrainedTokenizerFast"  # also loads in transformers 4
     tokenizer = AutoTokenizer.from_pretrained(str(bpe_dir))  # HF_HUB_OFFLINE=1 (conftest)
     assert len(tokenizer) == 1000
     assert [tokenizer.bos_token_id, tokenizer.eos_token_id, tokenizer.pad_token_id,

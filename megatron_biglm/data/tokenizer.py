@@ -178,9 +178,22 @@ def train_bpe_tokenizer(files, vocab_size: int, output_dir, *, json_keys: Sequen
     output_dir = Path(output_dir)
     output_dir.mkdir(parents=True, exist_ok=True)
     wrapped.save_pretrained(str(output_dir))
+    _portable_tokenizer_class(output_dir / "tokenizer_config.json")
     logger.info("trained byte-level BPE: %d entries from %d texts -> %s; %s",
                 backend.get_vocab_size(), counted.n, output_dir, report.summary_line())
     return output_dir
+
+
+def _portable_tokenizer_class(config_path: Path) -> None:
+    """transformers 5 records `tokenizer_class: TokenizersBackend`, a name 4.x cannot load;
+    `PreTrainedTokenizerFast` names the same class in 5.x and loads in 4.x too."""
+    import json
+
+    config = json.loads(config_path.read_text(encoding="utf-8"))
+    if config.get("tokenizer_class") == "TokenizersBackend":
+        config["tokenizer_class"] = "PreTrainedTokenizerFast"
+        config_path.write_text(json.dumps(config, indent=2, ensure_ascii=False) + "\n",
+                               encoding="utf-8")
 
 
 class _Counted:
