@@ -306,3 +306,17 @@ def test_documents_that_encode_to_nothing_are_counted(tmp_path):
     assert summary["skipped"] == {"empty_after_tokenization": 1}
     assert f"{path}:2: empty_after_tokenization" in summary["skipped_examples"][0]
     assert read_back(tmp_path / "out_text_document") == [[5, 6]]
+
+
+def test_a_dying_worker_is_an_error_not_a_hang(bpe):
+    from megatron_biglm.data.preprocess import (PreprocessError, _Batch, _EncoderSpec,
+                                                _ordered_encode, _start_workers)
+
+    broken = _EncoderSpec("this is not a tokenizer.json", False, 1, True, "uint16")
+    pool = _start_workers(broken, 2)  # each worker's initializer raises
+    try:
+        with pytest.raises(PreprocessError, match="worker process died"):
+            list(_ordered_encode(iter([_Batch(texts=["a"], keys=[0], where=[("f", 1)])] * 3),
+                                 broken, pool, 2))
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)

@@ -142,37 +142,39 @@ def _batches(records: Iterable[Record], keys: Sequence[str], batch_size: int) ->
         yield batch
 
 
-def _ordered_encode(batches: Iterator[_Batch], spec: _EncoderSpec, workers: int):
-    """Yield (batch, (lengths, tokens)) in input order. At most 4 batches per worker are in
-    flight, so reading never runs ahead of tokenizing by more than that. (A process pool
-    from concurrent.futures: a dead worker raises instead of hanging like
-    multiprocessing.Pool.)"""
+def _start_workers(spec: _EncoderSpec, workers: int) -> ProcessPoolExecutor | None:
+    """Start the tokenizer processes now (one warm-up task each), so their start overlaps
+    whatever the caller does next (importing megatron, opening outputs)."""
     if workers <= 1:
+        return None
+    pool = ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn"),
+                               initializer=_init_worker, initargs=(spec,))
+    for _ in range(workers):
+        pool.submit(_encode_in_worker, [])
+    return pool
+
+
+def _ordered_encode(batches: Iterator[_Batch], spec: _EncoderSpec, pool, workers: int):
+    """Yield (batch, (lengths, tokens)) in input order: in this process when `pool` is None,
+    else in the pool with at most 4 batches per worker in flight, so reading never runs
+    ahead of tokenizing by more than that. (A concurrent.futures pool: a dead worker raises
+    instead of hanging like multiprocessing.Pool.)"""
+    if pool is None:
         encoder = _Encoder(spec)
         with _single_threaded_tokenizers():
             for batch in batches:
                 yield batch, encoder.encode(batch.texts)
         return
-    context = multiprocessing.get_context("spawn")
-    pool = ProcessPoolExecutor(workers, mp_context=context, initializer=_init_worker,
-                               initargs=(spec,))
+    pending: deque = deque()
     try:
-        pending: deque = deque()
         for batch in batches:
             pending.append((batch, pool.submit(_encode_in_worker, batch.texts)))
             if len(pending) >= 4 * workers:
                 done, future = pending.popleft()
-                yield done, _result(future)
+                yield done, future.result()
         while pending:
             done, future = pending.popleft()
-            yield done, _result(future)
-    finally:
-        pool.shutdown(wait=True, cancel_futures=True)
-
-
-def _result(future):
-    try:
-        return future.result()
+            yield done, future.result()
     except BrokenProcessPool as exc:
         raise PreprocessError(
             "a tokenizer worker process died (see its error above; workers start with "
@@ -257,13 +259,14 @@ def preprocess(inputs, output_prefix, tokenizer, *, json_keys: Sequence[str] = (
     Path(output_prefix).parent.mkdir(parents=True, exist_ok=True)
     writers: list[AtomicIndexedWriter] = []
     bar = _Progress(False)
+    pool = _start_workers(spec, workers)
     try:
         for key in keys:
             writers.append(AtomicIndexedWriter(output_prefix_for(output_prefix, key), dtype))
         bar = _Progress(progress)  # after the writers' megatron import: rates from here
         records = records_from_files(files, json_keys=keys, report=report, text_mode=text_mode,
                                      input_format_name=input_format)
-        encoded = closing(_ordered_encode(_batches(records, keys, batch_size), spec, workers))
+        encoded = closing(_ordered_encode(_batches(records, keys, batch_size), spec, pool, workers))
         with encoded as results:
             for batch, (lengths, tokens) in results:
                 _write_batch(batch, lengths, tokens, writers, keys, report)
@@ -277,6 +280,8 @@ def preprocess(inputs, output_prefix, tokenizer, *, json_keys: Sequence[str] = (
         raise
     finally:
         bar.close()
+        if pool is not None:
+            pool.shutdown(wait=True, cancel_futures=True)
     return _summary(files, report, writers, keys, dtype, vocab_size, workers, append_eod,
                     time.perf_counter() - start)
 

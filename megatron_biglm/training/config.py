@@ -111,7 +111,9 @@ class LoggingConfig:
 @dataclass
 class CheckpointConfig:
     """`dir` defaults to `{run_dir}/checkpoints`. `load`: `auto` resumes from `dir/latest`
-    if present, `none` starts fresh, anything else is a checkpoint directory to start from."""
+    if present, `none` starts fresh, anything else is a checkpoint directory to start from.
+    A weights-only checkpoint (an HF import) starts from its weights with a fresh optimizer at
+    step 0, until the run has saved checkpoints of its own, which a re-run then resumes."""
     dir: Optional[str] = None
     save_interval: int = 1000
     save_at_end: bool = True
