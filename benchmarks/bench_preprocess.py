@@ -193,8 +193,10 @@ def main(argv=None) -> int:
         print(f"machine ceiling: 2 concurrent tokenizer processes run {scaling:.2f}x one "
               f"(pure tokenizing, no I/O; 2.00 on two idle, independent cores)")
         load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
-        print(f"load average {load:.1f} at the end (above {os.cpu_count()}, other processes "
-              "shared the CPUs and the wall-clock ratios understate the scaling)")
+        busy = load > (os.cpu_count() or 1)
+        print(f"load average {load:.1f} at the end" + (
+            f" (above {os.cpu_count()} CPUs: other processes shared them; compare the worker "
+            "ratios with the machine ceiling)" if busy else ""))
     return 0
 
 
