@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import torch
 
+from megatron_biglm.export.split_attention import additive_mask  # noqa: F401 - re-exported
+
 
 def allowed_keys(query_pos: torch.Tensor, key_pos: torch.Tensor, key_valid: torch.Tensor,
                  split: torch.Tensor | None) -> torch.Tensor:
@@ -21,17 +23,6 @@ def allowed_keys(query_pos: torch.Tensor, key_pos: torch.Tensor, key_valid: torc
         split = split[:, None, None]
         allowed = allowed & ((key_pos[:, None, :] < split) | (query_pos[:, :, None] >= split))
     return allowed
-
-
-def additive_mask(allowed: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-    """`[b, 1, q, k]` float mask: 0 where allowed, the dtype's minimum elsewhere.
-
-    Additive, not bool: eager attention adds the mask to the scores (a bool mask would be
-    silently wrong there) and SDPA accepts either. A finite minimum keeps fully masked padding
-    rows finite (their outputs are never read)."""
-    zero = torch.zeros((), dtype=dtype, device=allowed.device)
-    blocked = torch.tensor(torch.finfo(dtype).min, dtype=dtype, device=allowed.device)
-    return torch.where(allowed, zero, blocked)[:, None]
 
 
 def sequence_mask(lengths: torch.Tensor, seq_len: int, split: torch.Tensor | None) -> torch.Tensor:

@@ -87,6 +87,12 @@ def load_hf_masked_lm(path, *, device: str = "cpu", dtype: str = "float32",
     return model.to(device).eval()
 
 
+def _refuse_unknown(unknown: dict) -> None:
+    if unknown:
+        raise TypeError(f"unknown model argument(s) {sorted(unknown)}; see "
+                        "megatron_biglm/evaluation/models.py for the supported ones")
+
+
 def load_tokenizer_for(path_or_obj):
     if not isinstance(path_or_obj, (str, os.PathLike)):
         return path_or_obj
@@ -106,9 +112,7 @@ class HFMaskedLMEvalLM(MaskedLMEvalLM):
                  prefix_cache=None, prefix_reuse=None, add_eos: bool = False,
                  max_length: int | None = None, trust_remote_code: bool = False,
                  progress: bool = True, **unknown):
-        if unknown:
-            raise TypeError(f"unknown model argument(s) {sorted(unknown)}; see "
-                            "megatron_biglm/evaluation/models.py for the supported ones")
+        _refuse_unknown(unknown)
         source = pretrained if pretrained is not None else path
         if source is None:
             raise ValueError("give the model as pretrained=DIR (or path=DIR)")
@@ -167,9 +171,7 @@ class BiGLMEvalLM(HFMaskedLMEvalLM):
         from .megatron_adapter import MegatronMaskedLMAdapter
         from .megatron_checkpoint import load_megatron_checkpoint
 
-        if unknown:
-            raise TypeError(f"unknown model argument(s) {sorted(unknown)}; see "
-                            "megatron_biglm/evaluation/models.py for the supported ones")
+        _refuse_unknown(unknown)
         if tristate(prefix_cache, "prefix_cache") == "on":
             raise ValueError(f"prefix_cache=on is not available for a megatron checkpoint ({source}): "
                              "export it with `convert_checkpoint.py to-hf` and evaluate path=EXPORT_DIR "

@@ -18,6 +18,15 @@ from megatron_biglm.objective.split_mask import dense_split_mask
 MASKABLE_ATTENTION = ("eager", "sdpa")
 
 
+def additive_mask(allowed: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """`[b, 1, q, k]` float mask from a bool `[b, q, k]` (True = may attend): 0 where allowed,
+    the dtype's minimum elsewhere. Finite, so fully masked padding rows stay finite (their
+    outputs are never read)."""
+    zero = torch.zeros((), dtype=dtype, device=allowed.device)
+    blocked = torch.tensor(torch.finfo(dtype).min, dtype=dtype, device=allowed.device)
+    return torch.where(allowed, zero, blocked)[:, None]
+
+
 def split_attention_mask(split: torch.Tensor | None, seq_len: int, *,
                          attention_mask: torch.Tensor | None = None,
                          dtype: torch.dtype = torch.float32) -> torch.Tensor | None:
@@ -41,8 +50,7 @@ def split_attention_mask(split: torch.Tensor | None, seq_len: int, *,
                              f"[batch={blocked.shape[0]}, seq={seq_len}]")
         blocked = blocked | (attention_mask.to(blocked.device) == 0)[:, None, None, :]
     device = attention_mask.device if attention_mask is not None else split.device
-    mask = torch.zeros(blocked.shape, dtype=dtype, device=device)
-    return mask.masked_fill_(blocked.to(device), torch.finfo(dtype).min)
+    return additive_mask(~blocked[:, 0].to(device), dtype)
 
 
 def forward_with_split(model, input_ids: torch.Tensor, split: torch.Tensor | None = None,
