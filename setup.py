@@ -12,7 +12,7 @@ setup(
     long_description=open("README.md", encoding="utf-8").read(),
     long_description_content_type="text/markdown",
     python_requires=">=3.10",
-    packages=find_packages(include=["megatron_biglm", "megatron_biglm.*", "patches", "patches.*"]),
+    packages=find_packages(include=["megatron_biglm", "megatron_biglm.*"]),
     include_package_data=True,
     install_requires=[
         "megatron-core>=0.16.1",

@@ -110,7 +110,7 @@ def main(argv) -> int:
     from torch.overrides import _pop_mode_temporarily
 
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-    import patches
+    from megatron_biglm import patches
 
     torch.set_num_threads(args.threads)
     applied = patches.apply_cpu(force=True)

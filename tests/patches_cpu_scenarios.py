@@ -150,7 +150,7 @@ def main(argv) -> int:
     parser.add_argument("--skip", nargs="*", default=[])
     args = parser.parse_args(argv)
 
-    import patches
+    from megatron_biglm import patches
 
     report = {"applied": patches.apply_cpu(force=True, skip=args.skip)}
     for name in args.scenarios:

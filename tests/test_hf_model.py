@@ -315,7 +315,7 @@ def test_weight_reader_reads_pytorch_bin(tmp_path):
 
 
 def _init_megatron(tp: int, seed: int):
-    import patches
+    from megatron_biglm import patches
 
     patches.apply_cpu()
     from megatron.core import parallel_state, tensor_parallel

@@ -124,7 +124,7 @@ def test_import_has_no_side_effects_and_apply_cpu_is_idempotent_and_rewrites_dev
         import json, torch
         from torch.overrides import _get_current_function_mode_stack as stack
         original = torch.cuda.current_device
-        import patches
+        from megatron_biglm import patches
         out = {"patched_on_import": torch.cuda.current_device is not original or len(stack()) > 0}
         first = patches.apply_cpu(); second = patches.apply_cpu()
         out.update(first=first, same_on_second=first == second, modes=len(stack()))
@@ -166,7 +166,7 @@ def test_import_has_no_side_effects_and_apply_cpu_is_idempotent_and_rewrites_dev
 def test_apply_cpu_is_a_no_op_when_cuda_is_available(monkeypatch):
     """In-process: with CUDA "available" nothing may change (other test modules may have
     applied the shims in this process already, so compare before/after)."""
-    import patches
+    from megatron_biglm import patches
     from torch.overrides import _get_current_function_mode_stack
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)  # as on a GPU node
@@ -184,10 +184,10 @@ def test_missing_patch_target_is_logged_as_not_needed_not_a_crash():
         import json, logging, sys
         messages = []
         handler = logging.Handler(); handler.emit = lambda rec: messages.append(rec.getMessage())
-        logging.getLogger("patches").addHandler(handler)
-        logging.getLogger("patches").setLevel(logging.INFO)
+        logging.getLogger("megatron_biglm.patches").addHandler(handler)
+        logging.getLogger("megatron_biglm.patches").setLevel(logging.INFO)
         sys.modules["megatron.core.tensor_parallel.random"] = None  # as if a release dropped it
-        import patches
+        from megatron_biglm import patches
         print(json.dumps({"applied": patches.apply_cpu(force=True), "log": messages}))
         """
     )
@@ -199,10 +199,10 @@ def test_missing_patch_target_is_logged_as_not_needed_not_a_crash():
 
 
 def test_replace_attr_reports_missing_attribute(caplog):
-    from patches._patching import replace_attr
+    from megatron_biglm.patches._patching import replace_attr
 
     owner = types.SimpleNamespace(present=lambda: 1)
-    with caplog.at_level(logging.INFO, logger="patches"):
+    with caplog.at_level(logging.INFO, logger="megatron_biglm.patches"):
         assert replace_attr(owner, "absent", lambda orig: orig, "demo") is False
     assert "not found in this version: not needed" in caplog.text
     assert replace_attr(owner, "present", lambda orig: (lambda: 2), "demo") is True
@@ -212,7 +212,7 @@ def test_replace_attr_reports_missing_attribute(caplog):
 
 
 def test_unknown_skip_name_is_a_clear_error():
-    import patches
+    from megatron_biglm import patches
 
     with pytest.raises(ValueError, match="unknown CPU patch names"):
         patches.apply_cpu(skip=["cpu_typo"])

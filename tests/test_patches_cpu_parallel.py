@@ -18,7 +18,7 @@ def layouts_worker(layouts, skip=()):
 
     For TP layouts also records draws inside megatron's model-parallel RNG fork and on the
     default stream, right after seeding (what dropout would see)."""
-    import patches
+    from megatron_biglm import patches
     import patches_fixtures as fx
     from megatron.core import tensor_parallel
 

@@ -24,7 +24,7 @@ pytestmark = pytest.mark.skipif(torch.cuda.is_available(), reason="CPU runs of t
 
 def _adam_steps(optimizer):
     """Per-parameter AdamW step values, and how many distinct step tensors back them."""
-    from patches.distopt_checkpoint import distributed_optimizers
+    from megatron_biglm.patches.distopt_checkpoint import distributed_optimizers
 
     values, ids = [], set()
     for dist_opt in distributed_optimizers(optimizer):
@@ -44,11 +44,11 @@ def resume_worker(ckpt_root, variants):
     import traceback
     from pathlib import Path
 
-    import patches
+    from megatron_biglm import patches
     import patches_fixtures as fx
     import torch.distributed as dist
     from megatron.core import dist_checkpointing
-    from patches import DISTOPT_METADATA, apply_distopt_checkpoint_fixes
+    from megatron_biglm.patches import DISTOPT_METADATA, apply_distopt_checkpoint_fixes
 
     patches.apply_cpu(force=True)
 
@@ -236,7 +236,7 @@ def _adam_pair(amsgrad: bool, seed: int = 0):
 
 @pytest.mark.parametrize("amsgrad", [False, True])
 def test_init_empty_state_equals_torch_lazy_init(amsgrad):
-    from patches.distopt_checkpoint import init_empty_adam_state
+    from megatron_biglm.patches.distopt_checkpoint import init_empty_adam_state
 
     (a, opt_a), (b, opt_b), grads = _adam_pair(amsgrad)
     assert init_empty_adam_state(DistributedOptimizer(opt_b)) == 2
@@ -254,7 +254,7 @@ def test_init_empty_state_equals_torch_lazy_init(amsgrad):
 
 
 def test_unshare_then_restore_gives_each_param_its_own_saved_step():
-    from patches.distopt_checkpoint import restore_adam_step, unshare_adam_step
+    from megatron_biglm.patches.distopt_checkpoint import restore_adam_step, unshare_adam_step
 
     (params, adam), _, grads = _adam_pair(False)
     for p, g in zip(params, grads):
@@ -274,7 +274,7 @@ def test_unshare_then_restore_gives_each_param_its_own_saved_step():
 
 
 def test_after_load_helper_sets_each_param_its_own_applied_step():
-    from patches import distopt_after_load, distopt_before_load
+    from megatron_biglm.patches import distopt_after_load, distopt_before_load
 
     (params, adam), _, _ = _adam_pair(False)
     wrapped = DistributedOptimizer(adam)
@@ -291,10 +291,10 @@ def test_fixes_are_not_applied_without_a_torch_adam_distributed_optimizer(caplog
     import logging
     import types
 
-    from patches import apply_distopt_checkpoint_fixes
+    from megatron_biglm.patches import apply_distopt_checkpoint_fixes
 
     plain = types.SimpleNamespace(chained_optimizers=[types.SimpleNamespace(optimizer=None)])
-    with caplog.at_level(logging.INFO, logger="patches"):
+    with caplog.at_level(logging.INFO, logger="megatron_biglm.patches"):
         assert apply_distopt_checkpoint_fixes(plain) == []
     assert "not needed" in caplog.text
     with pytest.raises(ValueError, match="unknown distopt fix names"):
@@ -302,7 +302,7 @@ def test_fixes_are_not_applied_without_a_torch_adam_distributed_optimizer(caplog
 
 
 def test_apply_is_idempotent_per_optimizer():
-    from patches import apply_distopt_checkpoint_fixes
+    from megatron_biglm.patches import apply_distopt_checkpoint_fixes
 
     (_, adam), _, _ = _adam_pair(False)
     dist_opt = DistributedOptimizer(adam)

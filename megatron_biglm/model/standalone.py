@@ -25,7 +25,7 @@ def init_single_process(tp: int = 1, pp: int = 1, seed: int | None = None) -> No
     from megatron.core import parallel_state, tensor_parallel
 
     if not torch.cuda.is_available():
-        import patches
+        from megatron_biglm import patches
 
         patches.apply_cpu()
     if not dist.is_initialized():

@@ -10,7 +10,7 @@ import os
 from dataclasses import dataclass
 
 import numpy as np
-import patches
+from megatron_biglm import patches
 import torch
 from megatron.core import parallel_state
 from megatron.core.distributed import DistributedDataParallel, DistributedDataParallelConfig, finalize_model_grads

@@ -16,7 +16,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import patches
+from megatron_biglm import patches
 import torch
 from megatron.core import dist_checkpointing, parallel_state
 

@@ -47,7 +47,7 @@ def init_distributed(config: RunConfig) -> DistInfo:
     """Init the default group (if not yet), megatron's model-parallel groups and the seeds."""
     use_cuda = torch.cuda.is_available()
     if not use_cuda:
-        import patches
+        from megatron_biglm import patches
         patches.apply_cpu()
     created = False
     if not dist.is_initialized():

@@ -11,7 +11,7 @@ import logging
 from dataclasses import dataclass
 from typing import Any, Callable, Optional
 
-log = logging.getLogger("patches")
+log = logging.getLogger("megatron_biglm.patches")
 
 # Marker set on every replacement we install, so a second application is a no-op.
 PATCHED_MARK = "__biglm_patch__"

@@ -1,6 +1,6 @@
 """megatron-core workarounds, applied only through explicit calls.
 
-    import patches
+    from megatron_biglm import patches
     patches.apply_cpu()   # once, at process start, before building megatron models
 
     optimizer = get_megatron_optimizer(...)
