@@ -47,11 +47,15 @@ def _iterate_forever_guard(loader, what: str):
     raise RuntimeError(f"{what} ran out of samples; this is a bug in the sample budget")
 
 
-def train(config_or_path, overrides=(), callbacks=(), forward_hook=None) -> TrainResult:
+def train(config_or_path, overrides=(), callbacks=(), forward_hook=None, recipe=None) -> TrainResult:
     """Run (or resume) training as configured; return a summary on every rank.
 
-    `callbacks`: `cb(step, loop_state)` after each step. `forward_hook`: wraps the loss
-    computation for tests (e.g. to inject a NaN) as `hook(step, loss_tensor) -> tensor`.
+    `recipe`: what is trained (datasets, forward/loss, metrics; training/recipe.py); None is
+    BiGLM pretraining (training/pretrain_recipe.py). `callbacks`: `cb(step, loop_state)`, or
+    objects with `on_step(step, loop_state, ctx)` (ctx: training/loop.LoopContext: the live
+    model, tokenizer, metrics), after each step; the config's `zero_shot_eval` adds one.
+    `forward_hook`: wraps the loss computation for tests (e.g. to inject a NaN) as
+    `hook(step, loss_tensor) -> tensor`.
     """
     import torch
 
@@ -61,12 +65,15 @@ def train(config_or_path, overrides=(), callbacks=(), forward_hook=None) -> Trai
     from megatron_biglm.training.checkpoint_compat import model_signature
     from megatron_biglm.training.config import check_batch_arithmetic, load_config, save_resolved
     from megatron_biglm.training.flops import ModelShape, default_peak_tflops
+    from megatron_biglm.training.loop_state import checkpoint_state, restore_state
     from megatron_biglm.training.metrics import MetricsLogger
     from megatron_biglm.training.nonfinite import NonFiniteGuard
+    from megatron_biglm.training.pretrain_recipe import PretrainRecipe
     from megatron_biglm.training.schedule import build_scheduler
     from megatron_biglm.training.signals import GracefulStop
 
     cfg = load_config(config_or_path, list(overrides))
+    recipe = recipe if recipe is not None else PretrainRecipe.from_config(cfg)
     backend = select_backend(cfg)
     info = distributed.init_distributed(cfg)
     try:
@@ -74,7 +81,7 @@ def train(config_or_path, overrides=(), callbacks=(), forward_hook=None) -> Trai
         precision = build.resolve_precision(cfg)
         mc = build.model_config(cfg)
         signature = model_signature({**mc.to_dict(), "padded_vocab_size": mc.padded_vocab_size})
-        data = build.build_data(cfg, mc, info.dp)
+        data = recipe.build_data(cfg, mc, info.dp)
         root = cfg.checkpoint_dir
         # Every rank checks (shared filesystem), so a refusal stops all ranks, none hangs.
         start = checkpoint_dir.choose_start(root, cfg.checkpoint.load)
@@ -83,16 +90,14 @@ def train(config_or_path, overrides=(), callbacks=(), forward_hook=None) -> Trai
         if start.path is not None:
             check_resume(checkpoint.read_train_state(start.path, signature), backend, start.path, info.dp)
 
-        model_chunks, optimizer = backend.build(cfg, mc, precision, num_micro, init_weights=init_path)
+        model_chunks, optimizer = backend.build(cfg, mc, precision, num_micro, init_weights=init_path,
+                                                provider=recipe.model_provider)
         scheduler = build_scheduler(optimizer, cfg)
         guard = NonFiniteGuard(cfg.training.max_nonfinite_in_a_row)
-        state = loop.LoopState()
+        state = loop.LoopState(tokens_per_sample=cfg.data.seq_length)
+        stateful = {"nonfinite": guard, "recipe": recipe}  # what a checkpoint saves besides the loop state
         if load_path is not None:
-            saved = backend.load(load_path, model_chunks, optimizer, scheduler)
-            state.iteration = saved["iteration"]
-            state.consumed_samples = saved["consumed_samples"]
-            state.consumed_tokens = saved.get("consumed_tokens", state.consumed_samples * cfg.data.seq_length)
-            guard.load_state_dict(saved.get("nonfinite", {}))
+            restore_state(backend.load(load_path, model_chunks, optimizer, scheduler), state, stateful)
         if forward_hook is not None:
             _install_forward_hook(model_chunks, forward_hook, state)
 
@@ -113,35 +118,34 @@ def train(config_or_path, overrides=(), callbacks=(), forward_hook=None) -> Trai
                    f"starting at step 0 from the weights of {init_path} (a weights-only checkpoint: fresh "
                    f"optimizer and LR schedule)" if init_path else "starting fresh"))
 
+        collate = {"collate_fn": data.collate_fn} if data.collate_fn is not None else {}
+
         def train_iter(consumed):
             loader = make_loader(data.train, consumed, cfg.training.micro_batch_size, info.dp_rank, info.dp,
-                                 num_workers=cfg.data.num_workers)
+                                 num_workers=cfg.data.num_workers, **collate)
             return _iterate_forever_guard(loader, "the training set")
 
         def valid_iter():
-            loader = make_loader(data.valid, 0, cfg.training.micro_batch_size, info.dp_rank, info.dp)
+            loader = make_loader(data.valid, 0, cfg.training.micro_batch_size, info.dp_rank, info.dp, **collate)
             return itertools.cycle(loader) if len(loader) else iter(())
 
         def save(st):
-            return backend.save(
-                root, st.iteration, model_chunks, optimizer, scheduler,
-                {"consumed_samples": st.consumed_samples, "consumed_tokens": st.consumed_tokens,
-                 "nonfinite": guard.state_dict(), "backend": backend.name}, cfg, signature)
+            return backend.save(root, st.iteration, model_chunks, optimizer, scheduler,
+                                {**checkpoint_state(st, stateful), "backend": backend.name}, cfg, signature)
 
         shape = ModelShape(num_layers=mc.num_layers, hidden_size=mc.hidden_size,
                            num_attention_heads=mc.num_attention_heads, num_query_groups=mc.query_groups,
                            ffn_hidden_size=mc.ffn_hidden_size, vocab_size=mc.padded_vocab_size,
                            kv_channels=mc.head_dim)
-        variant = dict(cfg.objective).get("variant", "biglm")
+        callbacks = list(callbacks) + _configured_callbacks(cfg, data.tokenizer, recipe)
         with GracefulStop() as stop:
             comps = loop.Components(
                 config=cfg, info=info, model_chunks=model_chunks, optimizer=optimizer, scheduler=scheduler,
                 guard=guard, metrics=metrics, train_iter_fn=train_iter,
                 valid_iter_fn=valid_iter if data.valid is not None and cfg.training.eval_iters > 0 else None,
-                save_fn=save, stop=stop, model_shape=shape, num_microbatches=num_micro,
-                use_split_mask=variant == "biglm",
-                peak_tflops=cfg.logging.peak_tflops or default_peak_tflops(), callbacks=list(callbacks),
-                train_step_fn=backend.train_step, evaluate_fn=backend.evaluate)
+                save_fn=save, stop=stop, model_shape=shape, num_microbatches=num_micro, recipe=recipe,
+                peak_tflops=cfg.logging.peak_tflops or default_peak_tflops(), callbacks=callbacks,
+                train_step_fn=backend.train_step, evaluate_fn=backend.evaluate, tokenizer=data.tokenizer)
             try:
                 state = loop.run(comps, state)
             finally:
@@ -158,6 +162,27 @@ def train(config_or_path, overrides=(), callbacks=(), forward_hook=None) -> Trai
         return result
     finally:
         backend.shutdown(info)
+
+
+def _configured_callbacks(cfg, tokenizer, recipe) -> list:
+    """The loop callbacks the config asks for: zero-shot evaluation (`zero_shot_eval:`).
+    Built here, on the top floor, so that training/ never imports evaluation/."""
+    z = cfg.zero_shot_eval
+    if not z.enabled:
+        return []
+    from functools import partial
+
+    from megatron_biglm.evaluation.megatron_adapter import megatron_adapter_for
+    from megatron_biglm.evaluation.training_hook import ZeroShotTrainingHook
+    from megatron_biglm.training.config import ConfigError
+
+    if cfg.parallelism.pipeline_model_parallel_size != 1:
+        raise ConfigError("zero_shot_eval needs the whole model on each rank (pipeline_model_parallel_size=1); "
+                          "evaluate the checkpoints afterwards instead")
+    if tokenizer is None:
+        raise ConfigError(f"zero_shot_eval needs a tokenizer, and the {recipe.name} recipe gives none")
+    return [ZeroShotTrainingHook(z, tokenizer, make_adapter=partial(
+        megatron_adapter_for, tokenizer=tokenizer, split_attention=getattr(recipe, "split_attention", True)))]
 
 
 def _install_forward_hook(model_chunks, hook, state):

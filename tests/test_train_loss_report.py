@@ -57,6 +57,7 @@ def _batches(rng, n, mbs=3, seq=16):
 def test_reported_loss_is_the_per_token_mean_whatever_the_schedule_divides(world1, per_token, forward_only):
     from megatron.core.transformer import TransformerConfig
 
+    from megatron_biglm.training.pretrain_recipe import PretrainRecipe
     from megatron_biglm.training.step import forward_backward, make_forward_step, reduce_loss
 
     config = TransformerConfig(num_layers=1, hidden_size=8, num_attention_heads=1,
@@ -69,8 +70,8 @@ def test_reported_loss_is_the_per_token_mean_whatever_the_schedule_divides(world
             direct = [model(b["tokens"], labels=b["labels"], loss_mask=b["loss_mask"]) for b in batches]
         expected_sum = sum(float(d.double().sum()) for d in direct)
         expected_count = sum(int((b["loss_mask"] != 0).sum()) for b in batches)
-        losses = forward_backward([model], iter(batches), num_micro, 16, 3,
-                                  make_forward_step(torch.device("cpu"), False), forward_only=forward_only)
+        forward_step = make_forward_step(torch.device("cpu"), PretrainRecipe(split_attention=False))
+        losses = forward_backward([model], iter(batches), num_micro, 16, 3, forward_step, forward_only=forward_only)
         loss, count = reduce_loss(losses, torch.device("cpu"))
         assert count == expected_count
         assert loss == pytest.approx(expected_sum / expected_count, rel=1e-6)

@@ -6,14 +6,16 @@ from typing import Sequence
 import torch
 
 REQUIRED_KEYS = ("tokens", "labels", "loss_mask", "split")
-OPTIONAL_INT_KEYS = ("dataset_id", "phase")
+OPTIONAL_INT_KEYS = ("dataset_id", "phase", "valid_lengths")
 
 
 def collate_masked_lm(samples: Sequence[dict], with_position_ids: bool = True) -> dict[str, torch.Tensor]:
     """Batch samples: ``tokens``/``labels`` int64 [b,s], ``loss_mask`` float32 [b,s],
     ``split`` int64 [b], ``position_ids`` int64 [b,s] (0..s−1, for RoPE) unless disabled, and
     ``dataset_id`` int64 [b] when the samples come from a blend (which corpus each came from)
-    and ``phase`` int64 [b] (0 main, 1 anneal) when they come from a PhasedDataset.
+    and ``phase`` int64 [b] (0 main, 1 anneal) when they come from a PhasedDataset, and
+    ``valid_lengths`` int64 [b] when the samples are right-padded (the real tokens of each;
+    absent means no padding: every position is real).
     """
     if not samples:
         raise ValueError("collate_masked_lm got an empty list of samples")

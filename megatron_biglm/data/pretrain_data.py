@@ -155,11 +155,12 @@ def build_pretrain_datasets(
 
 
 def make_loader(dataset, consumed_samples: int, micro_batch_size: int, data_parallel_rank: int = 0,
-                data_parallel_size: int = 1, num_workers: int = 0, total_samples: int | None = None):
+                data_parallel_size: int = 1, num_workers: int = 0, total_samples: int | None = None,
+                collate_fn=collate_masked_lm):
     """A DataLoader over ``dataset`` resuming at ``consumed_samples`` (global, all DP ranks).
 
     ``total_samples`` (default ``len(dataset)``) ends the iteration; pass
-    ``PretrainDatasets.train_samples`` for training.
+    ``PretrainDatasets.train_samples`` for training. ``collate_fn``: a training recipe's own.
 
     The loader has its own generator: a DataLoader draws a base seed for its workers each
     time it is iterated, from the global torch generator unless given one, which would shift
@@ -169,6 +170,6 @@ def make_loader(dataset, consumed_samples: int, micro_batch_size: int, data_para
     sampler = ResumableSampler(len(dataset) if total_samples is None else total_samples, consumed_samples,
                                micro_batch_size, data_parallel_rank, data_parallel_size)
     return torch.utils.data.DataLoader(
-        dataset, batch_sampler=sampler, num_workers=num_workers, collate_fn=collate_masked_lm,
+        dataset, batch_sampler=sampler, num_workers=num_workers, collate_fn=collate_fn,
         persistent_workers=num_workers > 0, generator=torch.Generator().manual_seed(0),
     )

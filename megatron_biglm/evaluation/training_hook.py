@@ -1,11 +1,15 @@
 """Zero-shot accuracy during training: a small suite every N steps, opt-in by config.
 
-The training loop (not written yet) calls, once per step:
+train.py builds it from the run config's `zero_shot_eval:` section and hands it to the loop
+as a callback; the loop calls `on_step(step, loop_state, ctx)` after every step, which is
 
-    hook = ZeroShotTrainingHook(ZeroShotHookConfig.from_dict(cfg.get("zero_shot_eval", {})),
-                                tokenizer, make_adapter=partial(megatron_adapter_for,
-                                                                tokenizer=tokenizer))  # once
-    hook(step, model, log=lambda metrics, step: logger.log(metrics, step))     # every step
+    hook(step, ctx.model_chunks[0], log=...)   # a `kind: zero_shot` record in metrics.jsonl
+
+Used directly (tests, notebooks):
+
+    hook = ZeroShotTrainingHook(ZeroShotHookConfig.from_dict({...}), tokenizer,
+                                make_adapter=partial(megatron_adapter_for, tokenizer=tokenizer))
+    hook(step, model, log=lambda metrics, step: ...)
 
 It does nothing unless `enabled` and `step % every_n_steps == 0`. Then it puts the model in
 eval mode, scores the tasks (with `limit` documents each, to stay cheap), restores the
@@ -18,42 +22,16 @@ forwards); only rank 0 logs. The megatron adapter needs PP=1 (the whole model in
 from __future__ import annotations
 
 import tempfile
-from dataclasses import dataclass, fields
 from typing import Any, Callable
+
+from megatron_biglm.config.zero_shot_eval import ZeroShotEvalConfig
 
 from .protocol import MaskedLMAdapter, SpecialTokens
 from .tasks import SuiteTask, local_task_manager, resolve_tasks, suite_scores, write_local_task_yamls
 
 
-@dataclass
-class ZeroShotHookConfig:
-    """`data_dir`: local task jsonl (offline machines); None loads the built-in tasks' data
-    from the HF hub. `tasks`: lm-eval names (the paper's metric is logged where known)."""
-
-    enabled: bool = False
-    every_n_steps: int = 1000
-    tasks: tuple[str, ...] = ("arc_easy", "piqa", "sciq")
-    limit: int | None = 200
-    scoring: str = "beam"
-    beam: int = 1
-    batch_size: int = 16
-    data_dir: str | None = None
-    metric_prefix: str = "zero_shot"
-
-    @classmethod
-    def from_dict(cls, values: dict[str, Any]) -> "ZeroShotHookConfig":
-        known = {f.name for f in fields(cls)}
-        unknown = set(values) - known
-        if unknown:
-            raise ValueError(f"unknown zero_shot_eval option(s) {sorted(unknown)}; "
-                             f"known: {sorted(known)}")
-        values = dict(values)
-        if isinstance(values.get("tasks"), str):
-            values["tasks"] = tuple(t.strip() for t in values["tasks"].split(",") if t.strip())
-        config = cls(**values)
-        if config.enabled and int(config.every_n_steps) < 1:
-            raise ValueError(f"every_n_steps must be >= 1, got {config.every_n_steps}")
-        return config
+# The settings are the run config's `zero_shot_eval:` section (config/zero_shot_eval.py).
+ZeroShotHookConfig = ZeroShotEvalConfig
 
 
 class ZeroShotTrainingHook:
@@ -84,6 +62,12 @@ class ZeroShotTrainingHook:
         if log is not None and _is_rank_zero():
             log(metrics, step)
         return metrics
+
+    def on_step(self, step: int, loop_state, ctx) -> None:  # noqa: ARG002 - the loop's callback protocol
+        """The training loop's callback: score the live model (chunk 0: PP = 1) and log the
+        scores to the run's metrics as a `zero_shot` record at this step."""
+        self(step, ctx.model_chunks[0],
+             log=lambda metrics, at: ctx.metrics.log({"kind": "zero_shot", "step": at, **metrics}))
 
     def _evaluate(self, model) -> dict:
         import lm_eval

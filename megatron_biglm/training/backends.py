@@ -24,8 +24,9 @@ from megatron_biglm.training.config import RunConfig
 @dataclass(frozen=True)
 class Backend:
     name: str
-    build: Callable       # (config, model_config, precision, num_microbatches, init_weights=None)
-    #                       -> (model_chunks, optimizer); init_weights: a checkpoint to take the weights from
+    build: Callable       # (config, model_config, precision, num_microbatches, init_weights=None, provider=None)
+    #                       -> (model_chunks, optimizer); init_weights: a checkpoint to take the weights from;
+    #                       provider: the recipe's model_provider (None: BiGLMModel)
     train_step: Callable  # signature of step.train_step
     evaluate: Callable    # signature of step.evaluate
     save: Callable        # signature of checkpoint.save_checkpoint
@@ -37,8 +38,8 @@ class Backend:
 def megatron_backend() -> Backend:
     from megatron_biglm.training import build, checkpoint, distributed, step
 
-    def build_megatron(config, mc, precision, num_microbatches, init_weights=None):  # noqa: ARG001
-        model_chunks, _ = build.build_model(config, mc, precision)
+    def build_megatron(config, mc, precision, num_microbatches, init_weights=None, provider=None):  # noqa: ARG001
+        model_chunks, _ = build.build_model(config, mc, precision, provider)
         if init_weights is not None:
             load_initial_weights(init_weights, [chunk.module for chunk in model_chunks])
         return model_chunks, build.build_optimizer(config, model_chunks, precision)

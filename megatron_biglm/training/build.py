@@ -41,8 +41,9 @@ def model_config(config: RunConfig):
     return mc
 
 
-def build_module(config: RunConfig, mc, precision: str):
-    """This rank's bare BiGLMModel chunk and its TransformerConfig (shared by both backends)."""
+def build_module(config: RunConfig, mc, precision: str, provider=None):
+    """This rank's bare model chunk and its TransformerConfig (shared by both backends).
+    `provider`: a recipe's `model_provider` (same signature); None builds BiGLMModel."""
     from megatron_biglm.model import model_provider
 
     recompute = config.training.recompute
@@ -55,7 +56,7 @@ def build_module(config: RunConfig, mc, precision: str):
         tensor_model_parallel_size=parallel_state.get_tensor_model_parallel_world_size(),
         pipeline_model_parallel_size=parallel_state.get_pipeline_model_parallel_world_size(),
         params_dtype=precision, **extra)
-    module = model_provider(pre_process=parallel_state.is_pipeline_first_stage(ignore_virtual=True),
+    module = (provider or model_provider)(pre_process=parallel_state.is_pipeline_first_stage(ignore_virtual=True),
                             post_process=parallel_state.is_pipeline_last_stage(ignore_virtual=True),
                             config=mc, transformer_config=tcfg)
     if torch.cuda.is_available():
@@ -63,9 +64,9 @@ def build_module(config: RunConfig, mc, precision: str):
     return module, tcfg
 
 
-def build_model(config: RunConfig, mc, precision: str):
+def build_model(config: RunConfig, mc, precision: str, provider=None):
     """This rank's model chunk wrapped in megatron DDP (one chunk: no virtual pipeline)."""
-    module, tcfg = build_module(config, mc, precision)
+    module, tcfg = build_module(config, mc, precision, provider)
     ddp_config = DistributedDataParallelConfig(
         grad_reduce_in_fp32=True, overlap_grad_reduce=False,
         use_distributed_optimizer=config.optimizer.use_distributed_optimizer, check_for_nan_in_grad=False)

@@ -21,6 +21,8 @@ from typing import Any, Literal, Optional
 
 import yaml
 
+from megatron_biglm.config.zero_shot_eval import ZeroShotEvalConfig
+
 
 class ConfigError(ValueError):
     """A config file or override is wrong; the message says which key and how to fix it."""
@@ -133,6 +135,7 @@ class RunConfig:
     training: TrainingConfig = field(default_factory=TrainingConfig)
     logging: LoggingConfig = field(default_factory=LoggingConfig)
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
+    zero_shot_eval: ZeroShotEvalConfig = field(default_factory=ZeroShotEvalConfig)
 
     @property
     def checkpoint_dir(self) -> Path:
@@ -387,6 +390,8 @@ def validate(config: RunConfig) -> None:
         raise ConfigError("config section 'model' needs a 'preset' (a preset name such as 'tiny' or a YAML path)")
     if t.backend == "deepspeed":
         _validate_deepspeed(config)
+    if config.zero_shot_eval.problem():
+        raise ConfigError(f"zero_shot_eval: {config.zero_shot_eval.problem()}")
 
 
 _DEEPSPEED_OWNED = ("train_batch_size", "train_micro_batch_size_per_gpu", "gradient_accumulation_steps",

@@ -106,7 +106,7 @@ def weight_decay_groups(module) -> list[dict]:
     return [g for g in ({"params": decay, "wd_mult": 1.0}, {"params": no_decay, "wd_mult": 0.0}) if g["params"]]
 
 
-def build_engine(config: RunConfig, mc, precision: str, num_microbatches: int, init_weights=None):
+def build_engine(config: RunConfig, mc, precision: str, num_microbatches: int, init_weights=None, provider=None):
     """([engine], engine.optimizer): the model from the shared builder wrapped by deepspeed.
     `init_weights` (a checkpoint) is loaded into the bare module first: deepspeed.initialize
     takes ZeRO's fp32 master copy (and, at stage 3, the partitions) from the module."""
@@ -116,7 +116,7 @@ def build_engine(config: RunConfig, mc, precision: str, num_microbatches: int, i
     deepspeed = import_deepspeed()
     if not dist.is_initialized() or dist.get_world_size() == 1:
         os.environ.setdefault("LOCAL_RANK", "0")  # deepspeed insists; a plain `python` run has no launcher
-    module, _ = build_module(config, mc, precision)
+    module, _ = build_module(config, mc, precision, provider)
     if init_weights is not None:
         load_initial_weights(init_weights, [module])
     o = config.optimizer
@@ -134,27 +134,27 @@ def _all_reduce(tensor: torch.Tensor) -> torch.Tensor:
 
 
 def train_step(model_chunks, optimizer, scheduler, guard, data_iterator, *,  # noqa: ARG001 - shared signature
-               num_microbatches, seq_length, micro_batch_size, device, use_split_mask, iteration):
+               num_microbatches, seq_length, micro_batch_size, device, recipe, iteration):
     """One optimizer step over the global batch (same contract as step.train_step)."""
+    from megatron_biglm.training.recipe import add_report, report_width, split_report
     from megatron_biglm.training.step import StepStats, make_forward_step
 
     engine = model_chunks[0]
     stats = StepStats()
-    forward_step = make_forward_step(device, use_split_mask, stats)
+    forward_step = make_forward_step(device, recipe, stats)
     batches = [next(data_iterator) for _ in range(num_microbatches)]
-    local = sum(int((b["loss_mask"] != 0).sum()) for b in batches)
+    local = sum(recipe.loss_tokens(b) for b in batches)
     global_count = int(_all_reduce(torch.tensor([float(local)], dtype=torch.float64, device=device)).item())
     grad_scale = engine.dp_world_size / max(global_count, 1)
     scheduler.step(1)  # lr of this step = lr(iteration), as in the megatron backend
-    report = torch.zeros(2, dtype=torch.float64, device=device)
+    report = torch.zeros(report_width(recipe), dtype=torch.float64, device=device)
     apply = True
     for i, batch in enumerate(batches):
         output, loss_func = forward_step(iter([batch]), engine)
         loss_sum, _, parts = loss_func(output)
-        report += parts["lm loss"].to(device=device, dtype=torch.float64)
+        add_report(report, parts, recipe)
         if i == num_microbatches - 1:
-            total = _all_reduce(report.clone())
-            loss = float(total[0] / total[1]) if total[1] else math.nan
+            loss, _, metrics = split_report(_all_reduce(report.clone()), recipe)
             apply = guard.check(loss, iteration)  # raises after too many in a row
             if not apply:
                 loss_sum = loss_sum * math.nan  # DeepSpeed's overflow check skips the update
@@ -166,24 +166,27 @@ def train_step(model_chunks, optimizer, scheduler, guard, data_iterator, *,  # n
                            "version does not skip steps with non-finite gradients")
     norm = engine.get_global_grad_norm() if applied else None
     return {"loss": loss, "skipped": not applied, "grad_norm": float(norm) if norm is not None else math.nan,
-            "stats": stats, "tokens": global_count}
+            "stats": stats, "tokens": global_count, "metrics": metrics}
 
 
 @torch.no_grad()
 def evaluate(model_chunks, data_iterator, *, iters, num_microbatches, seq_length,  # noqa: ARG001
-             micro_batch_size, device, use_split_mask) -> float:
-    """Per-token validation loss over `iters` global batches (same contract as step.evaluate)."""
+             micro_batch_size, device, recipe) -> dict:
+    """Per-token validation loss and the recipe's metrics over `iters` global batches
+    (same contract as step.evaluate)."""
+    from megatron_biglm.training.recipe import add_report, report_width, split_report
     from megatron_biglm.training.step import make_forward_step
 
     engine = model_chunks[0]
-    forward_step = make_forward_step(device, use_split_mask)
-    total = torch.zeros(2, dtype=torch.float64, device=device)
+    forward_step = make_forward_step(device, recipe)
+    total = torch.zeros(report_width(recipe), dtype=torch.float64, device=device)
     engine.eval()
     try:
         for _ in range(iters * num_microbatches):
             output, loss_func = forward_step(data_iterator, engine)
-            total += loss_func(output)[2]["lm loss"].to(device=device, dtype=torch.float64)
+            add_report(total, loss_func(output)[2], recipe)
     finally:
         engine.train()
     _all_reduce(total)
-    return float(total[0] / total[1]) if total[1] else math.nan
+    loss, _, metrics = split_report(total, recipe)
+    return {"loss": loss, **metrics}

@@ -5,9 +5,15 @@
         log every logging.log_interval steps, validate every training.eval_interval
         save every checkpoint.save_interval; stop cleanly on SIGTERM/SIGUSR1
 
-`callbacks` are called as `cb(step, loop_state)` after each step on every rank (the
-in-training evaluation hook plugs in here). Validation and callbacks run with the RNG
-streams saved and restored around them, so they never change the training trajectory.
+What a step computes (datasets, forward, loss, metrics) is the recipe's (recipe.py); the
+loop is the same for every recipe.
+
+`callbacks` run after each step on every rank: a plain callable as `cb(step, loop_state)`,
+an object with `on_step` as `cb.on_step(step, loop_state, ctx)`, where `ctx` is a
+`LoopContext` holding the live model chunks, the tokenizer, the config and the metrics
+logger (the in-training zero-shot evaluation plugs in here, wired by train.py). Validation
+and callbacks run with the RNG streams saved and restored around them, so they never change
+the training trajectory.
 """
 from __future__ import annotations
 
@@ -18,20 +24,10 @@ from dataclasses import dataclass, field
 import torch
 
 from megatron_biglm.training.flops import ModelShape, mfu, train_step_flops
+from megatron_biglm.training.loop_state import LoopState  # noqa: F401 - re-exported: loop.LoopState
+from megatron_biglm.training.recipe import Recipe
 from megatron_biglm.training.rng import preserved_rng
 from megatron_biglm.training.step import evaluate, train_step
-
-
-@dataclass
-class LoopState:
-    iteration: int = 0
-    consumed_samples: int = 0
-    consumed_tokens: int = 0
-    last_loss: float = math.nan
-    last_val_loss: float | None = None
-    first_val_loss: float | None = None
-    stopped_by: str | None = None
-    losses: list = field(default_factory=list)
 
 
 @dataclass
@@ -50,11 +46,31 @@ class Components:
     stop: object                   # GracefulStop
     model_shape: ModelShape
     num_microbatches: int
-    use_split_mask: bool
+    recipe: Recipe
     peak_tflops: float | None = None
     callbacks: list = field(default_factory=list)
     train_step_fn: object = train_step   # the backend's step and evaluation (backends.py)
     evaluate_fn: object = evaluate
+    tokenizer: object = None
+
+
+@dataclass
+class LoopContext:
+    """What a callback's `on_step` may read: the live run (the loop owns it; do not step it)."""
+    model_chunks: list
+    tokenizer: object
+    config: object
+    info: object
+    metrics: object
+    recipe: Recipe
+
+
+def _run_callbacks(c: Components, ctx: LoopContext, state: LoopState) -> None:
+    for cb in c.callbacks:
+        if hasattr(cb, "on_step"):
+            cb.on_step(state.iteration, state, ctx)
+        else:
+            cb(state.iteration, state)
 
 
 def _memory() -> dict:
@@ -74,6 +90,8 @@ def run(c: Components, state: LoopState) -> LoopState:
     last = min(total, state.iteration + t.exit_after_steps) if t.exit_after_steps else total
     data = c.train_iter_fn(state.consumed_samples)
     window = {"t0": time.time(), "steps": 0, "flops": 0.0, "tokens": 0, "loss_sum": 0.0, "loss_n": 0}
+    ctx = LoopContext(model_chunks=c.model_chunks, tokenizer=c.tokenizer, config=cfg, info=c.info,
+                      metrics=c.metrics, recipe=c.recipe)
 
     def validate():
         if c.valid_iter_fn is None:
@@ -81,19 +99,20 @@ def run(c: Components, state: LoopState) -> LoopState:
         with preserved_rng():  # training must not depend on whether or how often it validates
             val = c.evaluate_fn(c.model_chunks, c.valid_iter_fn(), iters=t.eval_iters,
                                 num_microbatches=c.num_microbatches, seq_length=seq, micro_batch_size=mbs,
-                                device=c.info.device, use_split_mask=c.use_split_mask)
-        state.last_val_loss = val
+                                device=c.info.device, recipe=c.recipe)
+        state.last_val_loss = val["loss"]
         if state.first_val_loss is None:
-            state.first_val_loss = val
-        c.metrics.log({"kind": "valid", "step": state.iteration, "loss": val,
-                       "consumed_tokens": state.consumed_tokens})
+            state.first_val_loss = val["loss"]
+        c.metrics.log({"kind": "valid", "step": state.iteration, "loss": val["loss"],
+                       "consumed_tokens": state.consumed_tokens,
+                       **{k: v for k, v in val.items() if k != "loss"}})
 
     if state.iteration == 0 and t.eval_interval > 0:
         validate()
     while state.iteration < last:
         out = c.train_step_fn(c.model_chunks, c.optimizer, c.scheduler, c.guard, data,
                               num_microbatches=c.num_microbatches, seq_length=seq, micro_batch_size=mbs,
-                              device=c.info.device, use_split_mask=c.use_split_mask, iteration=state.iteration + 1)
+                              device=c.info.device, recipe=c.recipe, iteration=state.iteration + 1)
         state.iteration += 1
         state.consumed_samples += gbs
         state.consumed_tokens += gbs * seq
@@ -106,11 +125,11 @@ def run(c: Components, state: LoopState) -> LoopState:
             window["loss_sum"] += out["loss"]
             window["loss_n"] += 1
         # This rank saw 1/DP of the global batch: its splits stand in for the other ranks'.
-        splits = stats.splits * c.info.dp if c.use_split_mask else None
+        splits = stats.splits * c.info.dp if stats.split_attention else None
         if splits is not None and len(splits) != gbs:
             splits = None
         window["flops"] += train_step_flops(c.model_shape, seq, gbs, splits=splits,
-                                            split_mask=c.use_split_mask, predicted_tokens=out["tokens"])
+                                            split_mask=stats.split_attention, predicted_tokens=out["tokens"])
         if state.iteration % cfg.logging.log_interval == 0 or state.iteration == last:
             dt = max(time.time() - window["t0"], 1e-9)
             tflops, util = mfu(window["flops"] / window["steps"], dt / window["steps"], c.info.world_size,
@@ -121,14 +140,13 @@ def run(c: Components, state: LoopState) -> LoopState:
                 "lr": c.optimizer.param_groups[0]["lr"], "grad_norm": out["grad_norm"],
                 "tokens_per_s": window["tokens"] / dt, "tflops_per_device": tflops, "mfu": util,
                 "consumed_samples": state.consumed_samples, "consumed_tokens": state.consumed_tokens,
-                "skipped_nonfinite": c.guard.total_skipped, "phase": stats.phase, **_memory()})
+                "skipped_nonfinite": c.guard.total_skipped, "phase": stats.phase, **out["metrics"], **_memory()})
             window.update(t0=time.time(), steps=0, flops=0.0, tokens=0, loss_sum=0.0, loss_n=0)
         if t.eval_interval > 0 and state.iteration % t.eval_interval == 0:
             validate()
         if c.callbacks:
             with preserved_rng():  # e.g. zero-shot evaluation (lm-eval reseeds the global generators)
-                for cb in c.callbacks:
-                    cb(state.iteration, state)
+                _run_callbacks(c, ctx, state)
         stop = c.stop.should_stop()
         if stop or state.iteration % cfg.checkpoint.save_interval == 0:
             path = c.save_fn(state)

@@ -1,69 +1,75 @@
 """One training step and one validation pass over megatron-core's pipeline schedules.
 
 The loss is a per-token mean over the whole global batch: each micro-batch returns
-(loss sum, masked-token count) and megatron divides the gradients by the global count
+(loss sum, token count) and megatron divides the gradients by the global count
 (`calculate_per_token_loss=True`). So the loss and the update do not depend on how the
 batch is cut into micro-batches and ranks, which is what lets DP/TP/PP runs and resumed
-runs reproduce a single-process run.
+runs reproduce a single-process run. What a micro-batch's forward and loss are is the
+recipe's (recipe.py); this module only drives the schedule and reduces the reports.
 """
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from functools import partial
 
 import torch
 import torch.distributed as dist
 from megatron.core import parallel_state
 from megatron.core.pipeline_parallel import get_forward_backward_func
 
-from megatron_biglm.model.loss import masked_lm_loss_func
+from megatron_biglm.training.recipe import Recipe, add_report, report_width, split_report
 
 
 @dataclass
 class StepStats:
     """What the micro-batches of one step looked like (for FLOPs and token counts)."""
     splits: list = field(default_factory=list)
+    split_attention: bool = False   # did the attention restrict to `splits`?
     samples: int = 0
     predicted_tokens: int = 0
     phase: int = 0
 
+    def record(self, batch: dict, recipe: Recipe) -> None:
+        self.samples += batch["tokens"].shape[0]
+        self.predicted_tokens += recipe.loss_tokens(batch)
+        splits = recipe.attention_splits(batch)
+        if splits is not None:
+            self.split_attention = True
+            self.splits.extend(splits)
+        if "phase" in batch:
+            self.phase = int(torch.as_tensor(batch["phase"]).max())
 
-def make_forward_step(device, use_split_mask: bool, stats: StepStats | None = None):
-    """The `forward_step_func` for megatron schedules: read a micro-batch, run the chunk."""
+
+def make_forward_step(device, recipe: Recipe, stats: StepStats | None = None):
+    """The `forward_step_func` for megatron schedules: read a micro-batch, run the recipe's forward."""
 
     def forward_step(data_iterator, model):
         batch = next(data_iterator)
-        tokens = batch["tokens"].to(device, non_blocking=True)
-        loss_mask = batch["loss_mask"].to(device, non_blocking=True)
-        split = batch["split"].to(device) if use_split_mask else None
         if stats is not None:
-            stats.samples += tokens.shape[0]
-            stats.predicted_tokens += int((batch["loss_mask"] != 0).sum())
-            stats.splits.extend(batch["split"].tolist() if use_split_mask else [])
-            if "phase" in batch:
-                stats.phase = int(torch.as_tensor(batch["phase"]).max())
-        output = model(tokens, split=split, labels=batch["labels"].to(device, non_blocking=True),
-                       loss_mask=loss_mask)
-        return output, partial(masked_lm_loss_func, loss_mask)
+            stats.record(batch, recipe)
+        return recipe.forward(model, batch, device)
 
     return forward_step
 
 
-def reduce_loss(losses_reduced, device) -> tuple[float, int]:
-    """(global mean loss, global predicted tokens) on every rank.
+def reduce_loss(losses_reduced, device, recipe: Recipe | None = None) -> tuple[float, int]:
+    """(global mean loss, global loss tokens) on every rank."""
+    return split_report(reduce_reports(losses_reduced, device, recipe), recipe)[:2]
 
-    Only the last pipeline stage holds micro-batch losses, and its TP ranks hold copies:
+
+def reduce_reports(losses_reduced, device, recipe: Recipe | None = None) -> torch.Tensor:
+    """The micro-batch reports summed over the global batch, on every rank (recipe.add_report).
+
+    Only the last pipeline stage holds micro-batch reports, and its TP ranks hold copies:
     count each once (tp rank 0 of the last stage), then sum over the whole world."""
-    total = torch.zeros(2, dtype=torch.float64, device=device)
+    total = torch.zeros(report_width(recipe), dtype=torch.float64, device=device)
     if (parallel_state.is_pipeline_last_stage(ignore_virtual=True)
             and parallel_state.get_tensor_model_parallel_rank() == 0):
         for item in losses_reduced:
-            total += item["lm loss"].to(device=device, dtype=torch.float64)
+            add_report(total, item, recipe)
     if dist.is_initialized() and dist.get_world_size() > 1:
         dist.all_reduce(total)
-    loss_sum, count = float(total[0]), int(total[1])
-    return (loss_sum / count if count else math.nan), count
+    return total
 
 
 def forward_backward(model_chunks, data_iterator, num_microbatches, seq_length, micro_batch_size,
@@ -75,39 +81,45 @@ def forward_backward(model_chunks, data_iterator, num_microbatches, seq_length, 
 
 
 def train_step(model_chunks, optimizer, scheduler, guard, data_iterator, *, num_microbatches, seq_length,
-               micro_batch_size, device, use_split_mask, iteration):
+               micro_batch_size, device, recipe, iteration):
     """Run one optimizer step (skipped when the loss is NaN/inf). Returns a dict of stats."""
     for chunk in model_chunks:
         chunk.zero_grad_buffer()
     optimizer.zero_grad()
     stats = StepStats()
     losses = forward_backward(model_chunks, data_iterator, num_microbatches, seq_length, micro_batch_size,
-                              make_forward_step(device, use_split_mask, stats))
-    loss, tokens = reduce_loss(losses, device)
+                              make_forward_step(device, recipe, stats))
+    loss, tokens, metrics = split_report(reduce_reports(losses, device, recipe), recipe)
     scheduler.step(1)  # lr of this step = lr(iteration): see schedule.py
     if not guard.check(loss, iteration):
         optimizer.zero_grad()
-        return {"loss": loss, "skipped": True, "grad_norm": math.nan, "stats": stats, "tokens": tokens}
+        return {"loss": loss, "skipped": True, "grad_norm": math.nan, "stats": stats, "tokens": tokens,
+                "metrics": metrics}
     ok, grad_norm, _ = optimizer.step()
     return {"loss": loss, "skipped": not ok, "grad_norm": float(grad_norm) if grad_norm is not None else math.nan,
-            "stats": stats, "tokens": tokens}
+            "stats": stats, "tokens": tokens, "metrics": metrics}
 
 
 @torch.no_grad()
 def evaluate(model_chunks, data_iterator, *, iters, num_microbatches, seq_length, micro_batch_size, device,
-             use_split_mask) -> float:
-    """Per-token validation loss over `iters` global batches."""
+             recipe) -> dict:
+    """{"loss": per-token validation loss over `iters` global batches, **the recipe's metrics}."""
     for chunk in model_chunks:
         chunk.eval()
     total = torch.zeros(2, dtype=torch.float64)
+    extra = torch.zeros(report_width(recipe), dtype=torch.float64)
     try:
         for _ in range(iters):
             losses = forward_backward(model_chunks, data_iterator, num_microbatches, seq_length,
-                                      micro_batch_size, make_forward_step(device, use_split_mask),
+                                      micro_batch_size, make_forward_step(device, recipe),
                                       forward_only=True)
-            loss, count = reduce_loss(losses, device)
+            reports = reduce_reports(losses, device, recipe)
+            loss, count, _ = split_report(reports, recipe)
             total += torch.tensor([loss * count, count], dtype=torch.float64)
+            extra += reports.cpu()
     finally:
         for chunk in model_chunks:
             chunk.train()
-    return float(total[0] / total[1]) if total[1] else math.nan
+    return {"loss": float(total[0] / total[1]) if total[1] else math.nan,
+            **split_report(extra, recipe)[2]}
+
