@@ -176,9 +176,6 @@ def _configured_callbacks(cfg, tokenizer, recipe) -> list:
     from megatron_biglm.evaluation.training_hook import ZeroShotTrainingHook
     from megatron_biglm.training.config import ConfigError
 
-    if cfg.parallelism.pipeline_model_parallel_size != 1:
-        raise ConfigError("zero_shot_eval needs the whole model on each rank (pipeline_model_parallel_size=1); "
-                          "evaluate the checkpoints afterwards instead")
     if tokenizer is None:
         raise ConfigError(f"zero_shot_eval needs a tokenizer, and the {recipe.name} recipe gives none")
     return [ZeroShotTrainingHook(z, tokenizer, make_adapter=partial(

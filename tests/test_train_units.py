@@ -11,6 +11,7 @@ import pytest
 
 from megatron_biglm.training.flops import (ModelShape, attended_pairs, expected_pair_fraction,
                                            forward_flops, mfu, train_step_flops)
+from megatron_biglm.training.loop_state import LoopState, checkpoint_state, restore_state
 from megatron_biglm.training.metrics import MetricsLogger, read_metrics
 from megatron_biglm.training.nonfinite import NonFiniteGuard, TooManyNonFinite
 from megatron_biglm.training.signals import GracefulStop
@@ -68,6 +69,38 @@ def test_nonfinite_guard_counts_and_stops():
     g.check(math.nan, 6)
     with pytest.raises(TooManyNonFinite, match="3 steps in a row.*5 skipped in total"):
         g.check(-math.inf, 7)
+
+
+class _Curriculum:
+    """A stateful piece with nothing to save until it has moved."""
+
+    def __init__(self):
+        self.position = 0
+
+    def state_dict(self):
+        return {"position": self.position} if self.position else {}
+
+    def load_state_dict(self, state):
+        self.position = state.get("position", 0)
+
+
+def test_loop_state_and_guards_save_and_restore_themselves():
+    guard, curriculum = NonFiniteGuard(5), _Curriculum()
+    guard.check(math.nan, 3)
+    state = LoopState(iteration=7, consumed_samples=56, consumed_tokens=3584, last_loss=1.5)
+    saved = checkpoint_state(state, {"nonfinite": guard, "curriculum": curriculum})
+    # the loop's fields at the top level (as checkpoints always had them); empty states left out
+    assert saved == {"iteration": 7, "consumed_samples": 56, "consumed_tokens": 3584,
+                     "nonfinite": {"in_a_row": 1, "total_skipped": 1}}
+    curriculum.position = 4
+    saved = json.loads(json.dumps(checkpoint_state(state, {"nonfinite": guard, "curriculum": curriculum})))
+    fresh, fresh_guard, fresh_curriculum = LoopState(), NonFiniteGuard(5), _Curriculum()
+    restore_state(saved, fresh, {"nonfinite": fresh_guard, "curriculum": fresh_curriculum})
+    assert (fresh.iteration, fresh.consumed_samples, fresh.consumed_tokens) == (7, 56, 3584)
+    assert fresh_guard.state_dict() == guard.state_dict() and fresh_curriculum.position == 4
+    old = LoopState(tokens_per_sample=64)  # a checkpoint from before consumed_tokens was saved
+    old.load_state_dict({"iteration": 2, "consumed_samples": 16})
+    assert old.consumed_tokens == 16 * 64
 
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGUSR1])

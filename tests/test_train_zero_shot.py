@@ -42,5 +42,7 @@ def test_zero_shot_config_is_checked_at_load():
         load_config(None, ["zero_shot_eval.every=10"])
     with pytest.raises(ConfigError, match="every_n_steps must be >= 1"):
         load_config(None, ["zero_shot_eval.enabled=true", "zero_shot_eval.every_n_steps=0"])
+    with pytest.raises(ConfigError, match="pipeline_model_parallel_size=1"):
+        load_config(None, ["zero_shot_eval.enabled=true", "parallelism.pipeline_model_parallel_size=2"])
     cfg = load_config(None, ["zero_shot_eval.enabled=true", "zero_shot_eval.tasks=[arc_easy]"])
     assert cfg.zero_shot_eval.tasks == ["arc_easy"] and cfg.zero_shot_eval.every_n_steps == 1000

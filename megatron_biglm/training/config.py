@@ -392,6 +392,9 @@ def validate(config: RunConfig) -> None:
         _validate_deepspeed(config)
     if config.zero_shot_eval.problem():
         raise ConfigError(f"zero_shot_eval: {config.zero_shot_eval.problem()}")
+    if config.zero_shot_eval.enabled and config.parallelism.pipeline_model_parallel_size != 1:
+        raise ConfigError("zero_shot_eval needs the whole model on each rank (pipeline_model_parallel_size=1); "
+                          "evaluate the saved checkpoints instead")
 
 
 _DEEPSPEED_OWNED = ("train_batch_size", "train_micro_batch_size_per_gpu", "gradient_accumulation_steps",
