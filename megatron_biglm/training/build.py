@@ -43,7 +43,7 @@ def model_config(config: RunConfig):
 
 def build_module(config: RunConfig, mc, precision: str, provider=None):
     """This rank's bare model chunk and its TransformerConfig (shared by both backends).
-    `provider`: a recipe's `model_provider` (same signature); None builds BiGLMModel."""
+    `provider`: a recipe's `model_provider` (model.model_provider's signature); None builds BiGLMModel."""
     from megatron_biglm.model import model_provider
 
     recompute = config.training.recompute

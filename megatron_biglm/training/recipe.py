@@ -19,8 +19,9 @@ and torchtitan's `TrainSpec`):
   (c) `metric_names`: extra scalars. `report[name]` is a `[numerator, denominator]` pair;
       both are summed over micro-batches and ranks and `numerator / denominator` is logged
       under `name` with each training and validation record (e.g. accuracy = [correct, n]);
-  (d) optionally `model_provider` (a `model.model_provider`-compatible callable, e.g. one that
-      adds heads); None builds the BiGLM masked-LM model.
+  (d) optionally `model_provider(pre_process, post_process, config, transformer_config)`: this
+      rank's model chunk (override it for other heads); the default is BiGLMModel with its
+      masked-LM head (`model.model_provider`).
 
 Batches may carry `valid_lengths` ([b] real tokens per sample, right padding after them):
 `padding_excluded` drops the padding from a loss mask, and BiGLMModel's `valid_lengths`
@@ -53,7 +54,6 @@ class Recipe:
 
     name: str = "recipe"
     metric_names: tuple[str, ...] = ()
-    model_provider: Optional[Callable] = None
 
     def build_data(self, config, model_config, dp_size: int) -> RecipeData:
         raise NotImplementedError
@@ -64,6 +64,13 @@ class Recipe:
     def loss_tokens(self, batch: dict) -> int:
         """The token count this micro-batch's loss is divided by (summed over the global batch)."""
         raise NotImplementedError
+
+    def model_provider(self, pre_process: bool, post_process: bool, config, transformer_config):
+        """This rank's bare model chunk (both backends wrap it); `config` is the BiGLMModelConfig."""
+        from megatron_biglm.model import model_provider
+
+        return model_provider(pre_process=pre_process, post_process=post_process, config=config,
+                              transformer_config=transformer_config)
 
     def attention_splits(self, batch: dict) -> list | None:
         """The per-sample split the attention restricts to (for the FLOPs count), or None
