@@ -132,14 +132,12 @@ def train(config_or_path, overrides=(), callbacks=(), forward_hook=None) -> Trai
                            num_attention_heads=mc.num_attention_heads, num_query_groups=mc.query_groups,
                            ffn_hidden_size=mc.ffn_hidden_size, vocab_size=mc.padded_vocab_size,
                            kv_channels=mc.head_dim)
-        variant = dict(cfg.objective).get("variant", "biglm")
         with GracefulStop() as stop:
             comps = loop.Components(
                 config=cfg, info=info, model_chunks=model_chunks, optimizer=optimizer, scheduler=scheduler,
                 guard=guard, metrics=metrics, train_iter_fn=train_iter,
                 valid_iter_fn=valid_iter if data.valid is not None and cfg.training.eval_iters > 0 else None,
                 save_fn=save, stop=stop, model_shape=shape, num_microbatches=num_micro,
-                use_split_mask=variant == "biglm",
                 peak_tflops=cfg.logging.peak_tflops or default_peak_tflops(), callbacks=list(callbacks),
                 train_step_fn=backend.train_step, evaluate_fn=backend.evaluate)
             try:

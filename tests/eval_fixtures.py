@@ -374,7 +374,7 @@ def overfit_biglm_style(model, tokenizer, sentences, steps: int = 300, lr: float
                         seed: int = 0):
     """Train `model` on `sentences` with BiGLM's objective: a random split, prefix rows see
     only the prefix (4D mask), suffix tokens masked with a ratio drawn from U(0.2, 1)."""
-    from megatron_biglm.evaluation.masks import additive_mask, sequence_mask
+    from megatron_biglm.model.attention_masks import additive_mask, sequence_mask
 
     gen = torch.Generator().manual_seed(seed)
     rows = [[tokenizer.cls_token_id] + tokenizer(s, add_special_tokens=False)["input_ids"]

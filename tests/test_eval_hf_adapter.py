@@ -9,8 +9,8 @@ import torch
 from eval_fixtures import one_torch_thread, tiny_bert, tiny_biglm  # noqa: F401
 
 from megatron_biglm.evaluation.hf_adapter import HFMaskedLMAdapter
-from megatron_biglm.evaluation.masks import (additive_mask, sequence_mask,
-                                             suffix_after_prefix_mask)
+from megatron_biglm.model.attention_masks import (additive_mask, sequence_mask,
+                                                  suffix_after_prefix_mask)
 from megatron_biglm.evaluation.protocol import SpecialTokens
 from megatron_biglm.evaluation.runner import score_requests
 from megatron_biglm.evaluation.scoring import ScoreRequest, make_rule

@@ -70,7 +70,7 @@ def test_reported_loss_is_the_per_token_mean_whatever_the_schedule_divides(world
         expected_sum = sum(float(d.double().sum()) for d in direct)
         expected_count = sum(int((b["loss_mask"] != 0).sum()) for b in batches)
         losses = forward_backward([model], iter(batches), num_micro, 16, 3,
-                                  make_forward_step(torch.device("cpu"), False), forward_only=forward_only)
+                                  make_forward_step(torch.device("cpu")), forward_only=forward_only)
         loss, count = reduce_loss(losses, torch.device("cpu"))
         assert count == expected_count
         assert loss == pytest.approx(expected_sum / expected_count, rel=1e-6)

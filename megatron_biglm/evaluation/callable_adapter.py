@@ -12,7 +12,8 @@ from typing import Callable
 
 import torch
 
-from .masks import sequence_mask
+from megatron_biglm.model.attention_masks import sequence_mask
+
 from .protocol import MaskedLMAdapter, SpecialTokens
 
 ForwardFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]

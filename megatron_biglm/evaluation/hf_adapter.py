@@ -23,7 +23,8 @@ from typing import Any
 
 import torch
 
-from .masks import additive_mask, sequence_mask, suffix_after_prefix_mask
+from megatron_biglm.model.attention_masks import additive_mask, sequence_mask, suffix_after_prefix_mask
+
 from .protocol import MaskedLMAdapter, SpecialTokens
 
 _CHOICES = ("auto", "on", "off")

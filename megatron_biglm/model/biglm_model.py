@@ -8,7 +8,9 @@ embedding, pipeline-stage handling, sharded state dicts). Only `forward` differs
         labels=None, loss_mask=None, decoder_input=None, return_hidden=False)
 
 - `split` [b]: prefix lengths; prefix positions attend to the prefix only, suffix positions
-  to everything. None (variants `mlm`, `no_attn`) = full bidirectional attention.
+  to everything (the rule: `objective.split_rule.visible`). Split 0 makes every position a
+  suffix position: an all-0 split (what variants `mlm`, `no_attn` emit) or None is full
+  bidirectional attention, with no mask built.
 - `valid_lengths` [b]: optional right padding; keys past it are masked.
 - With `labels` and `loss_mask` [b, s] (last pipeline stage): returns the per-token loss
   [b, s] fp32, 0 where loss_mask is 0 (see `loss.py`). Without labels: logits

@@ -26,9 +26,8 @@ import torch.nn.functional as F
 from megatron.core import tensor_parallel
 from megatron.core.transformer.dot_product_attention import DotProductAttention
 
-from megatron_biglm.objective.varlen_attention import split_varlen_attention
-
 from . import attention_params
+from .attention_masks import split_varlen_attention
 from .attention_params import FLASH_MISSING, BiGLMAttentionParams
 
 

@@ -9,7 +9,8 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
-from .split_mask import VARIANTS
+from . import split_rule
+from .split_rule import VARIANTS
 
 PREFIX_MODES = ("adaptive", "uniform")
 SUFFIX_UNITS = ("token", "span")
@@ -103,5 +104,5 @@ class ObjectiveConfig:
 
     @property
     def restricts_attention(self) -> bool:
-        """True only for ``biglm``: the one variant whose attention needs the split mask."""
-        return self.variant == "biglm"
+        """Whether this variant restricts attention (see ``split_rule.restricts_attention``)."""
+        return split_rule.restricts_attention(self.variant)

@@ -134,13 +134,13 @@ def _all_reduce(tensor: torch.Tensor) -> torch.Tensor:
 
 
 def train_step(model_chunks, optimizer, scheduler, guard, data_iterator, *,  # noqa: ARG001 - shared signature
-               num_microbatches, seq_length, micro_batch_size, device, use_split_mask, iteration):
+               num_microbatches, seq_length, micro_batch_size, device, iteration):
     """One optimizer step over the global batch (same contract as step.train_step)."""
     from megatron_biglm.training.step import StepStats, make_forward_step
 
     engine = model_chunks[0]
     stats = StepStats()
-    forward_step = make_forward_step(device, use_split_mask, stats)
+    forward_step = make_forward_step(device, stats)
     batches = [next(data_iterator) for _ in range(num_microbatches)]
     local = sum(int((b["loss_mask"] != 0).sum()) for b in batches)
     global_count = int(_all_reduce(torch.tensor([float(local)], dtype=torch.float64, device=device)).item())
@@ -171,12 +171,12 @@ def train_step(model_chunks, optimizer, scheduler, guard, data_iterator, *,  # n
 
 @torch.no_grad()
 def evaluate(model_chunks, data_iterator, *, iters, num_microbatches, seq_length,  # noqa: ARG001
-             micro_batch_size, device, use_split_mask) -> float:
+             micro_batch_size, device) -> float:
     """Per-token validation loss over `iters` global batches (same contract as step.evaluate)."""
     from megatron_biglm.training.step import make_forward_step
 
     engine = model_chunks[0]
-    forward_step = make_forward_step(device, use_split_mask)
+    forward_step = make_forward_step(device)
     total = torch.zeros(2, dtype=torch.float64, device=device)
     engine.eval()
     try:

@@ -50,7 +50,6 @@ class Components:
     stop: object                   # GracefulStop
     model_shape: ModelShape
     num_microbatches: int
-    use_split_mask: bool
     peak_tflops: float | None = None
     callbacks: list = field(default_factory=list)
     train_step_fn: object = train_step   # the backend's step and evaluation (backends.py)
@@ -81,7 +80,7 @@ def run(c: Components, state: LoopState) -> LoopState:
         with preserved_rng():  # training must not depend on whether or how often it validates
             val = c.evaluate_fn(c.model_chunks, c.valid_iter_fn(), iters=t.eval_iters,
                                 num_microbatches=c.num_microbatches, seq_length=seq, micro_batch_size=mbs,
-                                device=c.info.device, use_split_mask=c.use_split_mask)
+                                device=c.info.device)
         state.last_val_loss = val
         if state.first_val_loss is None:
             state.first_val_loss = val
@@ -93,7 +92,7 @@ def run(c: Components, state: LoopState) -> LoopState:
     while state.iteration < last:
         out = c.train_step_fn(c.model_chunks, c.optimizer, c.scheduler, c.guard, data,
                               num_microbatches=c.num_microbatches, seq_length=seq, micro_batch_size=mbs,
-                              device=c.info.device, use_split_mask=c.use_split_mask, iteration=state.iteration + 1)
+                              device=c.info.device, iteration=state.iteration + 1)
         state.iteration += 1
         state.consumed_samples += gbs
         state.consumed_tokens += gbs * seq
@@ -106,11 +105,12 @@ def run(c: Components, state: LoopState) -> LoopState:
             window["loss_sum"] += out["loss"]
             window["loss_n"] += 1
         # This rank saw 1/DP of the global batch: its splits stand in for the other ranks'.
-        splits = stats.splits * c.info.dp if c.use_split_mask else None
-        if splits is not None and len(splits) != gbs:
+        # Split 0 (variants without the restriction) counts full attention.
+        splits = stats.splits * c.info.dp
+        if len(splits) != gbs:
             splits = None
         window["flops"] += train_step_flops(c.model_shape, seq, gbs, splits=splits,
-                                            split_mask=c.use_split_mask, predicted_tokens=out["tokens"])
+                                            predicted_tokens=out["tokens"])
         if state.iteration % cfg.logging.log_interval == 0 or state.iteration == last:
             dt = max(time.time() - window["t0"], 1e-9)
             tflops, util = mfu(window["flops"] / window["steps"], dt / window["steps"], c.info.world_size,

@@ -29,18 +29,22 @@ class StepStats:
     phase: int = 0
 
 
-def make_forward_step(device, use_split_mask: bool, stats: StepStats | None = None):
-    """The `forward_step_func` for megatron schedules: read a micro-batch, run the chunk."""
+def make_forward_step(device, stats: StepStats | None = None):
+    """The `forward_step_func` for megatron schedules: read a micro-batch, run the chunk.
+
+    `split` alone says how attention is restricted (0 = full attention: the variants without
+    the restriction emit 0). It goes to the model as the loader's CPU tensor: the model sees
+    there, without a device sync, whether any row is restricted, then moves it."""
 
     def forward_step(data_iterator, model):
         batch = next(data_iterator)
         tokens = batch["tokens"].to(device, non_blocking=True)
         loss_mask = batch["loss_mask"].to(device, non_blocking=True)
-        split = batch["split"].to(device) if use_split_mask else None
+        split = batch["split"]
         if stats is not None:
             stats.samples += tokens.shape[0]
             stats.predicted_tokens += int((batch["loss_mask"] != 0).sum())
-            stats.splits.extend(batch["split"].tolist() if use_split_mask else [])
+            stats.splits.extend(split.tolist())
             if "phase" in batch:
                 stats.phase = int(torch.as_tensor(batch["phase"]).max())
         output = model(tokens, split=split, labels=batch["labels"].to(device, non_blocking=True),
@@ -75,14 +79,14 @@ def forward_backward(model_chunks, data_iterator, num_microbatches, seq_length, 
 
 
 def train_step(model_chunks, optimizer, scheduler, guard, data_iterator, *, num_microbatches, seq_length,
-               micro_batch_size, device, use_split_mask, iteration):
+               micro_batch_size, device, iteration):
     """Run one optimizer step (skipped when the loss is NaN/inf). Returns a dict of stats."""
     for chunk in model_chunks:
         chunk.zero_grad_buffer()
     optimizer.zero_grad()
     stats = StepStats()
     losses = forward_backward(model_chunks, data_iterator, num_microbatches, seq_length, micro_batch_size,
-                              make_forward_step(device, use_split_mask, stats))
+                              make_forward_step(device, stats))
     loss, tokens = reduce_loss(losses, device)
     scheduler.step(1)  # lr of this step = lr(iteration): see schedule.py
     if not guard.check(loss, iteration):
@@ -94,8 +98,8 @@ def train_step(model_chunks, optimizer, scheduler, guard, data_iterator, *, num_
 
 
 @torch.no_grad()
-def evaluate(model_chunks, data_iterator, *, iters, num_microbatches, seq_length, micro_batch_size, device,
-             use_split_mask) -> float:
+def evaluate(model_chunks, data_iterator, *, iters, num_microbatches, seq_length, micro_batch_size,
+             device) -> float:
     """Per-token validation loss over `iters` global batches."""
     for chunk in model_chunks:
         chunk.eval()
@@ -103,7 +107,7 @@ def evaluate(model_chunks, data_iterator, *, iters, num_microbatches, seq_length
     try:
         for _ in range(iters):
             losses = forward_backward(model_chunks, data_iterator, num_microbatches, seq_length,
-                                      micro_batch_size, make_forward_step(device, use_split_mask),
+                                      micro_batch_size, make_forward_step(device),
                                       forward_only=True)
             loss, count = reduce_loss(losses, device)
             total += torch.tensor([loss * count, count], dtype=torch.float64)
