@@ -15,6 +15,7 @@ Representations (one per backend, nothing else is built):
   flex        -> `block_mask`, a FlexAttention BlockMask (built analytically: no s x s tensor)
   flash       -> `varlen`, the cu_seqlens/indices of the two flash-attn varlen calls
   all None    -> full bidirectional attention (variants `mlm`, `no_attn`; split is None)
+Inference may add `kv_cache` (see `kv_cache.py`): the prefix key/value cache hook.
 """
 from __future__ import annotations
 
@@ -80,6 +81,9 @@ class BiGLMAttentionParams(PackedSeqParams):
     dense_mask: Optional[torch.Tensor] = None
     block_mask: Any = None
     varlen: Optional[VarlenSplit] = None
+    #: inference only: a `kv_cache.KVCacheForward` that records this forward's keys/values
+    #: and supplies cached ones (the mask then covers `[cached keys, new keys]`)
+    kv_cache: Any = None
 
     _sdpa_mask: Optional[torch.Tensor] = field(default=None, repr=False)
 
