@@ -105,7 +105,7 @@ def _megatron_dense(adapter: MegatronMaskedLMAdapter, ids, allowed):
     with torch.no_grad():
         hidden = model.decoder(hidden_states=emb, attention_mask=None, rotary_pos_emb=rotary,
                                packed_seq_params=params)
-    return hidden.transpose(0, 1), record.recorded(allowed.new_zeros(ids.shape[0]))
+    return hidden.transpose(0, 1), record.recorded(allowed[:, 0].sum(-1))  # lengths unused
 
 
 def _reference_logits(adapter, ids, lengths, allowed, positions):
@@ -200,26 +200,28 @@ def test_extend_prefix_equals_a_fresh_block_causal_encoding(adapter, seed):
     _assert_close(got, want, "suffix after two extensions")
 
 
-def test_one_extension_equals_the_single_split_forward(megatron_adapter):
-    """One block: block-causal is the training pattern with split = prefix length, so the
-    reference can be the model's own split forward."""
+def test_one_extension_equals_the_models_own_split_forward(megatron_adapter):
+    """One block: block-causal over P + B is the training pattern with split = |P|, so the
+    reference is the model's own split forward over P + B (its keys/values recorded)."""
     adapter = megatron_adapter
     g = torch.Generator().manual_seed(7)
-    prefixes, blocks, suffixes = _segments(g, 3, 2, 10), _segments(g, 3, 1, 5), _segments(g, 3, 1, 5)
-    state = adapter.extend_prefix(adapter.encode_prefix(*_pad(prefixes)), torch.arange(3), *_pad(blocks))
-    suffix_ids, suffix_lengths = _pad(suffixes)
-    positions = _positions(g, suffix_lengths, k=2)
-    got = adapter.logits_with_prefix(state, torch.arange(3), suffix_ids, suffix_lengths, positions)
-    # the suffix sees P + B and the block sees P + B: with split = |P + B| the rows of B would
-    # also be blind to S, which is the same thing here
-    ids, lengths = _pad([p + b + s for p, b, s in zip(prefixes, blocks, suffixes)])
-    split = torch.tensor([len(p) + len(b) for p, b in zip(prefixes, blocks)])
-    ids_pb, lengths_pb = _pad([p + b for p, b in zip(prefixes, blocks)])
-    fresh = adapter.encode_prefix(ids_pb, lengths_pb)  # fresh P+B all-to-all differs from block-causal
-    assert not torch.allclose(fresh.keys[-1][:2], state.keys[-1][:2])  # P rows must not see B
-    want = _reference_logits(adapter, ids, lengths, _block_causal([prefixes, blocks, suffixes])[2],
-                             positions + split[:, None])
-    _assert_close(got, want, "one extension")
+    prefixes, blocks = _segments(g, 3, 2, 10), _segments(g, 3, 1, 5)
+    state = adapter.extend_prefix(adapter.encode_prefix(*_pad(prefixes)), torch.arange(3),
+                                  *_pad(blocks))
+    ids, lengths = _pad([p + b for p, b in zip(prefixes, blocks)])
+    split = torch.tensor([len(p) for p in prefixes])
+    record = KVCacheForward()
+    with torch.no_grad():
+        adapter.model(ids, split=split, valid_lengths=lengths, return_hidden=True, kv_cache=record)
+    want = record.recorded(lengths)
+    assert state.lengths.tolist() == lengths.tolist()
+    for layer, (gk, gv, wk, wv) in enumerate(zip(state.keys, state.values, want.keys, want.values)):
+        for r, n in enumerate(lengths.tolist()):
+            _assert_close(gk[:n, r], wk[:n, r], f"layer {layer} row {r} keys")
+            _assert_close(gv[:n, r], wv[:n, r], f"layer {layer} row {r} values")
+    # and prefix rows really are blind to the block: all-to-all P + B differs
+    fresh = adapter.encode_prefix(ids, lengths)
+    assert not torch.allclose(fresh.keys[-1][:2], state.keys[-1][:2])
 
 
 def test_megatron_scoring_with_prefix_reuse_equals_without(megatron_adapter):
