@@ -92,7 +92,7 @@ def tiny_bert(vocab_size: int, seed: int = 0, hidden: int = 32, layers: int = 2,
 def tiny_biglm(vocab_size: int, special, seed: int = 0, hidden: int = 32, layers: int = 2,
                max_positions: int = 256):
     """A random BiGLM in its HF export layout (native EuroBERT: GQA, SwiGLU, RMSNorm, RoPE).
-    `special` has bos_id / eos_id / pad_id / mask_id (a SpecialTokens or a tokenizer-like)."""
+    `special` has bos_id / eos_id / pad_id / mask_id (a TokenIds or a tokenizer-like)."""
     from transformers import EuroBertConfig, EuroBertForMaskedLM
 
     ids = {role: getattr(special, f"{role}_id", None) if hasattr(special, f"{role}_id")

@@ -209,7 +209,7 @@ def test_training_hook_on_the_live_megatron_model_matches_the_export(checkpoint,
     metrics the exported model gives, and restores the model's train mode."""
     from functools import partial
 
-    from megatron_biglm.evaluation.megatron_adapter import megatron_adapter_for
+    from megatron_biglm.inference.megatron_adapter import megatron_adapter_for
     from megatron_biglm.evaluation.training_hook import ZeroShotHookConfig, ZeroShotTrainingHook
 
     lm = BiGLMEvalLM(path=str(checkpoint), progress=False)

@@ -17,6 +17,7 @@ which derives them from the one rule in `objective.split_rule`):
   flash       -> `varlen`, the cu_seqlens/indices of the two flash-attn varlen calls
   all None    -> full bidirectional attention: split None or all 0 (variants `mlm`, `no_attn`
                  emit split 0), and no padding
+Inference may add `kv_cache` (see `kv_cache.py`): the prefix key/value cache hook.
 """
 from __future__ import annotations
 
@@ -78,6 +79,9 @@ class BiGLMAttentionParams(PackedSeqParams):
     dense_mask: Optional[torch.Tensor] = None
     block_mask: Any = None
     varlen: Optional[VarlenSplit] = None
+    #: inference only: a `kv_cache.KVCacheForward` that records this forward's keys/values
+    #: and supplies cached ones (the mask then covers `[cached keys, new keys]`)
+    kv_cache: Any = None
 
     _sdpa_mask: Optional[torch.Tensor] = field(default=None, repr=False)
 

@@ -1,4 +1,4 @@
-"""Load a megatron-biglm checkpoint for evaluation in this process (TP=1, PP=1).
+"""Load a megatron-biglm checkpoint for inference (scoring, generation) in this process (TP=1, PP=1).
 
 The checkpoint may have been saved at any TP/PP: `load_model_weights` reshards it to the
 in-process layout. The tokenizer is the run's own (`data.tokenizer` of the saved run config),
