@@ -132,6 +132,14 @@ def test_length_predictor_hook_supplies_candidates():
                                                                              length_beam=2)
 
 
+def test_from_loader_takes_the_length_head_of_the_adapter():
+    adapter = ScriptedAdapter()
+    adapter.predict_lengths = lambda ids, lengths, k: torch.tensor([[4, 2, 6][:k]] * len(lengths))
+    gen = MaskPredictGenerator.from_loader("some/path", lambda path, **kw: (adapter, CharTokenizer(32)))
+    out, = gen.generate(["abc"], length_beam=3, steps=2)  # no length given: the head decides
+    assert [n for n, _ in out.candidates] == [4, 2, 6] and out.length in (4, 2, 6)
+
+
 def test_eos_cut_only_with_max_new_tokens_and_min_length_suppresses_it():
     adapter, gen = scripted(eos_at=7)  # slot 3 after [BOS] a b c
     cut, = gen.generate(["abc"], max_new_tokens=8, steps=4)
@@ -253,6 +261,31 @@ def test_cached_run_encodes_each_prompt_once_and_never_runs_full_forwards(hf_mod
 
 
 # ---------------------------------------------------------------------------- randomness
+
+def test_sampling_draws_follow_the_tempered_filtered_distribution():
+    from megatron_biglm.generation import sampling
+
+    logits = torch.log(torch.tensor([0.5, 0.3, 0.15, 0.05]))
+    assert sampling._filter(logits[None], None, 0.8).isfinite().tolist() == [[True, True, False, False]]
+    assert sampling._filter(logits[None], 3, None).isfinite().tolist() == [[True, True, True, False]]
+    n, temperature = 20000, 2.0
+    gen = torch.Generator().manual_seed(0)
+    tokens, logconf = sampling.choose(logits.expand(1, n, 4), [n], temperature=temperature,
+                                      top_k=3, top_p=None, generators=[gen])
+    want = torch.softmax(logits[:3] / temperature, dim=-1)
+    freq = torch.bincount(tokens[0], minlength=4).double() / n
+    assert freq[3] == 0 and torch.allclose(freq[:3], want.double(), atol=0.015)
+    # the confidence is the model's own probability of the drawn token, not the tempered one
+    assert torch.allclose(logconf[0].exp(), torch.tensor([0.5, 0.3, 0.15, 0.05])[tokens[0]])
+
+
+def test_top_k_1_and_tiny_top_p_sample_the_greedy_tokens(hf_model):
+    gen = hf_generator(hf_model, "on")
+    prompts = random_prompts(13, 3)
+    greedy = [o.ids for o in gen.generate(prompts, length=6, steps=3)]
+    assert [o.ids for o in gen.generate(prompts, length=6, steps=3, temperature=3.0, top_k=1)] == greedy
+    assert [o.ids for o in gen.generate(prompts, length=6, steps=3, temperature=3.0, top_p=1e-6)] == greedy
+
 
 def test_decoding_is_deterministic_by_seed(hf_model):
     gen = hf_generator(hf_model, "on")

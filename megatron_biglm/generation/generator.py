@@ -21,7 +21,7 @@ import torch
 
 from .blocks import Candidate, decode_candidates
 from .config import GenerationConfig, GenerationConfigError
-from .length import LengthPredictor, best, candidate_lengths, mean_logprob
+from .length import LengthPredictor, best, candidate_lengths, lengths_around, mean_logprob
 from .output import CanvasStep, GenerationOutput
 
 
@@ -102,8 +102,10 @@ class MaskPredictGenerator:
     def _generate_batch(self, prompts, encoded, occurrence, config) -> list[GenerationOutput]:
         special = self.adapter.special
         bos = int(special.bos_id)
-        need = config.length + config.length_beam // 2 if config.length is not None else \
-            (config.max_new_tokens or 1)
+        if config.length is not None:
+            need = max(lengths_around(config.length, config.length_beam))
+        else:  # a predictor's lengths are known only after it has seen the (fitted) prefix
+            need = 1 if self.length_predictor is not None else config.max_new_tokens
         fitted = [self._fit(ids, need, config) for ids in encoded]
         prefixes = [[bos] + ids for ids, _ in fitted]
         lengths = candidate_lengths(config, prefixes, self.length_predictor, int(special.pad_id),
