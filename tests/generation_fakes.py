@@ -136,3 +136,47 @@ class BruteForceModel:
         from eval_fixtures import bf_logprobs
 
         return bf_logprobs(self.model, list(prefix) + list(suffix), len(prefix))[len(prefix) + j]
+
+
+class BlockCausalReference:
+    """An adapter over an HF masked LM whose "cache" is only the token segments: every call
+    re-runs one unpadded forward per row with a loop-built block-causal mask (a key in segment
+    b is visible to a query in segment a iff b <= a; the scored slots are the last segment).
+    It is the uncached reference for `blocks="cached"`, which `logits` cannot express."""
+
+    prefix_cache = True
+    split_attention = True
+
+    def __init__(self, model, special=SPECIAL, max_length: int = 256):
+        self.model, self.special, self.max_length = model, special, max_length
+
+    @property
+    def device(self) -> torch.device:
+        return torch.device("cpu")
+
+    def logits(self, input_ids, lengths, split, positions):
+        raise AssertionError("the block-causal reference is only driven through its cache API")
+
+    def encode_prefix(self, prefix_ids, prefix_lengths):
+        return [[row[:int(n)]] for row, n in zip(prefix_ids.tolist(), prefix_lengths)]
+
+    def extend_prefix(self, state, rows, block_ids, block_lengths):
+        return [state[r] + [row[:int(n)]] for r, row, n in zip(rows.tolist(), block_ids.tolist(), block_lengths)]
+
+    def logits_with_prefix(self, state, rows, suffix_ids, suffix_lengths, positions):
+        out = []
+        for r, row, n, pos in zip(rows.tolist(), suffix_ids.tolist(), suffix_lengths, positions.tolist()):
+            segments = state[r] + [row[:int(n)]]
+            seq = [tok for seg in segments for tok in seg]
+            segment_of = [k for k, seg in enumerate(segments) for _ in seg]
+            dtype = next(self.model.parameters()).dtype
+            mask = torch.full((1, 1, len(seq), len(seq)), torch.finfo(dtype).min, dtype=dtype)
+            for i in range(len(seq)):
+                for j in range(len(seq)):
+                    if segment_of[j] <= segment_of[i]:
+                        mask[0, 0, i, j] = 0.0
+            with torch.no_grad():
+                logits = self.model(input_ids=torch.tensor([seq]), attention_mask=mask).logits[0]
+            start = len(seq) - int(n)
+            out.append(logits[[min(start + p, len(seq) - 1) for p in pos]])
+        return torch.stack(out)

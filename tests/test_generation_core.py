@@ -13,8 +13,8 @@ import random
 import pytest
 import torch
 from eval_fixtures import one_torch_thread, tiny_biglm  # noqa: F401 - fixture
-from generation_fakes import (BOS, EOS, MASK, SPECIAL, BruteForceModel, CharTokenizer,
-                              ScriptedAdapter, reference_mask_predict)
+from generation_fakes import (BOS, EOS, MASK, SPECIAL, BlockCausalReference, BruteForceModel,
+                              CharTokenizer, ScriptedAdapter, reference_mask_predict)
 
 from megatron_biglm.generation import (GenerationConfig, GenerationConfigError,
                                        MaskPredictGenerator, render_canvas)
@@ -242,6 +242,51 @@ def test_real_model_decode_equals_unpadded_loop_reference(hf_model, block_size):
             tokens, logp = tokens + block, logp + block_logp
         assert out.ids == tokens
         assert out.confidence == pytest.approx([math.exp(x) for x in logp], abs=1e-9)
+
+
+def test_block_causal_decoding_differs_from_refresh_on_a_real_model(hf_model):
+    """On a real model the two block semantics are different computations (prompt rows see the
+    finished blocks only under refresh), so the exactness test below compares like with like."""
+    import copy
+
+    model = copy.deepcopy(hf_model).double()
+    reference = MaskPredictGenerator(BlockCausalReference(model), CharTokenizer(HF_VOCAB))
+    refresh = hf_generator(model, "off")
+    prompts = random_prompts(17, 3)
+    one_block = dict(length=6, steps=3, block_size=6)
+    for a, b in zip(reference.generate(prompts, blocks="cached", **one_block),
+                    refresh.generate(prompts, **one_block)):
+        assert a.ids == b.ids and a.confidence == pytest.approx(b.confidence, abs=1e-9)
+    blocks = dict(length=8, steps=3, block_size=3)
+    causal = reference.generate(prompts, blocks="cached", **blocks)
+    fresh = refresh.generate(prompts, **blocks)
+    assert any(a.confidence[3:] != pytest.approx(b.confidence[3:], abs=1e-6) for a, b in zip(causal, fresh))
+
+
+def _extends(adapter) -> bool:
+    try:
+        state = adapter.encode_prefix(torch.tensor([[BOS, 5]]), torch.tensor([2]))
+        adapter.extend_prefix(state, torch.tensor([0]), torch.tensor([[6]]), torch.tensor([1]))
+    except (AttributeError, NotImplementedError):
+        return False
+    return True
+
+
+def test_cached_blocks_equal_the_block_causal_reference(hf_model):
+    """blocks="cached" through the adapter's extend_prefix == the recomputing reference (same
+    ids, probabilities within 1e-5 in fp32), over random prompts and lengths."""
+    gen = hf_generator(hf_model, "on")
+    if not _extends(gen.adapter):
+        pytest.skip(f"{type(gen.adapter).__module__} has no extend_prefix (it comes with inference/)")
+    reference = MaskPredictGenerator(BlockCausalReference(hf_model), CharTokenizer(HF_VOCAB))
+    rng = random.Random(9)
+    for trial in range(3):
+        prompts = random_prompts(30 + trial, 3)
+        config = GenerationConfig(length=rng.randint(4, 9), steps=3, block_size=rng.randint(2, 3),
+                                  blocks="cached", length_beam=2, seed=trial)
+        for x, y in zip(gen.generate(prompts, config), reference.generate(prompts, config)):
+            assert x.ids == y.ids
+            assert x.confidence == pytest.approx(y.confidence, abs=TOL)
 
 
 def test_cached_run_encodes_each_prompt_once_and_never_runs_full_forwards(hf_model):
