@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 import random
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -415,6 +416,10 @@ def test_bad_prompts_and_tokenizers():
         gen.generate(["ab", ""], length=3)
     with pytest.raises(ValueError, match="no mask token"):
         MaskPredictGenerator(adapter, CharTokenizer(16, mask=False))
+    no_bos = ScriptedAdapter()
+    no_bos.special = SimpleNamespace(bos_id=None, mask_id=MASK, pad_id=None, eos_id=EOS)
+    with pytest.raises(ValueError, match="no BOS id"):
+        MaskPredictGenerator(no_bos, CharTokenizer(16))
     with pytest.raises(ValueError, match="overflow='truncate_left'"):
         gen.generate(["abcdefgh"], length=6)  # 1 + 8 + 6 > 12
     out, = gen.generate(["abcdefgh"], length=6, overflow="truncate_left")

@@ -23,6 +23,7 @@ from .blocks import Candidate, decode_candidates
 from .config import GenerationConfig, GenerationConfigError
 from .length import LengthPredictor, best, candidate_lengths, lengths_around, mean_logprob
 from .output import CanvasStep, GenerationOutput
+from .slot_forward import padding_id
 
 
 class MaskPredictGenerator:
@@ -42,6 +43,9 @@ class MaskPredictGenerator:
         if int(mask) != int(adapter.special.mask_id):
             raise ValueError(f"the tokenizer's mask id {mask} differs from the model's "
                              f"{adapter.special.mask_id}; load the tokenizer saved with the model")
+        if getattr(adapter.special, "bos_id", None) is None:
+            raise ValueError("the model's special tokens have no BOS id; the model input is "
+                             "[BOS] + prompt + slots, so set the tokenizer's bos_token (or cls_token)")
         self.adapter = adapter
         self.tokenizer = tokenizer
         self.length_predictor = length_predictor or getattr(adapter, "predict_lengths", None)
@@ -108,7 +112,7 @@ class MaskPredictGenerator:
             need = 1 if self.length_predictor is not None else config.max_new_tokens
         fitted = [self._fit(ids, need, config) for ids in encoded]
         prefixes = [[bos] + ids for ids, _ in fitted]
-        lengths = candidate_lengths(config, prefixes, self.length_predictor, int(special.pad_id),
+        lengths = candidate_lengths(config, prefixes, self.length_predictor, padding_id(special),
                                     self.adapter.device)
         refit = [self._fit(ids, max(cands), config) for (ids, _), cands in zip(fitted, lengths)]
         dropped = [d0 + d1 for (_, d0), (_, d1) in zip(fitted, refit)]

@@ -25,6 +25,12 @@ from typing import Any, Sequence
 import torch
 
 
+def padding_id(special) -> int:
+    """The id that fills padding: PAD, else EOS, else MASK (padding is never attended to nor
+    read, so any id does; the token record may lack a PAD)."""
+    return int(next(i for i in (special.pad_id, special.eos_id, special.mask_id) if i is not None))
+
+
 class SlotForward:
     """Per-row prefixes (indexed 0..g-1 after each `set_prefixes` / `extend`) and the forward
     that scores slots after them."""
@@ -35,7 +41,7 @@ class SlotForward:
                              "False); decode with use_cache=False")
         self.adapter = adapter
         self.use_cache = use_cache
-        self.pad_id = int(adapter.special.pad_id)
+        self.pad_id = padding_id(adapter.special)
         self.device = adapter.device
         self._prefixes: list[list[int]] = []
         self._state: Any = None
