@@ -133,7 +133,7 @@ class MaskPredictGenerator:
             return ids, 0
         if room < 1:
             raise ValueError(f"{slots} slots do not fit the model's {self.adapter.max_length} positions "
-                             "with [BOS] and one prompt token; ask for fewer tokens or use block_size")
+                             "with [BOS] and one prompt token; ask for fewer tokens")
         if config.overflow == "error":
             raise ValueError(f"[BOS] + {len(ids)} prompt tokens + {slots} slots exceed the model's "
                              f"{self.adapter.max_length} positions; shorten the prompt, ask for fewer "
