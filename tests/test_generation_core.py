@@ -20,10 +20,7 @@ from generation_fakes import (BOS, EOS, MASK, SPECIAL, BlockCausalReference, Bru
 from megatron_biglm.generation import (GenerationConfig, GenerationConfigError,
                                        MaskPredictGenerator, render_canvas)
 
-try:  # the adapters move to inference/ (issue 10); either home serves these tests
-    from megatron_biglm.inference.hf_adapter import HFMaskedLMAdapter
-except ImportError:  # pragma: no cover - before the move
-    from megatron_biglm.evaluation.hf_adapter import HFMaskedLMAdapter
+from megatron_biglm.inference.hf_adapter import HFMaskedLMAdapter
 
 HF_VOCAB = 40
 TOL = 1e-5
