@@ -1,10 +1,14 @@
 """A checkpoint in the trainer's layout: find it, verify it, read what it says about itself.
 
-The trainer (`megatron_biglm.training.checkpoint`) writes ``iter_N/`` folders holding
-``dist/`` (torch_dist shards), ``config.yaml`` (the resolved run config), ``train_state.json``,
-``model_signature.json`` and a size manifest, plus a ``latest`` pointer beside them. The
-converter reuses the trainer's own functions to pick the latest *complete* checkpoint, so a
-truncated or half-copied checkpoint is refused before any tensor is read.
+The trainer writes ``iter_N/`` folders holding ``dist/`` (torch_dist shards), ``config.yaml``
+(the resolved run config), ``train_state.json``, ``model_signature.json`` and a size manifest,
+plus a ``latest`` pointer beside them. `read_checkpoint` uses the trainer's own functions to
+pick the latest *complete* checkpoint, so a truncated or half-copied checkpoint is refused
+before any tensor is read.
+
+What it returns is plain data (paths, the train state, the saved model signature): the run
+config and model config are rebuilt from ``config.yaml`` one floor up, by
+`megatron_biglm.config.trained_checkpoint.open_checkpoint`, which readers that need them use.
 
 A checkpoint made by `from_hf` has the same layout with ``"weights_only": true`` in
 ``train_state.json``: model weights only, no optimizer/scheduler/RNG state (a starting point
@@ -16,32 +20,29 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from megatron_biglm.training.checkpoint_compat import check_compatible, model_signature
-from megatron_biglm.training.checkpoint_dir import WEIGHTS_ONLY_KEY, CheckpointError, is_weights_only, resolve_load_path
-from megatron_biglm.training.config import RunConfig, load_config
+from .dirs import LATEST, MANIFEST, TRAIN_STATE, WEIGHTS_ONLY_KEY, CheckpointError, is_weights_only, resolve_load_path
+from .files import CONFIG_FILE
+from .signature import SIGNATURE_FILE
 
-from .dist_reader import DistCheckpointWeights
-
-__all__ = ["WEIGHTS_ONLY_KEY", "TrainedCheckpoint", "locate", "open_checkpoint", "signature_of"]
-
-
-def signature_of(model_config) -> dict:
-    """The trainer's shape signature of a `BiGLMModelConfig` (what resume compares)."""
-    return model_signature({**model_config.to_dict(), "padded_vocab_size": model_config.padded_vocab_size})
+__all__ = ["WEIGHTS_ONLY_KEY", "SavedCheckpoint", "locate", "read_checkpoint"]
 
 
 @dataclass
-class TrainedCheckpoint:
-    """One complete checkpoint folder and the configs it was saved with."""
+class SavedCheckpoint:
+    """One complete checkpoint folder: its train state and saved model signature."""
 
     path: Path
-    run_config: RunConfig
-    model_config: object  # megatron_biglm.model.BiGLMModelConfig
     train_state: dict
+    signature: dict
 
     @property
     def dist_dir(self) -> Path:
         return self.path / "dist"
+
+    @property
+    def config_path(self) -> Path:
+        """The resolved run config the checkpoint was saved with."""
+        return self.path / CONFIG_FILE
 
     @property
     def weights_only(self) -> bool:
@@ -51,15 +52,6 @@ class TrainedCheckpoint:
     def consumed_samples(self) -> int:
         return int(self.train_state.get("consumed_samples", 0))
 
-    @property
-    def training_tokens(self) -> int:
-        """Tokens trained on: consumed samples × sequence length (the trainer also logs it)."""
-        saved = self.train_state.get("consumed_tokens")
-        return int(saved) if saved is not None else self.consumed_samples * self.run_config.data.seq_length
-
-    def weights(self) -> DistCheckpointWeights:
-        return DistCheckpointWeights(self.dist_dir, self.model_config.num_layers)
-
 
 def locate(path) -> Path:
     """The checkpoint folder meant by `path`: an ``iter_N`` folder, a checkpoint root with
@@ -67,11 +59,11 @@ def locate(path) -> Path:
     path = Path(path).expanduser()
     if not path.exists():
         raise CheckpointError(f"checkpoint {path} does not exist")
-    if not (path / "latest").is_file() and (path / "checkpoints" / "latest").is_file():
+    if not (path / LATEST).is_file() and (path / "checkpoints" / LATEST).is_file():
         path = path / "checkpoints"
-    if not (path / "latest").is_file() and not (path / "COMPLETE.json").is_file():
+    if not (path / LATEST).is_file() and not (path / MANIFEST).is_file():
         raise CheckpointError(
-            f"{path} is not a megatron-biglm checkpoint: expected an iter_N folder with COMPLETE.json, "
+            f"{path} is not a megatron-biglm checkpoint: expected an iter_N folder with {MANIFEST}, "
             "or a checkpoint directory with a `latest` pointer (as written by megatron_biglm.train or "
             "`convert_checkpoint.py from-hf`)")
     folder = resolve_load_path(path, str(path))
@@ -80,27 +72,11 @@ def locate(path) -> Path:
     return folder
 
 
-def open_checkpoint(path) -> TrainedCheckpoint:
-    """Locate, verify (manifest sizes) and read a checkpoint's run config and train state.
-
-    The model config is rebuilt from the saved run config and checked against the saved shape
-    signature, so a preset file edited after training is caught here, not as a shape error.
-    """
-    from megatron_biglm.model import load_preset
-
+def read_checkpoint(path) -> SavedCheckpoint:
+    """Locate and verify (manifest sizes) a checkpoint; read its train state and signature."""
     folder = locate(path)
-    for name in ("config.yaml", "train_state.json", "model_signature.json"):
+    for name in (CONFIG_FILE, TRAIN_STATE, SIGNATURE_FILE):
         if not (folder / name).is_file():
             raise CheckpointError(f"checkpoint {folder} has no {name}; it was not written by megatron_biglm")
-    run_config = load_config(folder / "config.yaml")
-    overrides = {k: v for k, v in run_config.model.items() if k != "preset"}
-    model_config = load_preset(run_config.model["preset"], overrides)
-    saved_signature = json.loads((folder / "model_signature.json").read_text())
-    try:
-        check_compatible(saved_signature, signature_of(model_config), str(folder))
-    except CheckpointError as exc:
-        raise CheckpointError(
-            f"{folder}/config.yaml no longer rebuilds the model that was saved (was the preset "
-            f"{run_config.model['preset']!r} edited after training?): {exc}") from None
-    train_state = json.loads((folder / "train_state.json").read_text())
-    return TrainedCheckpoint(folder, run_config, model_config, train_state)
+    return SavedCheckpoint(folder, json.loads((folder / TRAIN_STATE).read_text()),
+                           json.loads((folder / SIGNATURE_FILE).read_text()))

@@ -20,7 +20,7 @@ _PARAMS_DTYPE = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16"}
 class LoadedMegatron:
     model: object          # BiGLMModel, eval mode, on the requested device
     tokenizer: object
-    checkpoint: object     # megatron_biglm.export.run_checkpoint.TrainedCheckpoint
+    checkpoint: object     # megatron_biglm.config.trained_checkpoint.TrainedCheckpoint
     notes: list
 
 
@@ -67,8 +67,8 @@ def load_megatron_checkpoint(path, *, tokenizer=None, device: str = "cpu",
                              dtype: str = "float32") -> LoadedMegatron:
     """Build the model at TP=1/PP=1 in this process, load the checkpoint's weights into it
     and find its tokenizer. Sets up a one-process group (gloo on CPU) when none exists."""
-    from megatron_biglm.export.run_checkpoint import open_checkpoint
-    from megatron_biglm.export.weights_only import load_model_weights
+    from megatron_biglm.checkpoint.weights_only import load_model_weights
+    from megatron_biglm.config.trained_checkpoint import open_checkpoint
     from megatron_biglm.model import init_single_process, model_provider
 
     checkpoint = open_checkpoint(path)  # clear CheckpointError for missing/partial folders
