@@ -1,4 +1,4 @@
-"""The files every backend's checkpoint shares (checkpoint_files.py) and the RNG streams they
+"""The files every backend's checkpoint shares (checkpoint/files.py) and the RNG streams they
 carry (rng.py), at world size 1: what is written is what a reader gets back, and restoring
 the RNG continues the exact streams."""
 from __future__ import annotations

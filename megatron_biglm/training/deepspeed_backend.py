@@ -69,7 +69,7 @@ def shutdown(info) -> None:
 
 def deepspeed_config(config: RunConfig, precision: str, num_microbatches: int) -> dict:
     """The DeepSpeed JSON config: batch, clipping and precision from our config, ZeRO from
-    `training.deepspeed`, then `training.deepspeed.extra` merged in (validated in config.py)."""
+    `training.deepspeed`, then `training.deepspeed.extra` merged in (validated in config/run_config.py)."""
     t, ds = config.training, config.training.deepspeed
     zero = {"stage": ds.zero_stage}
     if ds.offload_optimizer:
