@@ -77,7 +77,8 @@ class ModelSection(_WrittenSection):
         if not isinstance(preset, (str, os.PathLike)) or not str(preset):
             raise ModelConfigError(f"config section '{section}' needs a 'preset' (a preset name such as "
                                    f"'{DEFAULT_PRESET}' or a YAML path), got {preset!r}")
-        super().__init__({k: v if k == "preset" else coerce(v, hints[k], qualify(section, k), error=ModelConfigError)
+        super().__init__({k: str(v) if k == "preset" else coerce(v, hints[k], qualify(section, k),
+                                                                 error=ModelConfigError)
                           for k, v in values.items()})
         self._resolved: BiGLMModelConfig | None = None
 
