@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from megatron_biglm.model.loss import masked_lm_loss_func
-from megatron_biglm.training.config import load_config
+from megatron_biglm.config import load_config
 
 
 class PerTokenLoss(torch.nn.Module):

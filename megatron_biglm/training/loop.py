@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 import torch
 
 from megatron_biglm.training.flops import ModelShape, mfu, train_step_flops
-from megatron_biglm.training.rng import preserved_rng
+from megatron_biglm.checkpoint.rng import preserved_rng
 from megatron_biglm.training.step import evaluate, train_step
 
 
