@@ -24,9 +24,11 @@ quickstart: $(STAMP)
 	$(PY) -m megatron_biglm.quickstart $(ARGS)
 
 # Everything CI runs: the fast set plus the tests marked slow (multi-process, training).
+# PYTEST_RC_FILE (set by .ci/run) receives pytest's own exit status: make reports every failure as 2.
 test: $(STAMP)
 	$(PY) -m megatron_biglm.data.sample_corpus --fetch
-	$(PY) -m pytest -q -p no:cacheprovider $(ARGS)
+	$(PY) -m pytest -q -p no:cacheprovider $(ARGS); rc=$$?; \
+	  if [ -n "$(PYTEST_RC_FILE)" ]; then echo $$rc > "$(PYTEST_RC_FILE)"; fi; exit $$rc
 
 test-fast: $(STAMP)
 	$(PY) -m pytest -q -m "not slow" $(ARGS)

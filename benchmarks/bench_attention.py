@@ -170,7 +170,7 @@ def _median_ms(fn, reps: int, sync) -> float:
 def _create_block_mask_baseline(split, s: int, device, cuda: bool, sync) -> dict:
     """Time/memory of torch's eager create_block_mask for the same BlockMask (the baseline the
     analytic build replaces: it evaluates the rule on the dense b x s x s grid)."""
-    from megatron_biglm.objective.split_mask import flex_split_block_mask
+    from megatron_biglm.model.attention_masks import flex_split_block_mask
 
     def create():
         return flex_split_block_mask(split, s, device=device, method="create")

@@ -94,7 +94,7 @@ def child(mode: str, src: str, dst: str, shard_bytes: int) -> dict:
     from megatron_biglm.export.convert_from_hf import from_hf
     from megatron_biglm.export.convert_to_hf import to_hf
     from megatron_biglm.export.hf_config import shape_from_biglm_config
-    from megatron_biglm.export.run_checkpoint import open_checkpoint
+    from megatron_biglm.config.trained_checkpoint import open_checkpoint
     from megatron_biglm.export.weight_mapping import megatron_to_hf
 
     if mode == "import":  # megatron and the CPU shims are imported by the conversion itself;

@@ -8,7 +8,7 @@ Where a run starts (`checkpoint.load`): `auto` resumes this run's latest checkpo
 starts fresh, a path resumes that checkpoint. A path to a weights-only checkpoint (an HF
 import, `tools/convert_checkpoint.py from-hf`) starts from its weights with a fresh
 optimizer and schedule at step 0, until this run saves its own checkpoints: from then on
-the same command resumes those (checkpoint_dir.choose_start).
+the same command resumes those (checkpoint/dirs.py choose_start).
 """
 from __future__ import annotations
 
@@ -59,11 +59,12 @@ def train(config_or_path, overrides=(), callbacks=(), forward_hook=None, recipe=
     """
     import torch
 
+    from megatron_biglm.checkpoint import dirs as checkpoint_dir
+    from megatron_biglm.checkpoint.signature import model_signature, read_train_state
+    from megatron_biglm.config import check_batch_arithmetic, load_config, save_resolved
     from megatron_biglm.data.pretrain_data import make_loader
-    from megatron_biglm.training import build, checkpoint, checkpoint_dir, distributed, loop
+    from megatron_biglm.training import build, distributed, loop
     from megatron_biglm.training.backends import check_resume, select_backend
-    from megatron_biglm.training.checkpoint_compat import model_signature
-    from megatron_biglm.training.config import check_batch_arithmetic, load_config, save_resolved
     from megatron_biglm.training.flops import ModelShape, default_peak_tflops
     from megatron_biglm.training.loop_state import checkpoint_state, restore_state
     from megatron_biglm.training.metrics import MetricsLogger
@@ -73,7 +74,7 @@ def train(config_or_path, overrides=(), callbacks=(), forward_hook=None, recipe=
     from megatron_biglm.training.signals import GracefulStop
 
     cfg = load_config(config_or_path, list(overrides))
-    recipe = recipe if recipe is not None else PretrainRecipe.from_config(cfg)
+    recipe = recipe if recipe is not None else PretrainRecipe()
     backend = select_backend(cfg)
     info = distributed.init_distributed(cfg)
     try:
@@ -88,7 +89,7 @@ def train(config_or_path, overrides=(), callbacks=(), forward_hook=None, recipe=
         init_path = start.path if start.weights_only else None  # weights only: a start, not a resume
         load_path = None if start.weights_only else start.path
         if start.path is not None:
-            check_resume(checkpoint.read_train_state(start.path, signature), backend, start.path, info.dp)
+            check_resume(read_train_state(start.path, signature), backend, start.path, info.dp)
 
         model_chunks, optimizer = backend.build(cfg, mc, precision, num_micro, init_weights=init_path,
                                                 provider=recipe.model_provider)
@@ -172,14 +173,14 @@ def _configured_callbacks(cfg, tokenizer, recipe) -> list:
         return []
     from functools import partial
 
-    from megatron_biglm.evaluation.megatron_adapter import megatron_adapter_for
+    from megatron_biglm.inference.megatron_adapter import megatron_adapter_for
     from megatron_biglm.evaluation.training_hook import ZeroShotTrainingHook
-    from megatron_biglm.training.config import ConfigError
+    from megatron_biglm.config import ConfigError
 
     if tokenizer is None:
         raise ConfigError(f"zero_shot_eval needs a tokenizer, and the {recipe.name} recipe gives none")
     return [ZeroShotTrainingHook(z, tokenizer, make_adapter=partial(
-        megatron_adapter_for, tokenizer=tokenizer, split_attention=getattr(recipe, "split_attention", True)))]
+        megatron_adapter_for, tokenizer=tokenizer, split_attention=cfg.objective.resolved.restricts_attention))]
 
 
 def _install_forward_hook(model_chunks, hook, state):
@@ -203,8 +204,8 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s: %(message)s")
     warnings.filterwarnings("ignore", message="Transformer Engine and Apex are not installed")
-    from megatron_biglm.training.checkpoint_dir import CheckpointError
-    from megatron_biglm.training.config import ConfigError
+    from megatron_biglm.checkpoint.dirs import CheckpointError
+    from megatron_biglm.config import ConfigError
     from megatron_biglm.training.nonfinite import TooManyNonFinite
     try:
         result = train(args.config, args.overrides)

@@ -92,7 +92,7 @@ def tiny_bert(vocab_size: int, seed: int = 0, hidden: int = 32, layers: int = 2,
 def tiny_biglm(vocab_size: int, special, seed: int = 0, hidden: int = 32, layers: int = 2,
                max_positions: int = 256):
     """A random BiGLM in its HF export layout (native EuroBERT: GQA, SwiGLU, RMSNorm, RoPE).
-    `special` has bos_id / eos_id / pad_id / mask_id (a SpecialTokens or a tokenizer-like)."""
+    `special` has bos_id / eos_id / pad_id / mask_id (a TokenIds or a tokenizer-like)."""
     from transformers import EuroBertConfig, EuroBertForMaskedLM
 
     ids = {role: getattr(special, f"{role}_id", None) if hasattr(special, f"{role}_id")
@@ -374,7 +374,7 @@ def overfit_biglm_style(model, tokenizer, sentences, steps: int = 300, lr: float
                         seed: int = 0):
     """Train `model` on `sentences` with BiGLM's objective: a random split, prefix rows see
     only the prefix (4D mask), suffix tokens masked with a ratio drawn from U(0.2, 1)."""
-    from megatron_biglm.evaluation.masks import additive_mask, sequence_mask
+    from megatron_biglm.model.attention_masks import additive_mask, sequence_mask
 
     gen = torch.Generator().manual_seed(seed)
     rows = [[tokenizer.cls_token_id] + tokenizer(s, add_special_tokens=False)["input_ids"]

@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import pytest
 
-from megatron_biglm.training.checkpoint_compat import check_compatible, model_signature
-from megatron_biglm.training.checkpoint_dir import (CheckpointError, complete_checkpoints,
+from megatron_biglm.checkpoint.signature import check_compatible, model_signature
+from megatron_biglm.checkpoint.dirs import (CheckpointError, complete_checkpoints,
                                                     latest_checkpoint, new_temp_dir,
                                                     resolve_load_path, seal, verify)
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 import yaml
 
-from megatron_biglm.training.config import (ConfigError, check_batch_arithmetic, load_config,
+from megatron_biglm.config import (ConfigError, check_batch_arithmetic, load_config,
                                             parse_override)
 
 
@@ -98,3 +98,37 @@ def test_env_expansion(monkeypatch):
     monkeypatch.delenv("BIGLM_TEST_DATA")
     with pytest.raises(ConfigError, match="BIGLM_TEST_DATA is not set"):
         load_config(None, ["data.tokenizer=${BIGLM_TEST_DATA}/tok"])
+
+
+def test_model_and_objective_sections_are_typed_at_load():
+    from megatron_biglm.objective import ObjectiveConfig
+
+    cfg = load_config(None, ["objective.alpha=0.3", "objective.beta_y_range=[0.1, 0.9]", "model.norm_epsilon=1e-6",
+                             "model.num_layers=2.0"])
+    assert cfg.objective.resolved == ObjectiveConfig(alpha=0.3, beta_y_range=(0.1, 0.9))
+    assert cfg.objective == {"alpha": 0.3, "beta_y_range": [0.1, 0.9]}  # what config.yaml keeps
+    assert cfg.model == {"preset": "tiny", "norm_epsilon": 1e-6, "num_layers": 2}
+    assert isinstance(cfg.model["num_layers"], int) and cfg.model.resolved.num_layers == 2
+    assert cfg.model.resolved.hidden_size == 128  # the rest comes from the tiny preset
+    with pytest.raises(ConfigError, match="unknown config key 'model.hiden_size' \\(did you mean 'hidden_size'\\?\\)"):
+        load_config(None, ["model.hiden_size=64"])
+    with pytest.raises(ConfigError, match="model.num_layers': expected int"):
+        load_config(None, ["model.num_layers=two"])
+    with pytest.raises(ConfigError, match="variant"):
+        load_config(None, ["objective.variant=gpt"])
+    with pytest.raises(ConfigError, match="objective.alpha': expected float"):
+        load_config(None, ["objective.alpha=high"])
+
+
+def test_bad_objective_key_fails_in_load_config_before_any_process_group(tmp_path):
+    import torch.distributed as dist
+
+    from megatron_biglm.train import train
+
+    assert not dist.is_initialized()
+    with pytest.raises(ConfigError) as err:
+        train(None, [f"run_dir={tmp_path}", "schedule.train_steps=10", "schedule.warmup_steps=1",
+                     "objective.lamda1=0.5"])
+    msg = str(err.value)
+    assert "'lamda1'" in msg and "did you mean 'lambda1'" in msg and "valid keys in objective" in msg
+    assert not dist.is_initialized() and not any(tmp_path.iterdir())  # nothing was started or written

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from megatron_biglm.training.config import load_config
+from megatron_biglm.config import load_config
 
 CONFIGS = Path(__file__).resolve().parents[1] / "examples" / "configs"
 ALL = sorted(p for p in CONFIGS.rglob("*.yaml") if "presets" not in p.parts)

@@ -17,11 +17,11 @@ from convert_fixtures import fixed_batch, hf_state, train_tokenizer, write_rando
 from megatron_biglm.export.convert_cli import main as cli_main
 from megatron_biglm.export.convert_from_hf import from_hf
 from megatron_biglm.export.convert_to_hf import ConversionError, to_hf
-from megatron_biglm.export.dist_reader import DistCheckpointReadError, DistCheckpointWeights
+from megatron_biglm.checkpoint.dist_reader import DistCheckpointReadError, DistCheckpointWeights
 from megatron_biglm.export.hf_config import UnsupportedArchitecture
 from megatron_biglm.export.hf_files import CheckpointFileError
-from megatron_biglm.export.tokenizer_check import TokenizerMismatch
-from megatron_biglm.training.checkpoint_dir import CheckpointError
+from megatron_biglm.data.tokenizer_check import TokenizerMismatch
+from megatron_biglm.checkpoint.dirs import CheckpointError
 
 
 @pytest.fixture(scope="module")
@@ -73,9 +73,10 @@ def test_round_trip_hf_megatron_hf_is_bit_identical(source_dir, imported, tmp_pa
 
 
 def test_imported_checkpoint_is_weights_only_in_the_trainer_layout(source_dir, imported):
-    from megatron_biglm.export.run_checkpoint import open_checkpoint, signature_of
+    from megatron_biglm.config.trained_checkpoint import open_checkpoint
+    from megatron_biglm.checkpoint.signature import signature_of
     from megatron_biglm.model import load_preset
-    from megatron_biglm.training.checkpoint_dir import resolve_load_path
+    from megatron_biglm.checkpoint.dirs import resolve_load_path
 
     ckpt, _ = imported
     assert resolve_load_path(ckpt, str(ckpt)) == ckpt / "iter_0000000"  # trainer's own lookup

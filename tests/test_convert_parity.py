@@ -40,8 +40,8 @@ def _reference_logits(checkpoint: str, ref_path: str, vocab: int) -> None:
     from megatron.core import parallel_state as ps
 
     from convert_fixtures import build_megatron_model, megatron_logits
-    from megatron_biglm.export.run_checkpoint import open_checkpoint
-    from megatron_biglm.export.weights_only import load_model_weights
+    from megatron_biglm.config.trained_checkpoint import open_checkpoint
+    from megatron_biglm.checkpoint.weights_only import load_model_weights
 
     model = build_megatron_model(open_checkpoint(checkpoint).model_config)
     load_model_weights(checkpoint, model)

@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 
 from megatron_biglm.train import train
-from megatron_biglm.training.checkpoint_dir import CheckpointError, complete_checkpoints, latest_checkpoint
-from megatron_biglm.training.config import ConfigError, load_config
+from megatron_biglm.checkpoint.dirs import CheckpointError, complete_checkpoints, latest_checkpoint
+from megatron_biglm.config import ConfigError, load_config
 from megatron_biglm.training.nonfinite import TooManyNonFinite
 from train_fixtures import loss_and_grad_norm, tiny_overrides, train_data, train_records  # noqa: F401
 
@@ -33,7 +33,7 @@ needs_deepspeed = pytest.mark.skipif(importlib.util.find_spec("deepspeed") is No
 
 def _exported_weights(ckpt) -> dict:
     """The model as the exporter reads it (megatron_biglm.export: TP=1 names -> tensors)."""
-    from megatron_biglm.export.run_checkpoint import open_checkpoint
+    from megatron_biglm.config.trained_checkpoint import open_checkpoint
 
     weights = open_checkpoint(ckpt).weights()
     return {name: weights[name] for name in weights}

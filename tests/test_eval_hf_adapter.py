@@ -8,15 +8,15 @@ import pytest
 import torch
 from eval_fixtures import one_torch_thread, tiny_bert, tiny_biglm  # noqa: F401
 
-from megatron_biglm.evaluation.hf_adapter import HFMaskedLMAdapter
-from megatron_biglm.evaluation.masks import (additive_mask, sequence_mask,
-                                             suffix_after_prefix_mask)
-from megatron_biglm.evaluation.protocol import SpecialTokens
+from megatron_biglm.inference.hf_adapter import HFMaskedLMAdapter
+from megatron_biglm.model.attention_masks import (additive_mask, sequence_mask,
+                                                  suffix_after_prefix_mask)
+from megatron_biglm.inference import TokenIds
 from megatron_biglm.evaluation.runner import score_requests
 from megatron_biglm.evaluation.scoring import ScoreRequest, make_rule
 
 VOCAB = 40
-SPECIAL = SpecialTokens(bos_id=1, mask_id=3, pad_id=0, eos_id=2)
+SPECIAL = TokenIds(bos_id=1, mask_id=3, pad_id=0, eos_id=2)
 
 
 def tiny_roberta(seed=0):

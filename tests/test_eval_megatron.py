@@ -19,7 +19,7 @@ from eval_fixtures import corpus_texts, instances, one_torch_thread, write_task_
 from megatron_biglm.evaluation.models import BiGLMEvalLM
 from megatron_biglm.export.convert_from_hf import from_hf
 from megatron_biglm.export.convert_to_hf import to_hf
-from megatron_biglm.training.checkpoint_dir import CheckpointError
+from megatron_biglm.checkpoint.dirs import CheckpointError
 
 TOL = 1e-4
 RULES = [("beam", 1), ("beam", 3), ("oneshot", 1), ("pll", 1), ("l2r", 1)]
@@ -209,7 +209,7 @@ def test_training_hook_on_the_live_megatron_model_matches_the_export(checkpoint,
     metrics the exported model gives, and restores the model's train mode."""
     from functools import partial
 
-    from megatron_biglm.evaluation.megatron_adapter import megatron_adapter_for
+    from megatron_biglm.inference.megatron_adapter import megatron_adapter_for
     from megatron_biglm.evaluation.training_hook import ZeroShotHookConfig, ZeroShotTrainingHook
 
     lm = BiGLMEvalLM(path=str(checkpoint), progress=False)

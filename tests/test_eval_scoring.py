@@ -12,13 +12,13 @@ from eval_fixtures import (bf_beam, bf_logprobs, bf_best_order, bf_confidence_gr
                            bf_l2r, bf_l2r_greedy_decode, bf_oneshot, bf_oneshot_decode, bf_pll,
                            one_torch_thread, tiny_bert, tiny_biglm)  # noqa: F401 - fixture
 
-from megatron_biglm.evaluation.hf_adapter import HFMaskedLMAdapter
-from megatron_biglm.evaluation.protocol import SpecialTokens
+from megatron_biglm.inference.hf_adapter import HFMaskedLMAdapter
+from megatron_biglm.inference import TokenIds
 from megatron_biglm.evaluation.runner import score_requests
 from megatron_biglm.evaluation.scoring import ScoreRequest, make_rule
 
 VOCAB = 40
-SPECIAL = SpecialTokens(bos_id=1, mask_id=3, pad_id=0, eos_id=2)
+SPECIAL = TokenIds(bos_id=1, mask_id=3, pad_id=0, eos_id=2)
 TOL = 1e-5
 
 

@@ -6,10 +6,10 @@ import torch
 from eval_fixtures import (one_torch_thread, tiny_bert, wordpiece_dir,  # noqa: F401
                            write_task_data)
 
-from megatron_biglm.evaluation.callable_adapter import CallableMaskedLMAdapter
-from megatron_biglm.evaluation.hf_adapter import HFMaskedLMAdapter
+from megatron_biglm.inference.callable_adapter import CallableMaskedLMAdapter
+from megatron_biglm.inference.hf_adapter import HFMaskedLMAdapter
 from megatron_biglm.evaluation.models import HFMaskedLMEvalLM
-from megatron_biglm.evaluation.protocol import SpecialTokens
+from megatron_biglm.inference import TokenIds
 from megatron_biglm.evaluation.runner import score_requests
 from megatron_biglm.evaluation.scoring import ScoreRequest, make_rule
 from megatron_biglm.evaluation.tasks import local_task_manager, write_local_task_yamls
@@ -46,7 +46,7 @@ def test_hook_is_off_by_default_and_runs_only_every_n_steps(tmp_path, tokenizer)
     cfg = ZeroShotHookConfig.from_dict({"enabled": True, "every_n_steps": 2, "tasks": "arc_easy,piqa",
                                         "data_dir": str(data), "limit": 2})
     hook = ZeroShotTrainingHook(cfg, tokenizer, make_adapter=lambda m: HFMaskedLMAdapter(
-        m.inner, SpecialTokens.from_tokenizer(tokenizer)))
+        m.inner, TokenIds.from_tokenizer(tokenizer)))
     logged = []
     model.train()
     assert hook(1, model, log=lambda m, s: logged.append((s, m))) is None
@@ -78,7 +78,7 @@ def test_config_rejects_unknown_options():
 def test_callable_adapter_scores_like_the_hf_adapter(tokenizer):
     """A forward function taking a bool 'may attend' mask (the training loop's path)."""
     model = tiny_bert(len(tokenizer), seed=4).double()
-    special = SpecialTokens.from_tokenizer(tokenizer)
+    special = TokenIds.from_tokenizer(tokenizer)
     dtype_min = torch.finfo(torch.float64).min
 
     def forward(input_ids, allowed):

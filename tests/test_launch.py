@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from megatron_biglm.training.config import check_batch_arithmetic, load_config
+from megatron_biglm.config import check_batch_arithmetic, load_config
 
 REPO = Path(__file__).resolve().parents[1]
 SCRIPTS = ["pretrain_136m.sh", "pretrain_360m.sh", "pretrain_1p3b.sh", "pretrain_3p5b.sh"]

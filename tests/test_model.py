@@ -133,7 +133,7 @@ def test_flash_path_with_varlen_emulation_matches_sdpa(model, cfg, monkeypatch):
     """The flash backend's layout handling and two-call split, with flash-attn's kernels
     replaced by exact SDPA emulations (the real kernels need CUDA; see the gpu test)."""
     from megatron_biglm.model import core_attention
-    from megatron_biglm.objective.varlen_attention import sdpa_varlen_attention
+    from megatron_biglm.model.attention_masks import sdpa_varlen_attention
 
     def full(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False):
         out = F.scaled_dot_product_attention(

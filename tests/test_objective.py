@@ -12,11 +12,11 @@ import pytest
 import torch
 from scipy import stats
 
+from megatron_biglm.model.attention_masks import dense_split_mask
 from megatron_biglm.objective import (
     IGNORE_INDEX,
     ObjectiveConfig,
     apply_objective,
-    dense_split_mask,
     select_spans,
     select_tokens,
 )

@@ -8,14 +8,14 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from megatron_biglm.objective import (
+from megatron_biglm.model.attention_masks import (
     dense_split_mask,
     flex_split_block_mask,
-    split_for_variant,
     split_varlen_attention,
     sdpa_varlen_attention,
     varlen_split_lengths,
 )
+from megatron_biglm.objective.split_rule import attention_split, restricts_attention
 
 
 def brute_force_masked_out(split, seq_len, valid=None):
@@ -211,12 +211,16 @@ def test_two_call_varlen_attention_with_padding_zeroes_pad_rows():
 
 
 def test_split_for_variant_rule():
+    """Only biglm restricts attention; the others carry split 0, which the rule makes full."""
     split = torch.tensor([3])
-    assert split_for_variant(split, "biglm") is split
-    assert split_for_variant(split, "no_attn") is None
-    assert split_for_variant(split, "mlm") is None
+    assert restricts_attention("biglm") and attention_split(split, "biglm") is split
+    for variant in ("no_attn", "mlm"):
+        assert not restricts_attention(variant)
+        assert torch.equal(attention_split(split, variant), torch.tensor([0]))
+        assert attention_split(3, variant) == 0
+        assert not dense_split_mask(attention_split(split, variant), 8).any()
     with pytest.raises(ValueError, match="unknown objective variant"):
-        split_for_variant(split, "bogus")
+        attention_split(split, "bogus")
 
 
 @pytest.mark.parametrize(

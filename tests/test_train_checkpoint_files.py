@@ -1,4 +1,4 @@
-"""The files every backend's checkpoint shares (checkpoint_files.py) and the RNG streams they
+"""The files every backend's checkpoint shares (checkpoint/files.py) and the RNG streams they
 carry (rng.py), at world size 1: what is written is what a reader gets back, and restoring
 the RNG continues the exact streams."""
 from __future__ import annotations
@@ -9,10 +9,10 @@ import random
 import numpy as np
 import torch
 
-from megatron_biglm.training.checkpoint_dir import latest_checkpoint, verify
-from megatron_biglm.training.checkpoint_files import begin_checkpoint, restore_rng, seal_checkpoint
-from megatron_biglm.training.config import load_config
-from megatron_biglm.training.rng import preserved_rng
+from megatron_biglm.checkpoint.dirs import latest_checkpoint, verify
+from megatron_biglm.checkpoint.files import begin_checkpoint, restore_rng, seal_checkpoint
+from megatron_biglm.config import load_config
+from megatron_biglm.checkpoint.rng import preserved_rng
 
 
 def _draws():

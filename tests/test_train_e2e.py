@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from megatron_biglm.train import train
-from megatron_biglm.training.checkpoint_dir import CheckpointError, complete_checkpoints, latest_checkpoint
-from megatron_biglm.training.config import ConfigError
+from megatron_biglm.checkpoint.dirs import CheckpointError, complete_checkpoints, latest_checkpoint
+from megatron_biglm.config import ConfigError
 from megatron_biglm.training.metrics import read_metrics
 from megatron_biglm.training.nonfinite import TooManyNonFinite
 from train_fixtures import VOCAB, loss_and_grad_norm, tiny_overrides, train_data  # noqa: F401 (fixture)

@@ -17,8 +17,8 @@ import pytest
 
 from megatron_biglm.train import TrainResult, train
 from megatron_biglm.training.backends import Backend, check_resume
-from megatron_biglm.training.checkpoint_compat import check_compatible, model_signature
-from megatron_biglm.training.checkpoint_dir import (CheckpointError, choose_start, new_temp_dir,
+from megatron_biglm.checkpoint.signature import check_compatible, model_signature
+from megatron_biglm.checkpoint.dirs import (CheckpointError, choose_start, new_temp_dir,
                                                     refuse_weights_only, seal)
 from train_fixtures import loss_and_grad_norm, tiny_overrides, train_data, train_records  # noqa: F401
 

@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from megatron_biglm.model.loss import masked_lm_loss_func
-from megatron_biglm.training.config import load_config
+from megatron_biglm.config import load_config
 
 
 class PerTokenLoss(torch.nn.Module):
@@ -70,7 +70,7 @@ def test_reported_loss_is_the_per_token_mean_whatever_the_schedule_divides(world
             direct = [model(b["tokens"], labels=b["labels"], loss_mask=b["loss_mask"]) for b in batches]
         expected_sum = sum(float(d.double().sum()) for d in direct)
         expected_count = sum(int((b["loss_mask"] != 0).sum()) for b in batches)
-        forward_step = make_forward_step(torch.device("cpu"), PretrainRecipe(split_attention=False))
+        forward_step = make_forward_step(torch.device("cpu"), PretrainRecipe())
         losses = forward_backward([model], iter(batches), num_micro, 16, 3, forward_step, forward_only=forward_only)
         loss, count = reduce_loss(losses, torch.device("cpu"))
         assert count == expected_count

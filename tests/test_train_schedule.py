@@ -5,7 +5,7 @@ import math
 
 import pytest
 
-from megatron_biglm.training.config import load_config
+from megatron_biglm.config import load_config
 from megatron_biglm.training.schedule import lr_curve
 
 

@@ -30,7 +30,7 @@ def test_attended_pairs_equals_explicit_mask_count():
         L = int(rng.integers(4, 200))
         splits = rng.integers(1, L, size=3)
         assert attended_pairs(L, splits) == sum(_mask_pairs(L, s) for s in splits)
-    assert attended_pairs(10, [3, 4], split_mask=False) == 200
+    assert attended_pairs(10, [0, 0]) == 200  # split 0 (mlm/no_attn): full attention
 
 
 def test_expected_pair_fraction_by_monte_carlo():

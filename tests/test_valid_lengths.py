@@ -19,7 +19,7 @@ def model():
     return build_model(tiny_config(), seed=2)
 
 
-def _samples(valid, seed, pad_fill=0):
+def _samples(valid, seed, pad_fill=0, restricted=True):
     g = torch.Generator().manual_seed(seed)
     out = []
     for n in valid:
@@ -28,19 +28,20 @@ def _samples(valid, seed, pad_fill=0):
         loss_mask = (torch.rand(SEQ, generator=g) < 0.4).float()
         loss_mask[SEQ - 1] = 1.0  # also a (padded, for n < SEQ) last position
         out.append({"tokens": tokens, "labels": torch.randint(5, 200, (SEQ,), generator=g),
-                    "loss_mask": loss_mask, "split": torch.tensor(n // 2), "valid_lengths": n})
+                    "loss_mask": loss_mask, "split": torch.tensor(n // 2 if restricted else 0), "valid_lengths": n})
     return out
 
 
-@pytest.mark.parametrize("split_attention", [True, False], ids=["split", "full"])
+@pytest.mark.parametrize("restricted", [True, False], ids=["split", "full"])
 @pytest.mark.parametrize("backend", ["sdpa", "local"])
-def test_padding_is_neither_attended_nor_counted(model, split_attention, backend):
+def test_padding_is_neither_attended_nor_counted(model, restricted, backend):
     model.attention_backend = backend
-    recipe = PretrainRecipe(split_attention=split_attention)
+    recipe = PretrainRecipe()
     valid = [SEQ, 20, 9]
-    batch = collate_masked_lm(_samples(valid, seed=0))
+    batch = collate_masked_lm(_samples(valid, seed=0, restricted=restricted))
     assert batch["valid_lengths"].tolist() == valid
-    other = collate_masked_lm(_samples(valid, seed=0, pad_fill=torch.Generator().manual_seed(7)))
+    other = collate_masked_lm(_samples(valid, seed=0, pad_fill=torch.Generator().manual_seed(7),
+                                       restricted=restricted))
     assert not torch.equal(batch["tokens"], other["tokens"])  # only the padding differs
     with torch.no_grad():
         out, loss_func = recipe.forward(model, batch, torch.device("cpu"))

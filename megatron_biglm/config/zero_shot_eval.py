@@ -10,8 +10,10 @@ importing evaluation.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from typing import Any, Optional
+
+from megatron_biglm.common.config_fields import ConfigError, build_dataclass
 
 
 @dataclass
@@ -29,18 +31,13 @@ class ZeroShotEvalConfig:
     @classmethod
     def from_dict(cls, values: dict[str, Any]) -> "ZeroShotEvalConfig":
         """From a plain dict (outside a run config); `tasks` may be a comma-separated string."""
-        known = {f.name for f in fields(cls)}
-        unknown = set(values) - known
-        if unknown:
-            raise ValueError(f"unknown zero_shot_eval option(s) {sorted(unknown)}; "
-                             f"known: {sorted(known)}")
         values = dict(values)
         if isinstance(values.get("tasks"), str):
             values["tasks"] = [t.strip() for t in values["tasks"].split(",") if t.strip()]
-        config = cls(**values)
+        config = build_dataclass(cls, values, "zero_shot_eval", headline="unknown zero_shot_eval option(s) {keys}")
         problem = config.problem()
         if problem:
-            raise ValueError(problem)
+            raise ConfigError(problem)
         return config
 
     def problem(self) -> str | None:

@@ -1,8 +1,23 @@
-"""TokenIds: the few tokenizer facts the masked-LM dataset needs, and megatron's view of them.
+"""TokenIds: THE record of a tokenizer's special ids, for the dataset and for inference.
 
-The dataset needs only ids (mask, the never-masked specials, vocab size), not a tokenizer:
-keeping them in a small frozen record means workers pickle nothing heavy and the cache key
-(megatron hashes ``config.tokenizer.unique_identifiers``) is stable across tokenizer objects.
+Why one small frozen record and not the tokenizer: the masked-LM dataset needs only ids (mask,
+the never-masked specials, vocab size), so workers pickle nothing heavy and the cache key
+(megatron hashes ``config.tokenizer.unique_identifiers``) is stable across tokenizer objects;
+the inference adapters and scoring rules need the same ids (BOS opens every model input, MASK
+fills the slots, PAD fills padding that is never attended to, EOS closes documents).
+
+The fallback rule (applied once, in ``from_tokenizer``; the same choices ``load_tokenizer``
+makes when it completes a tokenizer):
+  * BOS: the tokenizer's BOS, else CLS (BERT family), else None;
+  * EOS: the tokenizer's EOS, else SEP, else None;
+  * PAD: the tokenizer's PAD, else EOS, else MASK (padding is never attended to, so any id
+    works; PAD = EOS is what decoder tokenizers do and costs no embedding row);
+  * MASK: required (the model is a masked LM).
+What each consumer additionally needs is checked where it is used, with ``require``: the
+dataset needs EOS (documents end with it), scoring and generation need BOS.
+Before the merge the data side had no fallbacks (a tokenizer without EOS failed at once, and a
+missing PAD was stored as None); megatron's view (``MegatronTokenIds``) treats PAD = EOS exactly
+as it treated a missing PAD, so datasets and their cache keys are unchanged.
 """
 from __future__ import annotations
 
@@ -10,38 +25,67 @@ from dataclasses import dataclass, field
 from typing import Any
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class TokenIds:
-    """``special_ids``: every id that must never be masked (EOS/BOS/PAD/...; mask itself too)."""
+    """Special token ids. ``special_ids``: every id that must never be masked (EOS/BOS/PAD/...;
+    mask itself too). ``vocab_size`` (None when unknown) bounds every id given."""
 
-    vocab_size: int
     mask_id: int
-    eos_id: int
+    eos_id: int | None = None
     pad_id: int | None = None
     bos_id: int | None = None
+    vocab_size: int | None = None
     special_ids: tuple[int, ...] = field(default=())
 
     def __post_init__(self):
         ids = {int(i) for i in self.special_ids}
         ids.update(i for i in (self.eos_id, self.pad_id, self.bos_id, self.mask_id) if i is not None)
         object.__setattr__(self, "special_ids", tuple(sorted(ids)))
-        for name, value in (("mask_id", self.mask_id), ("eos_id", self.eos_id)):
-            if value is None or not 0 <= int(value) < self.vocab_size:
-                raise ValueError(f"{name}={value} must be an id in [0, vocab_size={self.vocab_size})")
+        if self.mask_id is None:
+            raise ValueError("mask_id is required: the model is a masked LM")
+        if self.vocab_size is not None:
+            for name in ("mask_id", "eos_id", "pad_id", "bos_id"):
+                value = getattr(self, name)
+                if value is not None and not 0 <= int(value) < self.vocab_size:
+                    raise ValueError(f"{name}={value} must be an id in [0, vocab_size={self.vocab_size})")
+
+    def require(self, *names: str, why: str) -> "TokenIds":
+        """Self, or ValueError naming the missing ids and why the caller needs them."""
+        missing = [n for n in names if getattr(self, n) is None]
+        if missing:
+            raise ValueError(f"the tokenizer has no {', '.join(missing)} ({why}); set the token "
+                             "on the tokenizer (or load it with megatron_biglm.data.tokenizer."
+                             "load_tokenizer, which adds the missing ones)")
+        return self
 
     @classmethod
     def from_tokenizer(cls, tokenizer: Any) -> "TokenIds":
-        """From an HF tokenizer (e.g. ``megatron_biglm.data.tokenizer.load_tokenizer``'s)."""
-        if tokenizer.mask_token_id is None:
-            raise ValueError("the tokenizer has no mask token; load it with load_tokenizer(..., add_mask_token=True)")
-        return cls(
-            vocab_size=len(tokenizer),
-            mask_id=tokenizer.mask_token_id,
-            eos_id=tokenizer.eos_token_id,
-            pad_id=tokenizer.pad_token_id,
-            bos_id=tokenizer.bos_token_id,
-            special_ids=tuple(tokenizer.all_special_ids),
-        )
+        """From an HF tokenizer, with the fallback rule of the module docstring."""
+        mask = tokenizer.mask_token_id
+        if mask is None:
+            raise ValueError(
+                f"tokenizer {type(tokenizer).__name__} has no mask token; set tokenizer.mask_token "
+                "(e.g. '<mask>' or '[MASK]') or load it with load_tokenizer(..., add_mask_token=True)")
+        bos = _first(tokenizer, "bos_token_id", "cls_token_id")
+        eos = _first(tokenizer, "eos_token_id", "sep_token_id")
+        pad = _first(tokenizer, "pad_token_id")
+        if pad is None:
+            pad = eos if eos is not None else mask
+        try:
+            vocab = len(tokenizer)
+        except TypeError:  # a tokenizer-like object without a length: ids stay unbounded
+            vocab = None
+        specials = getattr(tokenizer, "all_special_ids", None) or ()
+        return cls(mask_id=int(mask), eos_id=eos, pad_id=int(pad), bos_id=bos, vocab_size=vocab,
+                   special_ids=tuple(int(i) for i in specials))
+
+
+def _first(tokenizer: Any, *attributes: str) -> int | None:
+    for name in attributes:
+        value = getattr(tokenizer, name, None)
+        if value is not None:
+            return int(value)
+    return None
 
 
 class MegatronTokenIds:
@@ -53,6 +97,9 @@ class MegatronTokenIds:
     """
 
     def __init__(self, ids: TokenIds):
+        ids.require("eos_id", why="documents end with EOS: megatron's datasets need it as `eod`")
+        if ids.vocab_size is None:
+            raise ValueError("the dataset needs TokenIds.vocab_size (from_tokenizer sets it)")
         self.ids = ids
         self.vocab_size = ids.vocab_size
         self.eod = ids.eos_id

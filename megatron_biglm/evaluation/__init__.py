@@ -9,10 +9,11 @@ lm-eval has no plugin entry point for models, so use them through `simple_evalua
 this import, through `tools/eval_zero_shot.py`, or through lm-eval's own CLI as
 `python -m megatron_biglm.evaluation run --model hf-mlm ...`.
 
-Layout: `scoring/` (the rules, model-agnostic), `runner.py` (batching, prefix reuse),
-`protocol.py` (what a model must provide), `hf_adapter.py`, `megatron_adapter.py` +
-`megatron_checkpoint.py` (our megatron model in-process), `lm.py`/`models.py` (lm-eval
-models), `tasks.py` (paper suite, offline task YAMLs, table), `training_hook.py`.
+Layout: `scoring/` (the rules, model-agnostic), `runner.py` (the rules' rounds on the
+inference engine), `lm.py`/`models.py` (lm-eval models), `tasks.py` (paper suite, offline task
+YAMLs, table), `training_hook.py`. The model side lives in `megatron_biglm.inference`: the
+adapter protocol, the HF and megatron adapters, the batching engine with the prefix cache, and
+checkpoint loading.
 """
 from __future__ import annotations
 

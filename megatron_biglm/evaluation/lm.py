@@ -15,7 +15,8 @@ from typing import Any
 from lm_eval.api.model import LM
 from lm_eval.utils import get_rolling_token_windows, make_disjoint_window
 
-from .protocol import MaskedLMAdapter
+from megatron_biglm.inference.protocol import MaskedLMAdapter
+
 from .runner import score_requests
 from .scoring import ScoreRequest, make_rule
 

@@ -23,10 +23,11 @@ import os
 from pathlib import Path
 from typing import Any
 
-from .hf_adapter import HFMaskedLMAdapter
+from megatron_biglm.inference.hf_adapter import HFMaskedLMAdapter
+from megatron_biglm.inference.loading import is_megatron_checkpoint
+from megatron_biglm.inference.protocol import inference_token_ids
+
 from .lm import MaskedLMEvalLM
-from .megatron_checkpoint import is_megatron_checkpoint
-from .protocol import SpecialTokens
 
 log = logging.getLogger(__name__)
 
@@ -122,7 +123,7 @@ class HFMaskedLMEvalLM(MaskedLMEvalLM):
         if tokenizer is None and not isinstance(source, (str, os.PathLike)):
             raise ValueError("a model object needs tokenizer= (a directory or tokenizer object)")
         tok = load_tokenizer_for(tokenizer if tokenizer is not None else source)
-        special = SpecialTokens.from_tokenizer(tok)
+        special = inference_token_ids(tok)
         adapter = HFMaskedLMAdapter(
             model, special, max_length=max_length or _max_length(model, tok),
             split_attention=tristate(split_attention, "split_attention")
@@ -168,8 +169,8 @@ class BiGLMEvalLM(HFMaskedLMEvalLM):
                        prefix_cache=None, prefix_reuse=None, add_eos: bool = False,
                        max_length: int | None = None, trust_remote_code: bool = False,
                        progress: bool = True, **unknown):
-        from .megatron_adapter import MegatronMaskedLMAdapter
-        from .megatron_checkpoint import load_megatron_checkpoint
+        from megatron_biglm.inference.loading import load_megatron_checkpoint
+        from megatron_biglm.inference.megatron_adapter import MegatronMaskedLMAdapter
 
         _refuse_unknown(unknown)
         if tristate(prefix_cache, "prefix_cache") == "on":
@@ -181,10 +182,13 @@ class BiGLMEvalLM(HFMaskedLMEvalLM):
                                           dtype=str(dtype))
         model_max = int(loaded.checkpoint.model_config.seq_length)
         adapter = MegatronMaskedLMAdapter(
-            loaded.model, SpecialTokens.from_tokenizer(loaded.tokenizer),
+            loaded.model, inference_token_ids(loaded.tokenizer),
             vocab_size=loaded.checkpoint.model_config.vocab_size,
             max_length=min(int(max_length), model_max) if max_length else model_max,
-            split_attention=split != "off")
+            split_attention=split != "off",
+            # The adapter's cache is exact, but lm-eval's `biglm` keeps the uncached megatron
+            # path (and refuses prefix_cache=on above) until that behaviour is changed on purpose.
+            prefix_cache=False)
         self.load_notes = loaded.notes
         MaskedLMEvalLM.__init__(self, adapter, loaded.tokenizer, scoring=scoring, beam=beam,
                                 batch_size=batch_size_arg(batch_size),

@@ -15,7 +15,8 @@ It does nothing unless `enabled` and `step % every_n_steps == 0`. Then it puts t
 eval mode, scores the tasks (with `limit` documents each, to stay cheap), restores the
 previous mode and returns/logs `{"zero_shot/<task>/<metric>": value, "zero_shot/avg": ...}`.
 `make_adapter(model)` turns the live model into a `MaskedLMAdapter` (for our megatron model,
-`megatron_adapter.megatron_adapter_for`; for other callables, `CallableMaskedLMAdapter`);
+`inference.megatron_adapter.megatron_adapter_for`; for other callables,
+`inference.callable_adapter.CallableMaskedLMAdapter`);
 HF models need none. With TP every rank must call the hook (each runs its part of the
 forwards); only rank 0 logs. The megatron adapter needs PP=1 (the whole model in one chunk).
 """
@@ -25,8 +26,8 @@ import tempfile
 from typing import Any, Callable
 
 from megatron_biglm.config.zero_shot_eval import ZeroShotEvalConfig
+from megatron_biglm.inference.protocol import MaskedLMAdapter, inference_token_ids
 
-from .protocol import MaskedLMAdapter, SpecialTokens
 from .tasks import SuiteTask, local_task_manager, resolve_tasks, suite_scores, write_local_task_yamls
 
 
@@ -72,14 +73,15 @@ class ZeroShotTrainingHook:
     def _evaluate(self, model) -> dict:
         import lm_eval
 
-        from .hf_adapter import HFMaskedLMAdapter
+        from megatron_biglm.inference.hf_adapter import HFMaskedLMAdapter
+
         from .lm import MaskedLMEvalLM
 
         cfg = self.config
         if self.make_adapter is not None:
             adapter = self.make_adapter(model)
         else:
-            adapter = HFMaskedLMAdapter(model, SpecialTokens.from_tokenizer(self.tokenizer),
+            adapter = HFMaskedLMAdapter(model, inference_token_ids(self.tokenizer),
                                         split_attention="on")
         lm = MaskedLMEvalLM(adapter, self.tokenizer, scoring=cfg.scoring, beam=cfg.beam,
                             batch_size=cfg.batch_size, progress=False)

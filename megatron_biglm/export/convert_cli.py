@@ -54,17 +54,17 @@ def build_parser() -> argparse.ArgumentParser:
 
 def refusal_types() -> tuple:
     """The errors that mean 'this input cannot be converted' (exit 1, message only)."""
+    from megatron_biglm.checkpoint.dirs import CheckpointError
+    from megatron_biglm.checkpoint.dist_reader import DistCheckpointReadError
+    from megatron_biglm.config import ConfigError
     from megatron_biglm.data.tokenizer import TokenizerLoadError
     from megatron_biglm.model import ModelConfigError
-    from megatron_biglm.training.checkpoint_dir import CheckpointError
-    from megatron_biglm.training.config import ConfigError
 
     from .conversion_summary import VerificationError
     from .convert_to_hf import ConversionError
-    from .dist_reader import DistCheckpointReadError
     from .hf_config import UnsupportedArchitecture
     from .hf_files import CheckpointFileError
-    from .tokenizer_check import TokenizerMismatch
+    from megatron_biglm.data.tokenizer_check import TokenizerMismatch
     from .weight_mapping import WeightMappingError
 
     return (CheckpointError, CheckpointFileError, DistCheckpointReadError, WeightMappingError,

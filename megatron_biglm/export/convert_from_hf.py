@@ -31,13 +31,15 @@ from typing import List
 
 import torch
 
+from megatron_biglm.checkpoint.dirs import WEIGHTS_ONLY_KEY
+from megatron_biglm.checkpoint.dist_reader import DistCheckpointWeights
+from megatron_biglm.checkpoint.signature import signature_of
+
 from .conversion_summary import ConversionSummary, VerificationError, compare_written, with_progress
 from .convert_to_hf import ConversionError, check_new_output
-from .dist_reader import DistCheckpointWeights
 from .hf_config import UnsupportedArchitecture, architecture_from_hf_config, shape_from_biglm_config
 from .hf_files import CheckpointFileError, HFWeights
-from .run_checkpoint import WEIGHTS_ONLY_KEY, signature_of
-from .tokenizer_check import check_import_tokenizer
+from megatron_biglm.data.tokenizer_check import check_import_tokenizer
 from .tp_shards import split_for_tp
 from .weight_mapping import (ConversionReport, detect_norm_naming, hf_tensor_shapes, hf_to_megatron,
                              megatron_tensor_shapes)
@@ -177,9 +179,9 @@ def write_checkpoint(plan: ImportPlan, output_dir: Path, tp: int, pp: int, progr
     import torch.distributed as dist
     from megatron.core import dist_checkpointing, parallel_state, tensor_parallel
 
+    from megatron_biglm.checkpoint.files import begin_checkpoint, seal_when_written
     from megatron_biglm.model import model_provider
     from megatron_biglm.model.standalone import init_single_process
-    from megatron_biglm.training.checkpoint_files import begin_checkpoint, seal_when_written
 
     created_group = not dist.is_initialized()
     if torch.cuda.is_available():
@@ -221,7 +223,7 @@ def _write_metadata(plan: ImportPlan, temp: Path, output_dir: Path, tp: int, pp:
     """Rank 0: the trainer's metadata files in `temp`; preset file and tokenizer in the root."""
     import yaml
 
-    from megatron_biglm.training.config import load_config, save_resolved
+    from megatron_biglm.config import load_config, save_resolved
 
     mc = plan.model_config
     state = {WEIGHTS_ONLY_KEY: True, "iteration": 0, "consumed_samples": 0, "consumed_tokens": 0,

@@ -1,13 +1,13 @@
 """Export: a megatron-biglm checkpoint (any TP/PP it was saved with) -> an HF model directory.
 
-Streaming: the dist checkpoint is read one layer slice at a time (`dist_reader`; torch_dist
+Streaming: the dist checkpoint is read one layer slice at a time (`checkpoint.dist_reader`; torch_dist
 reassembles whatever TP/PP pieces the run saved), mapped to HF names one tensor at a time
 (`weight_mapping.megatron_to_hf`) and written as safetensors shards holding at most one shard
 in memory (`hf_files.save_safetensors_stream`). No model is built and no process group is
 needed, so a 3.5B model never exists twice in memory.
 
 Before any tensor is converted, every stored model item is checked against the CRC-32 it was
-saved with (`dist_checksums`; the trainer's manifest already refuses missing and truncated
+saved with (`checkpoint.checksums`; the trainer's manifest already refuses missing and truncated
 files). The directory is written under a temporary name beside `output_dir`, read back and
 compared with the checkpoint, and only then renamed into place: a failed export leaves
 nothing that would load.
@@ -23,13 +23,14 @@ from pathlib import Path
 
 import torch
 
+from megatron_biglm.checkpoint.checksums import verify_dist_checksums
+from megatron_biglm.config.trained_checkpoint import open_checkpoint
+
 from .conversion_summary import ConversionSummary, VerificationError, compare_written, with_progress
-from .dist_checksums import verify_dist_checksums
 from .hf_config import architecture_from_hf_config, hf_config_from_biglm, shape_from_biglm_config
 from .hf_files import DEFAULT_MAX_SHARD_BYTES, HFWeights, save_safetensors_stream
 from .model_card import model_card
-from .run_checkpoint import open_checkpoint
-from .tokenizer_check import load_export_tokenizer
+from megatron_biglm.data.tokenizer_check import load_export_tokenizer
 from .weight_mapping import ConversionReport, hf_tensor_shapes, megatron_to_hf
 
 logger = logging.getLogger(__name__)

@@ -14,9 +14,7 @@ def _rows(pairs) -> str:
 
 
 def model_card(checkpoint, *, parameters: int, tokenizer_source: str, dtype: str) -> str:
-    """Markdown for `checkpoint` (a `run_checkpoint.TrainedCheckpoint`)."""
-    from megatron_biglm.objective.config import ObjectiveConfig
-
+    """Markdown for `checkpoint` (a `config.trained_checkpoint.TrainedCheckpoint`)."""
     mc, cfg = checkpoint.model_config, checkpoint.run_config
     preset = cfg.model.get("preset")
     shape = [("preset", f"`{preset}`" + (f" (name `{mc.name}`)" if mc.name and mc.name != preset else "")),
@@ -41,7 +39,7 @@ def model_card(checkpoint, *, parameters: int, tokenizer_source: str, dtype: str
                     ("schedule", f"{cfg.schedule.style}, lr {cfg.optimizer.lr:g} -> {cfg.optimizer.min_lr:g}, "
                                  f"{cfg.schedule.train_steps} steps planned"),
                     ("global batch", cfg.training.global_batch_size)]
-        settings = ObjectiveConfig.from_dict(cfg.objective).to_dict()
+        settings = cfg.objective.resolved.to_dict()
         objective = "```json\n" + json.dumps(settings, indent=1) + "\n```"
     return f"""---
 library_name: transformers

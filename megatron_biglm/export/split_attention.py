@@ -5,26 +5,19 @@ unchanged. The mask must be *additive* (0 = attend, dtype-min = blocked): the ea
 adds it to the scores, so a boolean mask would be silently wrong there, while sdpa accepts
 either. flash-attention and flex kernels take no such tensor, so they are refused.
 
-The rule itself (prefix queries never see suffix keys) comes from
-`megatron_biglm.objective.split_mask`, the same function the megatron model is trained with.
+The mask comes from `megatron_biglm.model.attention_masks.additive_split_mask`, derived from the
+one rule (`objective.split_rule.visible`) the megatron model is trained with.
 """
 from __future__ import annotations
 
 import torch
 
-from megatron_biglm.objective.split_mask import dense_split_mask
+from megatron_biglm.model.attention_masks import additive_mask, additive_split_mask
+
+__all__ = ["MASKABLE_ATTENTION", "additive_mask", "forward_with_split", "split_attention_mask"]
 
 #: HF attention implementations that accept an additive [b, 1, s, s] float mask.
 MASKABLE_ATTENTION = ("eager", "sdpa")
-
-
-def additive_mask(allowed: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-    """`[b, 1, q, k]` float mask from a bool `[b, q, k]` (True = may attend): 0 where allowed,
-    the dtype's minimum elsewhere. Finite, so fully masked padding rows stay finite (their
-    outputs are never read)."""
-    zero = torch.zeros((), dtype=dtype, device=allowed.device)
-    blocked = torch.tensor(torch.finfo(dtype).min, dtype=dtype, device=allowed.device)
-    return torch.where(allowed, zero, blocked)[:, None]
 
 
 def split_attention_mask(split: torch.Tensor | None, seq_len: int, *,
@@ -42,15 +35,7 @@ def split_attention_mask(split: torch.Tensor | None, seq_len: int, *,
                          f"{tuple(attention_mask.shape)}; the split mask is built here")
     if split is None:
         return attention_mask
-    split = torch.as_tensor(split)
-    blocked = dense_split_mask(split, seq_len)
-    if attention_mask is not None:
-        if tuple(attention_mask.shape) != (blocked.shape[0], seq_len):
-            raise ValueError(f"attention_mask shape {tuple(attention_mask.shape)} does not match "
-                             f"[batch={blocked.shape[0]}, seq={seq_len}]")
-        blocked = blocked | (attention_mask.to(blocked.device) == 0)[:, None, None, :]
-    device = attention_mask.device if attention_mask is not None else split.device
-    return additive_mask(~blocked[:, 0].to(device), dtype)
+    return additive_split_mask(split, seq_len, attention_mask=attention_mask, dtype=dtype)
 
 
 def forward_with_split(model, input_ids: torch.Tensor, split: torch.Tensor | None = None,

@@ -1,0 +1,13 @@
+"""Mask-Predict generation for BiGLM (issue 12): `[BOS] + prompt + N masked slots`, filled in
+T iterations, with exact prefix K/V reuse, block-wise decoding and a length beam.
+
+    from megatron_biglm.generation import MaskPredictGenerator, GenerationConfig
+    outputs = MaskPredictGenerator(adapter, tokenizer).generate(["Once upon"], GenerationConfig(length=16))
+"""
+from .config import GenerationConfig, GenerationConfigError
+from .generator import MaskPredictGenerator
+from .length import LengthPredictor
+from .output import CanvasStep, GenerationOutput, render_canvas
+
+__all__ = ["CanvasStep", "GenerationConfig", "GenerationConfigError", "GenerationOutput",
+           "LengthPredictor", "MaskPredictGenerator", "render_canvas"]

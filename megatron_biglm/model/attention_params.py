@@ -10,11 +10,14 @@ Why `packed_seq_params` and not `attention_mask`: megatron-core's activation rec
 a VarlenSplit there would crash; `packed_seq_params` reaches the core attention by closure.
 `qkv_format="sbhd"` keeps megatron's own code on its non-packed path.
 
-Representations (one per backend, nothing else is built):
+Representations (one per backend, nothing else is built; all from `model.attention_masks`,
+which derives them from the one rule in `objective.split_rule`):
   sdpa, local -> `dense_mask` [b,1,s,s] bool, True = masked out (megatron's convention)
   flex        -> `block_mask`, a FlexAttention BlockMask (built analytically: no s x s tensor)
   flash       -> `varlen`, the cu_seqlens/indices of the two flash-attn varlen calls
-  all None    -> full bidirectional attention (variants `mlm`, `no_attn`; split is None)
+  all None    -> full bidirectional attention: split None or all 0 (variants `mlm`, `no_attn`
+                 emit split 0), and no padding
+Inference may add `kv_cache` (see `kv_cache.py`): the prefix key/value cache hook.
 """
 from __future__ import annotations
 
@@ -26,13 +29,9 @@ from typing import Any, Optional
 import torch
 from megatron.core.packed_seq_params import PackedSeqParams
 
-from megatron_biglm.objective.split_mask import (
-    VarlenSplit,
-    dense_split_mask,
-    flex_split_block_mask,
-    varlen_split_lengths,
-)
+from megatron_biglm.objective.split_rule import restricting_split
 
+from .attention_masks import VarlenSplit, dense_split_mask, flex_split_block_mask, varlen_split_lengths
 from .config import ATTENTION_BACKENDS
 
 FLASH_MISSING = (
@@ -80,6 +79,9 @@ class BiGLMAttentionParams(PackedSeqParams):
     dense_mask: Optional[torch.Tensor] = None
     block_mask: Any = None
     varlen: Optional[VarlenSplit] = None
+    #: inference only: a `kv_cache.KVCacheForward` that records this forward's keys/values
+    #: and supplies cached ones (the mask then covers `[cached keys, new keys]`)
+    kv_cache: Any = None
 
     _sdpa_mask: Optional[torch.Tensor] = field(default=None, repr=False)
 
@@ -105,13 +107,16 @@ def build_attention_params(
 ) -> BiGLMAttentionParams:
     """Build the mask for `backend` (already resolved) from `split`.
 
-    `split` None means full attention. With right padding (`valid_lengths`) and no split, the
-    split rule with split = valid_lengths is exactly "attend to valid keys only", so padding
-    reuses the same builders. The flex BlockMask is computed from per-block arithmetic
+    `split` None or all 0 means full attention (split 0 makes every row a suffix row), and then
+    no mask is built at all: that is checked on `split` as given, so pass the batch's CPU
+    tensor to keep the check free of a device sync. With right padding (`valid_lengths`) and
+    no split, the split rule with split = valid_lengths is exactly "attend to valid keys only",
+    so padding reuses the same builders. The flex BlockMask is computed from per-block arithmetic
     (`flex_split_block_mask`'s analytic method): no s x s grid and no torch.compile, on any device.
     """
     if backend not in ("sdpa", "local", "flex", "flash"):
         raise ValueError(f"build_attention_params needs a resolved backend, got {backend!r}")
+    split = restricting_split(split)
     if split is None and valid_lengths is None:
         return BiGLMAttentionParams(backend=backend)
     if split is None:

@@ -8,12 +8,17 @@ embedding, pipeline-stage handling, sharded state dicts). Only `forward` differs
         labels=None, loss_mask=None, decoder_input=None, return_hidden=False)
 
 - `split` [b]: prefix lengths; prefix positions attend to the prefix only, suffix positions
-  to everything. None (variants `mlm`, `no_attn`) = full bidirectional attention.
+  to everything (the rule: `objective.split_rule.visible`). Split 0 makes every position a
+  suffix position: an all-0 split (what variants `mlm`, `no_attn` emit) or None is full
+  bidirectional attention, with no mask built.
 - `valid_lengths` [b]: optional right padding; keys past it are masked.
 - With `labels` and `loss_mask` [b, s] (last pipeline stage): returns the per-token loss
   [b, s] fp32, 0 where loss_mask is 0 (see `loss.py`). Without labels: logits
   [b, s, vocab/tp] (or the hidden states [b, s, h] with `return_hidden`).
 - Not the last pipeline stage: the hidden states [s, b, h] for the next stage.
+- `kv_cache` (inference, TP=1/PP=1; see `kv_cache.py`): a `KVCacheForward` that records the
+  layers' keys/values; with cached rows (`kv_cache.past`) the input rows continue them (RoPE
+  positions from the cached lengths, attention to cached + new real keys; `split` is ignored).
 
 The attention mask is built once here from `split` and reaches every layer (see
 `attention_params`). Every pipeline stage needs `split` (and the same `input_ids` shape or
@@ -28,8 +33,9 @@ from megatron.core.models.gpt.gpt_model import GPTModel
 from megatron.core.tensor_parallel import gather_from_sequence_parallel_region
 from megatron.core.transformer.transformer_config import TransformerConfig
 
-from .attention_params import build_attention_params, resolve_backend
+from .attention_params import BiGLMAttentionParams, build_attention_params, resolve_backend
 from .config import BiGLMModelConfig
+from .kv_cache import KVCacheForward
 from .layer_spec import biglm_block_spec
 from .loss import sparse_prediction_loss
 
@@ -80,6 +86,7 @@ class BiGLMModel(GPTModel):
         decoder_input: Optional[torch.Tensor] = None,
         return_hidden: bool = False,
         runtime_gather_output: Optional[bool] = None,
+        kv_cache: Optional[KVCacheForward] = None,
     ) -> torch.Tensor:
         if position_ids is not None:
             raise ValueError(
@@ -88,13 +95,17 @@ class BiGLMModel(GPTModel):
         decoder_input, rotary_pos_emb = self._preprocess(
             input_ids=input_ids, position_ids=None, decoder_input=decoder_input
         )[:2]
-        attn_params = build_attention_params(
-            split,
-            self._sequence_length(input_ids, decoder_input),
-            self.attention_backend,
-            valid_lengths=valid_lengths,
-            device=self._device(),
-        )
+        if kv_cache is not None and kv_cache.past is not None:
+            rotary_pos_emb, attn_params = self._cached_attention(input_ids, valid_lengths, kv_cache)
+        else:
+            attn_params = build_attention_params(
+                split,
+                self._sequence_length(input_ids, decoder_input),
+                self.attention_backend,
+                valid_lengths=valid_lengths,
+                device=self._device(),
+            )
+            attn_params.kv_cache = kv_cache
         hidden = self.decoder(
             hidden_states=decoder_input,
             attention_mask=None,
@@ -120,6 +131,22 @@ class BiGLMModel(GPTModel):
                 "is computed at masked positions only"
             )
         return sparse_prediction_loss(hidden, labels, loss_mask, self.output_layer, output_weight)
+
+    def _cached_attention(self, input_ids, valid_lengths, kv_cache: KVCacheForward):
+        """RoPE and mask for rows that follow cached ones (inference, PP=1): row b's token j
+        sits at position `cached_length[b] + j`, and attends to every real cached key and
+        every real key of this forward (dense mask, SDPA: `[q, w + q]` is not square)."""
+        if input_ids is None or not (self.pre_process and self.post_process):
+            raise ValueError("the prefix cache needs the whole model in one chunk (PP=1) and input_ids")
+        b, q = input_ids.shape
+        if valid_lengths is None:
+            valid_lengths = torch.full((b,), q, dtype=torch.long, device=input_ids.device)
+        positions = kv_cache.positions(q).to(input_ids.device)  # [b, q]
+        table = self.rotary_pos_emb(int(positions.max()) + 1)  # [n, 1, 1, d]
+        rotary = table[:, 0].index_select(0, positions.t().reshape(-1)).reshape(q, b, 1, -1)
+        allowed = kv_cache.allowed_keys(valid_lengths.to(input_ids.device), q)
+        params = BiGLMAttentionParams(backend="sdpa", dense_mask=~allowed[:, None], kv_cache=kv_cache)
+        return rotary, params
 
     def _sequence_length(self, input_ids, decoder_input) -> int:
         """Full sequence length, also on pipeline stages that only receive activations."""

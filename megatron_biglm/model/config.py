@@ -18,11 +18,12 @@ Choices documented here because the paper does not state them:
 from __future__ import annotations
 
 import dataclasses
-import difflib
 from dataclasses import dataclass
 from typing import Any, Mapping, Optional
 
 import torch
+
+from megatron_biglm.common.config_fields import ConfigError, build_dataclass
 
 #: Attention backends a config may name (see `megatron_biglm.model.attention_backends`).
 ATTENTION_BACKENDS = ("auto", "sdpa", "local", "flex", "flash")
@@ -34,7 +35,7 @@ _DTYPES = {
 }
 
 
-class ModelConfigError(ValueError):
+class ModelConfigError(ConfigError):
     """A model config value or key is wrong; the message names it and the valid choices."""
 
 
@@ -113,27 +114,9 @@ class BiGLMModelConfig:
     # ------------------------------------------------------------------ construction
     @classmethod
     def from_dict(cls, values: Mapping[str, Any]) -> "BiGLMModelConfig":
-        """Build from a mapping; unknown keys fail, naming the closest valid key."""
-        if not isinstance(values, Mapping):
-            raise ModelConfigError(f"model config must be a mapping, got {type(values).__name__}")
-        fields = {f.name: f for f in dataclasses.fields(cls)}
-        unknown = [k for k in values if k not in fields]
-        if unknown:
-            hints = []
-            for key in unknown:
-                close = difflib.get_close_matches(str(key), list(fields), n=1)
-                hints.append(f"{key!r}" + (f" (did you mean {close[0]!r}?)" if close else ""))
-            raise ModelConfigError(
-                f"unknown model config key(s): {', '.join(hints)}. Valid keys: {sorted(fields)}"
-            )
-        missing = [
-            name for name, f in fields.items()
-            if f.default is dataclasses.MISSING and name not in values
-        ]
-        if missing:
-            raise ModelConfigError(f"model config is missing required key(s): {missing}")
-        coerced = {k: _coerce(k, v, fields[k].type) for k, v in values.items()}
-        return cls(**coerced)
+        """Build from a mapping (common.config_fields): values coerced to the field types,
+        unknown keys fail naming the closest valid key, required keys must be present."""
+        return build_dataclass(cls, values, "model", error=ModelConfigError)
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -229,21 +212,3 @@ def resolve_dtype(dtype: "str | torch.dtype") -> torch.dtype:
         return _DTYPES[str(dtype).lower()]
     except KeyError:
         raise ModelConfigError(f"unknown dtype {dtype!r}; use one of {sorted(_DTYPES)}") from None
-
-
-def _coerce(key: str, value: Any, annotation: Any) -> Any:
-    """YAML 1.1 reads `1e-5` as a string and users write `2048.0`: coerce to the field type."""
-    text = str(annotation)
-    if value is None:
-        return None
-    try:
-        if "float" in text and not isinstance(value, bool):
-            return float(value)
-        if "int" in text and not isinstance(value, bool):
-            as_float = float(value)
-            if as_float != int(as_float):
-                raise ValueError
-            return int(as_float)
-    except (TypeError, ValueError):
-        raise ModelConfigError(f"model.{key} must be a number ({text}), got {value!r}") from None
-    return value

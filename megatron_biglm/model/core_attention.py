@@ -12,6 +12,9 @@ every other backend is tested against. The other backends read the mask represen
 Full attention (no mask: variants `mlm`/`no_attn`) uses flash-attn when present (CUDA, fp16 or
 bf16), else SDPA, whatever the configured backend: it is the fastest kernel for that case.
 
+Prefix cache (inference): when the params carry a `kv_cache`, each layer's post-RoPE key and
+value pass through it before the kernel (see `kv_cache.py`); nothing else changes here.
+
 Layouts: megatron hands q [sq, b, nq, d] and k/v [sk, b, ng, d] (ng <= nq: GQA) and wants
 [sq, b, nq*d] back.
 """
@@ -26,9 +29,8 @@ import torch.nn.functional as F
 from megatron.core import tensor_parallel
 from megatron.core.transformer.dot_product_attention import DotProductAttention
 
-from megatron_biglm.objective.varlen_attention import split_varlen_attention
-
 from . import attention_params
+from .attention_masks import split_varlen_attention
 from .attention_params import FLASH_MISSING, BiGLMAttentionParams
 
 
@@ -81,6 +83,9 @@ class BiGLMCoreAttention(DotProductAttention):
                 "packed (thd) sequences are not supported by BiGLM attention; pass `split` "
                 "(and `valid_lengths` for padding) to the model instead"
             )
+        if params.kv_cache is not None:
+            # Inference prefix cache: record this layer's keys/values, attend to cached + new.
+            key, value = params.kv_cache.update(self.layer_number, key, value)
         if params.backend == "local":
             return super().forward(query, key, value, params.dense_mask, attn_mask_type)
         with self._dropout_rng():

@@ -1,4 +1,4 @@
-"""BiGLM pretraining objective: prefix/suffix split, masking, and the split attention mask.
+"""BiGLM pretraining objective: prefix/suffix split, masking, and the split rule.
 
 Pure numpy/torch; no distributed code.
 
@@ -6,23 +6,15 @@ Pure numpy/torch; no distributed code.
   suffix, replacement policy); ``ObjectiveConfig.from_dict`` rejects unknown keys.
 * :func:`apply_objective` (``apply.py``): one window -> input_ids, labels, loss_mask, split.
 * ``selection.py``: exact-count token selection and span selection.
-* ``split_mask.py``: the attention rule (q >= split or k < split) as a dense mask, a
-  FlexAttention BlockMask, or the two flash-attn varlen calls; ``varlen_attention.py`` runs
-  those two calls (with flash-attn on GPU, an SDPA emulation on CPU).
+* ``split_rule.py``: THE attention rule (a key is seen iff it is real and q >= split or
+  k < split; split 0 = full attention) and which variants restrict attention. Its
+  representations (dense, additive, FlexAttention, flash varlen) live in
+  ``megatron_biglm.model.attention_masks``.
 """
 from .apply import IGNORE_INDEX, apply_objective, draw_ratios, draw_split, eligible_positions
 from .config import ObjectiveConfig
 from .selection import select_spans, select_tokens, span_length_probs
-from .split_mask import (
-    UNMASKED_VARIANTS,
-    VARIANTS,
-    VarlenSplit,
-    dense_split_mask,
-    flex_split_block_mask,
-    split_for_variant,
-    varlen_split_lengths,
-)
-from .varlen_attention import sdpa_varlen_attention, split_varlen_attention
+from .split_rule import VARIANTS, attention_split, restricts_attention, visible
 
 __all__ = [
     "IGNORE_INDEX",
@@ -35,12 +27,7 @@ __all__ = [
     "select_tokens",
     "span_length_probs",
     "VARIANTS",
-    "UNMASKED_VARIANTS",
-    "VarlenSplit",
-    "dense_split_mask",
-    "flex_split_block_mask",
-    "split_for_variant",
-    "varlen_split_lengths",
-    "sdpa_varlen_attention",
-    "split_varlen_attention",
+    "attention_split",
+    "restricts_attention",
+    "visible",
 ]

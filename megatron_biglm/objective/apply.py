@@ -16,6 +16,7 @@ import numpy as np
 
 from .config import ObjectiveConfig
 from .selection import select_spans, select_tokens
+from .split_rule import attention_split
 
 IGNORE_INDEX = -100
 
@@ -97,8 +98,8 @@ def apply_objective(
     ``labels`` int64 [L]: the original token where masked, −100 elsewhere.
     ``loss_mask`` float32 [L]: 1.0 where masked.
     ``split`` int: the *attention* split: the prefix length for ``biglm``; 0 for ``no_attn``
-        and ``mlm``, whose attention is full (split 0 makes every mask builder allow all pairs,
-        so a caller that builds a mask anyway still gets the right attention).
+        and ``mlm``, whose attention is full (split 0 is full attention under the one rule,
+        ``split_rule.visible``; no flag travels beside it).
     ``prefix_len`` int: where the masking policy changes (= split for biglm, the cut for
         ``no_attn``, 0 for ``mlm``). ``beta_x``/``beta_y``: the drawn ratios (NaN for mlm).
 
@@ -161,7 +162,7 @@ def apply_objective(
         "input_ids": input_ids,
         "labels": labels,
         "loss_mask": masked.astype(np.float32),
-        "split": cut if config.restricts_attention else 0,
+        "split": attention_split(cut, config.variant),
         "prefix_len": cut,
         "beta_x": beta_x,
         "beta_y": beta_y,

@@ -9,7 +9,10 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
-from .split_mask import VARIANTS
+from megatron_biglm.common.config_fields import ConfigError, build_dataclass
+
+from . import split_rule
+from .split_rule import VARIANTS
 
 PREFIX_MODES = ("adaptive", "uniform")
 SUFFIX_UNITS = ("token", "span")
@@ -59,7 +62,7 @@ class ObjectiveConfig:
     def _validate(self):
         def choice(name, allowed):
             if getattr(self, name) not in allowed:
-                raise ValueError(f"ObjectiveConfig.{name}={getattr(self, name)!r}; expected one of {allowed}")
+                raise ConfigError(f"ObjectiveConfig.{name}={getattr(self, name)!r}; expected one of {allowed}")
 
         choice("variant", VARIANTS)
         choice("prefix_mode", PREFIX_MODES)
@@ -67,41 +70,37 @@ class ObjectiveConfig:
         choice("span_length_law", SPAN_LENGTH_LAWS)
         choice("replacement", REPLACEMENTS)
         if not 0.0 <= self.alpha < 0.5:
-            raise ValueError(f"alpha={self.alpha} must be in [0, 0.5) so that [αL, (1−α)L] is not empty")
+            raise ConfigError(f"alpha={self.alpha} must be in [0, 0.5) so that [αL, (1−α)L] is not empty")
         for name in ("beta_x_range", "beta_y_range"):
             lo, hi = getattr(self, name)
             if len(getattr(self, name)) != 2 or not 0.0 <= lo <= hi <= 1.0:
-                raise ValueError(f"{name}={getattr(self, name)} must be (low, high) with 0 <= low <= high <= 1")
+                raise ConfigError(f"{name}={getattr(self, name)} must be (low, high) with 0 <= low <= high <= 1")
         if self.prefix_mode == "adaptive":
             lo, hi = self.beta_y_range
             for beta_y in (lo, hi):
                 beta_x = self.lambda1 - self.lambda2 * beta_y
                 if not 0.0 <= beta_x <= 1.0:
-                    raise ValueError(
+                    raise ConfigError(
                         f"adaptive β_X = {self.lambda1} − {self.lambda2}·β_Y = {beta_x:.3f} at β_Y={beta_y} "
                         "leaves [0, 1]; choose lambda1/lambda2 so β_X stays a ratio over beta_y_range"
                     )
         if self.max_ngram < 1:
-            raise ValueError(f"max_ngram={self.max_ngram} must be >= 1")
+            raise ConfigError(f"max_ngram={self.max_ngram} must be >= 1")
         if not 0.0 < self.mlm_ratio <= 1.0:
-            raise ValueError(f"mlm_ratio={self.mlm_ratio} must be in (0, 1]")
+            raise ConfigError(f"mlm_ratio={self.mlm_ratio} must be in (0, 1]")
         if len(self.bert_probs) != 3 or min(self.bert_probs) < 0 or abs(sum(self.bert_probs) - 1) > 1e-6:
-            raise ValueError(f"bert_probs={self.bert_probs} must be 3 non-negative numbers summing to 1")
+            raise ConfigError(f"bert_probs={self.bert_probs} must be 3 non-negative numbers summing to 1")
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any] | None) -> "ObjectiveConfig":
-        """Build from a plain mapping; unknown keys raise (a typo must not silently use a default)."""
-        data = dict(data or {})
-        known = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(data) - known)
-        if unknown:
-            raise ValueError(f"unknown ObjectiveConfig keys {unknown}; valid keys are {sorted(known)}")
-        return cls(**data)
+    def from_dict(cls, data: Mapping[str, Any] | None, section: str = "objective") -> "ObjectiveConfig":
+        """Build from a plain mapping (common.config_fields): values coerced to the field
+        types; unknown keys raise ConfigError (a typo must not silently use a default)."""
+        return build_dataclass(cls, data, section, headline="unknown ObjectiveConfig keys {keys}")
 
     def to_dict(self) -> dict[str, Any]:
         return {k: list(v) if isinstance(v, tuple) else v for k, v in dataclasses.asdict(self).items()}
 
     @property
     def restricts_attention(self) -> bool:
-        """True only for ``biglm``: the one variant whose attention needs the split mask."""
-        return self.variant == "biglm"
+        """Whether this variant restricts attention (see ``split_rule.restricts_attention``)."""
+        return split_rule.restricts_attention(self.variant)

@@ -13,30 +13,20 @@ copy and partitions) is created from it.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
-from megatron_biglm.training.checkpoint_dir import CheckpointError, is_weights_only
-from megatron_biglm.training.config import RunConfig
+from megatron_biglm.checkpoint.dirs import CheckpointError, is_weights_only
+from megatron_biglm.config import RunConfig
+from megatron_biglm.training.backend_protocol import Backend, load_initial_weights
+from megatron_biglm.training.deepspeed_backend import deepspeed_backend
 
-
-@dataclass(frozen=True)
-class Backend:
-    name: str
-    build: Callable       # (config, model_config, precision, num_microbatches, init_weights=None, provider=None)
-    #                       -> (model_chunks, optimizer); init_weights: a checkpoint to take the weights from;
-    #                       provider: the recipe's model_provider (None: BiGLMModel)
-    train_step: Callable  # signature of step.train_step
-    evaluate: Callable    # signature of step.evaluate
-    save: Callable        # signature of checkpoint.save_checkpoint
-    load: Callable        # signature of checkpoint.load_checkpoint
-    reshardable: bool     # can its checkpoints resume at another data-parallel size?
-    shutdown: Callable    # (DistInfo) -> None: tear down process groups (distributed.shutdown's signature)
+__all__ = ["Backend", "check_resume", "load_initial_weights", "megatron_backend", "select_backend"]
 
 
 def megatron_backend() -> Backend:
-    from megatron_biglm.training import build, checkpoint, distributed, step
+    from megatron_biglm.checkpoint import megatron_io
+    from megatron_biglm.training import build, distributed, step
+    from megatron_biglm.training.schedule import resume_scheduler
 
     def build_megatron(config, mc, precision, num_microbatches, init_weights=None, provider=None):  # noqa: ARG001
         model_chunks, _ = build.build_model(config, mc, precision, provider)
@@ -44,23 +34,18 @@ def megatron_backend() -> Backend:
             load_initial_weights(init_weights, [chunk.module for chunk in model_chunks])
         return model_chunks, build.build_optimizer(config, model_chunks, precision)
 
-    return Backend("megatron", build_megatron, step.train_step, step.evaluate, checkpoint.save_checkpoint,
-                   checkpoint.load_checkpoint, reshardable=True, shutdown=distributed.shutdown)
+    def load_megatron(path, model_chunks, optimizer, scheduler) -> dict:
+        state = megatron_io.load_checkpoint(path, model_chunks, optimizer)
+        resume_scheduler(scheduler, state["scheduler"]["num_steps"])
+        return state
 
-
-def load_initial_weights(path: Path, modules) -> None:
-    """Collective: copy a checkpoint's model weights into each bare model chunk (any saved
-    TP/PP: dist_checkpointing reshards); refuses a checkpoint of another shape."""
-    from megatron_biglm.export.weights_only import load_model_weights
-
-    for module in modules:
-        load_model_weights(path, module)
+    return Backend("megatron", build_megatron, step.train_step, step.evaluate, megatron_io.save_checkpoint,
+                   load_megatron, reshardable=True, shutdown=distributed.shutdown)
 
 
 def select_backend(config: RunConfig) -> Backend:
     """The configured backend; fails here (before any process group) if its package is missing."""
     if config.training.backend == "deepspeed":
-        from megatron_biglm.training.deepspeed_backend import deepspeed_backend
         return deepspeed_backend()
     return megatron_backend()
 

@@ -16,7 +16,7 @@ from megatron.core import parallel_state
 from megatron.core.distributed import DistributedDataParallel, DistributedDataParallelConfig, finalize_model_grads
 from megatron.core.optimizer import OptimizerConfig, get_megatron_optimizer
 
-from megatron_biglm.training.config import ConfigError, RunConfig
+from megatron_biglm.config import ConfigError, RunConfig
 
 
 def resolve_precision(config: RunConfig) -> str:
@@ -30,11 +30,9 @@ def resolve_precision(config: RunConfig) -> str:
 
 
 def model_config(config: RunConfig):
-    """The resolved BiGLMModelConfig (preset + overrides), checked against data.seq_length."""
-    from megatron_biglm.model import load_preset
-
-    overrides = {k: v for k, v in config.model.items() if k != "preset"}
-    mc = load_preset(config.model["preset"], overrides)
+    """The resolved BiGLMModelConfig (preset + overrides, built at load), checked against
+    data.seq_length."""
+    mc = config.model.resolved
     if config.data.seq_length > mc.seq_length:
         raise ConfigError(f"data.seq_length={config.data.seq_length} exceeds the model's maximum "
                           f"model.seq_length={mc.seq_length}; lower data.seq_length or set model.seq_length")
@@ -150,7 +148,7 @@ def build_data(config: RunConfig, mc, dp_size: int) -> DataBundle:
     anneal = config.anneal_start_step if d.anneal_blend else None
     eval_samples = config.training.eval_iters * gbs if config.training.eval_iters > 0 else 0
     ds = build_pretrain_datasets(
-        d, token_ids=token_ids, objective=config.objective, train_samples=steps * gbs,
+        d, token_ids=token_ids, objective=config.objective.resolved, train_samples=steps * gbs,
         valid_samples=eval_samples, anneal_start_sample=anneal * gbs if anneal is not None else None,
         is_built_on_rank=lambda: True)
     return DataBundle(tokenizer, token_ids, ds.train, ds.valid, ds.anneal_start_sample)

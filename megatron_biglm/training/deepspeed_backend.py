@@ -1,7 +1,7 @@
 """The DeepSpeed backend: a ZeRO-1/2/3 engine around the same BiGLM model, data parallel only.
 
 For users who prefer DeepSpeed's ZeRO (and its CPU offload) over megatron's distributed
-optimizer. It plugs into the same loop as the megatron backend (see backends.py); what
+optimizer. It plugs into the same loop as the megatron backend (see backends.py and backend_protocol.py); what
 differs is only how a step, an evaluation and a checkpoint are done:
 
 - Step: the loss is the same per-token mean over the whole global batch as the megatron
@@ -27,7 +27,8 @@ import os
 import torch
 import torch.distributed as dist
 
-from megatron_biglm.training.config import ConfigError, RunConfig
+from megatron_biglm.config import ConfigError, RunConfig
+from megatron_biglm.training.backend_protocol import Backend, load_initial_weights
 
 INSTALL_HINT = ("pip install 'megatron-biglm[deepspeed]' (CPU machines: DS_BUILD_OPS=0 pip install "
                 "-c constraints-cpu.txt 'megatron-biglm[deepspeed]')")
@@ -46,8 +47,7 @@ def import_deepspeed():
     return deepspeed
 
 
-def deepspeed_backend():
-    from megatron_biglm.training.backends import Backend
+def deepspeed_backend() -> Backend:
     from megatron_biglm.training.deepspeed_checkpoint import load_checkpoint, save_checkpoint
 
     import_deepspeed()
@@ -69,7 +69,7 @@ def shutdown(info) -> None:
 
 def deepspeed_config(config: RunConfig, precision: str, num_microbatches: int) -> dict:
     """The DeepSpeed JSON config: batch, clipping and precision from our config, ZeRO from
-    `training.deepspeed`, then `training.deepspeed.extra` merged in (validated in config.py)."""
+    `training.deepspeed`, then `training.deepspeed.extra` merged in (validated in config/run_config.py)."""
     t, ds = config.training, config.training.deepspeed
     zero = {"stage": ds.zero_stage}
     if ds.offload_optimizer:
@@ -110,7 +110,6 @@ def build_engine(config: RunConfig, mc, precision: str, num_microbatches: int, i
     """([engine], engine.optimizer): the model from the shared builder wrapped by deepspeed.
     `init_weights` (a checkpoint) is loaded into the bare module first: deepspeed.initialize
     takes ZeRO's fp32 master copy (and, at stage 3, the partitions) from the module."""
-    from megatron_biglm.training.backends import load_initial_weights
     from megatron_biglm.training.build import build_module
 
     deepspeed = import_deepspeed()

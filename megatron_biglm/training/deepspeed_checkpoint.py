@@ -1,6 +1,6 @@
 """DeepSpeed-backend checkpoints: DeepSpeed's own save/load inside our atomic checkpoint scheme.
 
-Layout of `iter_N/` (sealed by checkpoint_dir: temp dir -> manifest -> rename -> `latest`):
+Layout of `iter_N/` (sealed by checkpoint/dirs.py: temp dir -> manifest -> rename -> `latest`):
 
     deepspeed/state/        engine.save_checkpoint: module states + one ZeRO shard per rank
     dist/                   the model alone as a megatron torch_dist checkpoint
@@ -19,9 +19,9 @@ import contextlib
 import json
 from pathlib import Path
 
-from megatron_biglm.training.checkpoint_dir import CheckpointError, refuse_weights_only
-from megatron_biglm.training.checkpoint_files import begin_checkpoint, restore_rng, seal_checkpoint, world_size
-from megatron_biglm.training.config import RunConfig
+from megatron_biglm.checkpoint.dirs import CheckpointError, refuse_weights_only
+from megatron_biglm.checkpoint.files import begin_checkpoint, restore_rng, seal_checkpoint, world_size
+from megatron_biglm.config import RunConfig
 from megatron_biglm.training.schedule import resume_scheduler
 
 CHECKPOINT_SUBDIR, CHECKPOINT_TAG = "deepspeed", "state"

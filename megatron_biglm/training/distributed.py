@@ -16,7 +16,7 @@ import torch
 import torch.distributed as dist
 from megatron.core import parallel_state, tensor_parallel
 
-from megatron_biglm.training.config import ConfigError, RunConfig
+from megatron_biglm.config import ConfigError, RunConfig
 
 
 @dataclass

@@ -43,16 +43,13 @@ class ModelShape:
         return self.kv_channels or self.hidden_size // self.num_attention_heads
 
 
-def attended_pairs(seq_length: int, splits: Optional[Iterable[int]], split_mask: bool = True) -> int:
-    """(query, key) pairs scored for a batch: Σ s² + (L−s)·L per sample with a split mask,
-    L² per sample without one (`mlm`/`no_attn` variants, or `splits` None → one sample)."""
+def attended_pairs(seq_length: int, splits: Optional[Iterable[int]]) -> int:
+    """(query, key) pairs scored for a batch: Σ s² + (L−s)·L per sample, which is L² for
+    split 0 (full attention: the `mlm`/`no_attn` variants); `splits` None → one full sample."""
     L = seq_length
     if splits is None:
         return L * L
-    splits = [int(s) for s in splits]
-    if not split_mask:
-        return L * L * len(splits)
-    return sum(s * s + (L - s) * L for s in splits)
+    return sum(s * s + (L - s) * L for s in (int(s) for s in splits))
 
 
 def forward_flops(shape: ModelShape, tokens: int, pairs: int, predicted_tokens: Optional[int] = None) -> float:
@@ -69,14 +66,14 @@ def forward_flops(shape: ModelShape, tokens: int, pairs: int, predicted_tokens: 
 
 
 def train_step_flops(shape: ModelShape, seq_length: int, num_samples: int, splits=None,
-                     split_mask: bool = True, predicted_tokens: Optional[int] = None) -> float:
+                     predicted_tokens: Optional[int] = None) -> float:
     """Model FLOPs of one training step over `num_samples` sequences (fwd + bwd = 3× fwd).
     `splits` (one per sample) gives the real attention cost; None counts full L² attention."""
     if splits is not None:
         splits = [int(s) for s in splits]
         if len(splits) != num_samples:
             raise ValueError(f"{len(splits)} splits for {num_samples} samples")
-        pairs = attended_pairs(seq_length, splits, split_mask)
+        pairs = attended_pairs(seq_length, splits)
     else:
         pairs = seq_length * seq_length * num_samples
     return 3.0 * forward_flops(shape, num_samples * seq_length, pairs, predicted_tokens)

@@ -23,10 +23,10 @@ from dataclasses import dataclass, field
 
 import torch
 
+from megatron_biglm.checkpoint.rng import preserved_rng
 from megatron_biglm.training.flops import ModelShape, mfu, train_step_flops
 from megatron_biglm.training.loop_state import LoopState  # noqa: F401 - re-exported: loop.LoopState
 from megatron_biglm.training.recipe import Recipe
-from megatron_biglm.training.rng import preserved_rng
 from megatron_biglm.training.step import evaluate, train_step
 
 
@@ -125,11 +125,13 @@ def run(c: Components, state: LoopState) -> LoopState:
             window["loss_sum"] += out["loss"]
             window["loss_n"] += 1
         # This rank saw 1/DP of the global batch: its splits stand in for the other ranks'.
-        splits = stats.splits * c.info.dp if stats.split_attention else None
-        if splits is not None and len(splits) != gbs:
+        # Split 0 (variants without the restriction) counts full attention; a recipe that
+        # reports no splits counts full attention for every sample.
+        splits = stats.splits * c.info.dp
+        if len(splits) != gbs:
             splits = None
         window["flops"] += train_step_flops(c.model_shape, seq, gbs, splits=splits,
-                                            split_mask=stats.split_attention, predicted_tokens=out["tokens"])
+                                            predicted_tokens=out["tokens"])
         if state.iteration % cfg.logging.log_interval == 0 or state.iteration == last:
             dt = max(time.time() - window["t0"], 1e-9)
             tflops, util = mfu(window["flops"] / window["steps"], dt / window["steps"], c.info.world_size,

@@ -1,8 +1,9 @@
 """BiGLM pretraining as a recipe: the indexed-corpus masked-LM datasets and the sparse
 masked-LM loss (the default recipe of `train()`; see recipe.py for the seam).
 
-`split_attention`: whether the model gets each sample's split (variant `biglm`: prefix rows
-see only the prefix) or attends bidirectionally everywhere (variants `mlm`, `no_attn`).
+`split` alone says how attention is restricted (0 = full attention: the variants without the
+restriction emit 0). It goes to the model as the loader's CPU tensor: the model sees there,
+without a device sync, whether any row is restricted, then moves it.
 """
 from __future__ import annotations
 
@@ -16,13 +17,6 @@ from megatron_biglm.training.recipe import Recipe, RecipeData, padding_excluded
 class PretrainRecipe(Recipe):
     name = "pretrain"
 
-    def __init__(self, split_attention: bool = True):
-        self.split_attention = bool(split_attention)
-
-    @classmethod
-    def from_config(cls, config) -> "PretrainRecipe":
-        return cls(split_attention=dict(config.objective).get("variant", "biglm") == "biglm")
-
     def build_data(self, config, model_config, dp_size: int) -> RecipeData:
         data = build.build_data(config, model_config, dp_size)
         return RecipeData(train=data.train, valid=data.valid, tokenizer=data.tokenizer)
@@ -30,7 +24,7 @@ class PretrainRecipe(Recipe):
     def forward(self, model, batch: dict, device):
         tokens = batch["tokens"].to(device, non_blocking=True)
         loss_mask = batch["loss_mask"].to(device, non_blocking=True)
-        split = batch["split"].to(device) if self.split_attention else None
+        split = batch["split"]
         padding = {}
         if batch.get("valid_lengths") is not None:
             padding["valid_lengths"] = batch["valid_lengths"].to(device)
@@ -43,4 +37,4 @@ class PretrainRecipe(Recipe):
         return int((padding_excluded(batch["loss_mask"], batch.get("valid_lengths")) != 0).sum())
 
     def attention_splits(self, batch: dict) -> list | None:
-        return batch["split"].tolist() if self.split_attention else None
+        return batch["split"].tolist()

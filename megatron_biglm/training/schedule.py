@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from megatron.core.optimizer_param_scheduler import OptimizerParamScheduler
 
-from megatron_biglm.training.config import RunConfig
+from megatron_biglm.config import RunConfig
 
 _STYLES = {"wsd": "WSD", "cosine": "cosine", "linear": "linear", "constant": "constant"}
 

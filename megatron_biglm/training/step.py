@@ -23,8 +23,7 @@ from megatron_biglm.training.recipe import Recipe, add_report, report_width, spl
 @dataclass
 class StepStats:
     """What the micro-batches of one step looked like (for FLOPs and token counts)."""
-    splits: list = field(default_factory=list)
-    split_attention: bool = False   # did the attention restrict to `splits`?
+    splits: list = field(default_factory=list)   # one per sample when the recipe reports them
     samples: int = 0
     predicted_tokens: int = 0
     phase: int = 0
@@ -32,10 +31,7 @@ class StepStats:
     def record(self, batch: dict, recipe: Recipe) -> None:
         self.samples += batch["tokens"].shape[0]
         self.predicted_tokens += recipe.loss_tokens(batch)
-        splits = recipe.attention_splits(batch)
-        if splits is not None:
-            self.split_attention = True
-            self.splits.extend(splits)
+        self.splits.extend(recipe.attention_splits(batch) or [])
         if "phase" in batch:
             self.phase = int(torch.as_tensor(batch["phase"]).max())
 

@@ -2,13 +2,15 @@
 
 A checkpoint holds the model and optimizer (torch_dist shards, resharded on load, so DP and
 TP/PP layouts may change), the scheduler step, RNG states, consumed samples, the NaN-skip
-counters and the resolved config. The distributed optimizer is saved in megatron's
-`dp_reshardable` format (patches.DISTOPT_METADATA: the default `fully_sharded_model_space`
-fails on flattened ranges), which reloads at a different DP size; the optimizer comes from
-build.build_optimizer with patches.apply_distopt_checkpoint_fixes applied, which makes its
-load exact (state of a fresh optimizer, AdamW steps).
+counters and the resolved config (restoring the scheduler's position is the training
+backend's part, training/backends.py: this package stays below training). The distributed
+optimizer is saved in megatron's `dp_reshardable` format (patches.DISTOPT_METADATA: the
+default `fully_sharded_model_space` fails on flattened ranges), which reloads at a different
+DP size; the optimizer comes from training's build.build_optimizer with
+patches.apply_distopt_checkpoint_fixes applied, which makes its load exact (state of a fresh
+optimizer, AdamW steps).
 
-All ranks write into one temp dir; rank 0 seals it after a barrier (checkpoint_files.py),
+All ranks write into one temp dir; rank 0 seals it after a barrier (files.py),
 so a crash at any point leaves the previous checkpoint as `latest`.
 """
 from __future__ import annotations
@@ -16,15 +18,13 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from megatron_biglm import patches
 import torch
 from megatron.core import dist_checkpointing, parallel_state
 
-from megatron_biglm.training.checkpoint_compat import check_compatible
-from megatron_biglm.training.checkpoint_dir import CheckpointError, refuse_weights_only
-from megatron_biglm.training.checkpoint_files import begin_checkpoint, restore_rng, seal_checkpoint, world_size
-from megatron_biglm.training.config import RunConfig
-from megatron_biglm.training.schedule import resume_scheduler
+from megatron_biglm import patches
+
+from .dirs import TRAIN_STATE, CheckpointError, refuse_weights_only
+from .files import begin_checkpoint, restore_rng, seal_checkpoint, world_size
 
 
 def _sharded(model_chunks, optimizer, is_loading: bool) -> dict:
@@ -35,8 +35,9 @@ def _sharded(model_chunks, optimizer, is_loading: bool) -> dict:
 
 
 def save_checkpoint(root: Path, iteration: int, model_chunks, optimizer, scheduler, train_state: dict,
-                    config: RunConfig, signature: dict) -> Path:
-    """Write `root/iter_N` atomically; return its path (on every rank)."""
+                    config, signature: dict) -> Path:
+    """Write `root/iter_N` atomically; return its path (on every rank). `config`: the run
+    config (see files.seal_checkpoint)."""
     tmp = begin_checkpoint(root, iteration, subdirs=("dist",))
     dist_checkpointing.save(_sharded(model_chunks, optimizer, is_loading=False), str(tmp / "dist"))
     state = dict(train_state, iteration=iteration, scheduler=scheduler.state_dict(), world_size=world_size(),
@@ -46,22 +47,15 @@ def save_checkpoint(root: Path, iteration: int, model_chunks, optimizer, schedul
     return seal_checkpoint(tmp, iteration, state, signature, config)
 
 
-def read_train_state(path: Path, signature: dict) -> dict:
-    """The saved loop state, after refusing a checkpoint whose model differs from this run."""
-    saved_sig = json.loads((path / "model_signature.json").read_text())
-    check_compatible(saved_sig, signature, str(path))
-    return json.loads((path / "train_state.json").read_text())
-
-
-def load_checkpoint(path: Path, model_chunks, optimizer, scheduler) -> dict:
-    """Load into the built model/optimizer/scheduler; return the saved train state."""
-    state = json.loads((path / "train_state.json").read_text())
+def load_checkpoint(path: Path, model_chunks, optimizer) -> dict:
+    """Load into the built model/optimizer and restore this rank's RNG streams; return the
+    saved train state (its `scheduler` entry holds the schedule's step count)."""
+    state = json.loads((path / TRAIN_STATE).read_text())
     refuse_weights_only(path, state)
     loaded = dist_checkpointing.load(_sharded(model_chunks, optimizer, is_loading=True), str(path / "dist"))
     model_chunks[0].module.load_state_dict(loaded["model"], strict=False)
     with torch.no_grad():  # as patches' load_no_grad does, for every optimizer (not only torch Adam)
         optimizer.load_state_dict(loaded["optimizer"])
-    resume_scheduler(scheduler, state["scheduler"]["num_steps"])
     state["rng_restored"] = restore_rng(path, state["world_size"])
     for chunk in model_chunks:
         if hasattr(chunk, "broadcast_params"):
@@ -69,4 +63,4 @@ def load_checkpoint(path: Path, model_chunks, optimizer, scheduler) -> dict:
     return state
 
 
-__all__ = ["save_checkpoint", "load_checkpoint", "read_train_state", "CheckpointError"]
+__all__ = ["save_checkpoint", "load_checkpoint", "CheckpointError"]

@@ -12,8 +12,10 @@ from typing import Callable
 
 import torch
 
-from .masks import sequence_mask
-from .protocol import MaskedLMAdapter, SpecialTokens
+from megatron_biglm.data.token_ids import TokenIds
+from megatron_biglm.model.attention_masks import sequence_mask
+
+from .protocol import MaskedLMAdapter
 
 ForwardFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 
@@ -21,7 +23,7 @@ ForwardFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 class CallableMaskedLMAdapter(MaskedLMAdapter):
     """`split_attention=False` for models trained without the restriction (full attention)."""
 
-    def __init__(self, forward: ForwardFn, special: SpecialTokens, *, max_length: int,
+    def __init__(self, forward: ForwardFn, special: TokenIds, *, max_length: int,
                  device: torch.device | str = "cpu", split_attention: bool = True):
         self.forward = forward
         self.special = special

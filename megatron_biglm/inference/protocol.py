@@ -1,4 +1,4 @@
-"""The masked-LM scorer protocol that the scoring rules are written against.
+"""The masked-LM model protocol that scoring (evaluation/) and decoding (generation/) use.
 
 Why a protocol: every rule (beam, oneshot, pll, l2r) only needs log-probabilities at chosen
 positions of `prefix + suffix`, where `prefix = [BOS] + context` and the suffix holds the
@@ -9,44 +9,24 @@ Split attention: with `split = len(prefix)`, rows `< split` see only columns `< 
 `>= split` see every non-padding column (BiGLM's training pattern). Because prefix rows never
 see the suffix, an adapter may encode the prefix once and reuse its keys/values for every
 suffix (`encode_prefix` / `logits_with_prefix`).
+
+Block-causal growth (generation): `extend_prefix` appends a block to a cached prefix. The
+block's rows attend to the cached prefix and to the block itself; the cached rows keep what they
+saw. After extending `P` by `B1` then `B2`, rows of P see P, rows of B1 see P + B1, rows of B2
+see P + B1 + B2, and a suffix scored against that state sees all of them. Because no cached row
+ever sees a later one, the cached keys/values stay exact.
+
+`special` is THE special-token record (`megatron_biglm.data.token_ids.TokenIds`, re-exported by
+`megatron_biglm.inference`); an adapter needs its `bos_id`, `mask_id` and `pad_id`.
 """
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from dataclasses import dataclass
 from typing import Any
 
 import torch
 
-
-@dataclass(frozen=True)
-class SpecialTokens:
-    """Token ids the rules need. `pad_id` only fills padding (it is never attended to)."""
-
-    bos_id: int
-    mask_id: int
-    pad_id: int
-    eos_id: int | None = None
-
-    @classmethod
-    def from_tokenizer(cls, tokenizer) -> "SpecialTokens":
-        """BOS falls back to CLS (BERT family), EOS to SEP, PAD to EOS then MASK."""
-        mask = tokenizer.mask_token_id
-        if mask is None:
-            raise ValueError(
-                f"tokenizer {type(tokenizer).__name__} has no mask token; masked-LM scoring needs "
-                "one (set tokenizer.mask_token, e.g. '<mask>' or '[MASK]', before evaluating)")
-        bos = tokenizer.bos_token_id if tokenizer.bos_token_id is not None else tokenizer.cls_token_id
-        if bos is None:
-            raise ValueError(
-                f"tokenizer {type(tokenizer).__name__} has neither a BOS nor a CLS token; the scoring "
-                "input is [BOS] + context + [MASK]*n, so set tokenizer.bos_token first")
-        eos = tokenizer.eos_token_id if tokenizer.eos_token_id is not None else tokenizer.sep_token_id
-        pad = tokenizer.pad_token_id
-        if pad is None:
-            pad = eos if eos is not None else mask
-        return cls(bos_id=int(bos), mask_id=int(mask), pad_id=int(pad),
-                   eos_id=None if eos is None else int(eos))
+from megatron_biglm.data.token_ids import TokenIds
 
 
 class MaskedLMAdapter(ABC):
@@ -60,7 +40,7 @@ class MaskedLMAdapter(ABC):
       prefix_cache: True when `encode_prefix`/`logits_with_prefix` are implemented and exact.
     """
 
-    special: SpecialTokens
+    special: TokenIds
     max_length: int
     split_attention: bool = False
     prefix_cache: bool = False
@@ -88,7 +68,22 @@ class MaskedLMAdapter(ABC):
         cached prefixes `rows [b]` (indices into the state), with split = prefix length."""
         raise NotImplementedError(f"{type(self).__name__} does not cache prefixes")
 
+    def extend_prefix(self, state: Any, rows: torch.Tensor, block_ids: torch.Tensor,
+                      block_lengths: torch.Tensor) -> Any:
+        """A new state whose row i holds the cached prefix of `rows[i]` followed by
+        `block_ids[i, :block_lengths[i]]` (right-padded `[b, q]`); the block's rows attend to
+        that cached prefix and to the block itself, nothing after. Equal to encoding prefix +
+        block fresh under that block-causal pattern. The old state stays valid."""
+        raise NotImplementedError(f"{type(self).__name__} does not cache prefixes")
+
     def describe(self) -> dict[str, Any]:
         """What the results JSON records about how this model was run."""
         return {"split_attention": self.split_attention, "prefix_cache": self.prefix_cache,
                 "max_length": self.max_length}
+
+
+def inference_token_ids(tokenizer) -> TokenIds:
+    """The tokenizer's `TokenIds`, checked for what every model input needs: a BOS (or CLS),
+    since inputs are `[BOS] + context + slots`."""
+    return TokenIds.from_tokenizer(tokenizer).require(
+        "bos_id", why="the model input is [BOS] + context + [MASK]*n, so set tokenizer.bos_token first")

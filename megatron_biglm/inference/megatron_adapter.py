@@ -9,26 +9,32 @@ positions the scoring rules read (`[b, k, V]` instead of `[b, s, V_padded]`).
 Logits are sliced to the tokenizer's vocabulary: megatron pads the embedding to a multiple of
 128 and those rows would otherwise take part in the softmax (the HF export drops them).
 
-No prefix key/value reuse: megatron's attention has no cache input for a bidirectional
-encoder, and adding one would mean copying its attention class. Prefix reuse goes through the
-exported HF model (`to_hf`, then `biglm path=EXPORT_DIR`), whose scores are the same.
+Exact prefix key/value reuse (`encode_prefix` / `logits_with_prefix` / `extend_prefix`)
+through the model's `kv_cache` hook (`megatron_biglm.model.kv_cache`): the prefix's post-RoPE
+keys/values are recorded per layer, and suffix (or block) rows run alone against them. Offered
+at TP=1 only (the cache holds one rank's heads; TP>1 is untested) and with split attention.
 Pipeline parallelism is not supported here (one chunk must hold the whole model); tensor
-parallelism works when every TP rank calls the adapter (the head gathers the vocabulary).
+parallelism works for `logits` when every TP rank calls the adapter (the head gathers the
+vocabulary).
 """
 from __future__ import annotations
 
 import torch
 
-from .protocol import MaskedLMAdapter, SpecialTokens
+from megatron_biglm.data.token_ids import TokenIds
+from megatron_biglm.model.kv_cache import KVCacheForward, PrefixKV
+
+from .protocol import MaskedLMAdapter, inference_token_ids
 
 
 class MegatronMaskedLMAdapter(MaskedLMAdapter):
     """`model`: a `BiGLMModel` holding embedding, all layers and the head (PP = 1).
     `vocab_size`: the tokenizer's vocabulary (logits past it are dropped).
-    `split_attention=False` for models trained without the restriction (variants mlm/no_attn)."""
+    `split_attention=False` for models trained without the restriction (variants mlm/no_attn).
+    `prefix_cache`: offer the exact prefix cache (only with split attention at TP=1)."""
 
-    def __init__(self, model, special: SpecialTokens, *, vocab_size: int, max_length: int,
-                 split_attention: bool = True):
+    def __init__(self, model, special: TokenIds, *, vocab_size: int, max_length: int,
+                 split_attention: bool = True, prefix_cache: bool = True):
         if not (getattr(model, "pre_process", True) and getattr(model, "post_process", True)):
             raise ValueError("the megatron adapter needs the whole model in one chunk (PP=1); "
                              "load the checkpoint with pipeline_model_parallel_size=1")
@@ -41,7 +47,7 @@ class MegatronMaskedLMAdapter(MaskedLMAdapter):
         self.vocab_size = int(vocab_size)
         self.max_length = int(max_length)
         self.split_attention = bool(split_attention)
-        self.prefix_cache = False
+        self.prefix_cache = bool(prefix_cache and self.split_attention and _tp_size() == 1)
 
     @property
     def device(self) -> torch.device:
@@ -52,26 +58,63 @@ class MegatronMaskedLMAdapter(MaskedLMAdapter):
         with torch.no_grad():
             hidden = self.model(input_ids, split=use_split, valid_lengths=lengths,
                                 return_hidden=True)  # [b, s, h], after the final norm
+        return self._head(hidden, positions)
+
+    def _head(self, hidden, positions):
+        """Logits `[b, k, V]` at `positions [b, k]` of the final hidden states `[b, s, h]`."""
+        with torch.no_grad():
             picked = hidden.gather(1, positions[..., None].expand(-1, -1, hidden.shape[-1]))
             logits, _ = self.model.output_layer(
                 picked.transpose(0, 1).contiguous(),
                 weight=self.model.shared_embedding_or_output_weight(), runtime_gather_output=True)
         return logits.transpose(0, 1)[..., :self.vocab_size]
 
+    def _check_cache(self) -> None:
+        if not self.prefix_cache:
+            raise NotImplementedError(
+                "this megatron adapter has no prefix cache (it needs split attention and TP=1; "
+                f"split_attention={self.split_attention}, TP={_tp_size()})")
+
+    def encode_prefix(self, prefix_ids, prefix_lengths) -> PrefixKV:
+        self._check_cache()
+        cache = KVCacheForward()
+        with torch.no_grad():
+            # prefix rows see the prefix only: full attention among its real tokens
+            self.model(prefix_ids, valid_lengths=prefix_lengths, return_hidden=True, kv_cache=cache)
+        return cache.recorded(prefix_lengths)
+
+    def logits_with_prefix(self, state: PrefixKV, rows, suffix_ids, suffix_lengths, positions):
+        self._check_cache()
+        cache = KVCacheForward(state.select(rows), record=False)
+        with torch.no_grad():
+            hidden = self.model(suffix_ids, valid_lengths=suffix_lengths, return_hidden=True,
+                                kv_cache=cache)
+        return self._head(hidden, positions)
+
+    def extend_prefix(self, state: PrefixKV, rows, block_ids, block_lengths) -> PrefixKV:
+        self._check_cache()
+        cache = KVCacheForward(state.select(rows))
+        with torch.no_grad():
+            self.model(block_ids, valid_lengths=block_lengths, return_hidden=True, kv_cache=cache)
+        return cache.extended(block_lengths)
+
     def describe(self):
         return {**super().describe(), "split_mode": "native" if self.split_attention else "none",
                 "model_class": type(self.model).__name__, "logits_at_positions_only": True,
-                "prefix_cache_note": "megatron path: no prefix cache (use the HF export for reuse)"}
+                "prefix_cache_note": ("prefix keys/values reused (megatron kv_cache hook)"
+                                      if self.prefix_cache else
+                                      "no prefix cache (needs split attention at TP=1)")}
 
 
-def megatron_adapter_for(model, tokenizer, *, split_attention: bool = True) -> MegatronMaskedLMAdapter:
+def megatron_adapter_for(model, tokenizer, *, split_attention: bool = True,
+                         prefix_cache: bool = True) -> MegatronMaskedLMAdapter:
     """`make_adapter` for `ZeroShotTrainingHook` on the live training model (DDP-wrapped or
     not): the tokenizer gives the special ids and the vocabulary to keep."""
     module = getattr(model, "module", model)
     config = module.model_config
-    return MegatronMaskedLMAdapter(module, SpecialTokens.from_tokenizer(tokenizer),
+    return MegatronMaskedLMAdapter(module, inference_token_ids(tokenizer),
                                    vocab_size=config.vocab_size, max_length=config.seq_length,
-                                   split_attention=split_attention)
+                                   split_attention=split_attention, prefix_cache=prefix_cache)
 
 
 def _tp_size() -> int:

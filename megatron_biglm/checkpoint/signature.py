@@ -10,7 +10,13 @@ head (plain multi-head attention), so it equals an explicit value equal to the h
 """
 from __future__ import annotations
 
-from megatron_biglm.training.checkpoint_dir import CheckpointError
+import json
+from pathlib import Path
+
+from .dirs import TRAIN_STATE, CheckpointError
+
+#: The file beside every checkpoint's shards holding its model signature.
+SIGNATURE_FILE = "model_signature.json"
 
 SHAPE_KEYS = (
     "num_layers", "hidden_size", "ffn_hidden_size", "num_attention_heads", "num_query_groups",
@@ -34,6 +40,12 @@ def model_signature(model_fields: dict) -> dict:
     return normalise_signature({k: model_fields[k] for k in SHAPE_KEYS if k in model_fields})
 
 
+def signature_of(model_config) -> dict:
+    """The signature of a model config object (a `BiGLMModelConfig`, or anything with
+    `to_dict()` and `padded_vocab_size`): what resume and weight loading compare."""
+    return model_signature({**model_config.to_dict(), "padded_vocab_size": model_config.padded_vocab_size})
+
+
 def check_compatible(saved: dict, current: dict, where: str) -> None:
     """Raise CheckpointError listing `key: checkpoint=X, run=Y` for every mismatch."""
     saved, current = normalise_signature(saved), normalise_signature(current)
@@ -46,3 +58,12 @@ def check_compatible(saved: dict, current: dict, where: str) -> None:
         raise CheckpointError(
             f"checkpoint {where} does not match this run's model: " + "; ".join(diffs)
             + ". Use the checkpoint's model settings, or set checkpoint.load=none to start fresh.")
+
+
+def read_train_state(path: Path, signature: dict) -> dict:
+    """The saved loop state of checkpoint `path`, after refusing it if its model differs from
+    `signature` (this run's model)."""
+    path = Path(path)
+    saved_sig = json.loads((path / SIGNATURE_FILE).read_text())
+    check_compatible(saved_sig, signature, str(path))
+    return json.loads((path / TRAIN_STATE).read_text())

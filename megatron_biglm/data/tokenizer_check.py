@@ -61,7 +61,7 @@ def load_export_tokenizer(vocab_size: int, run_tokenizer: str | None,
     Loaded with `megatron_biglm.data.tokenizer.load_tokenizer`, exactly as training loaded it,
     so added special tokens get the same ids.
     """
-    from megatron_biglm.data.tokenizer import load_tokenizer
+    from .tokenizer import load_tokenizer
 
     source = override or run_tokenizer
     if not source:

@@ -1,4 +1,4 @@
-"""Load a megatron-biglm checkpoint for evaluation in this process (TP=1, PP=1).
+"""Load a megatron-biglm checkpoint for inference (scoring, generation) in this process (TP=1, PP=1).
 
 The checkpoint may have been saved at any TP/PP: `load_model_weights` reshards it to the
 in-process layout. The tokenizer is the run's own (`data.tokenizer` of the saved run config),
@@ -20,7 +20,7 @@ _PARAMS_DTYPE = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16"}
 class LoadedMegatron:
     model: object          # BiGLMModel, eval mode, on the requested device
     tokenizer: object
-    checkpoint: object     # megatron_biglm.export.run_checkpoint.TrainedCheckpoint
+    checkpoint: object     # megatron_biglm.config.trained_checkpoint.TrainedCheckpoint
     notes: list
 
 
@@ -47,7 +47,7 @@ def _params_dtype(dtype: str, checkpoint) -> str:
 
 
 def _tokenizer(checkpoint, override, notes: list):
-    from megatron_biglm.export.tokenizer_check import TokenizerMismatch, load_export_tokenizer
+    from megatron_biglm.data.tokenizer_check import TokenizerMismatch, load_export_tokenizer
 
     if override is not None and not isinstance(override, (str, os.PathLike)):
         return override  # a tokenizer object: the caller vouches for it
@@ -67,8 +67,8 @@ def load_megatron_checkpoint(path, *, tokenizer=None, device: str = "cpu",
                              dtype: str = "float32") -> LoadedMegatron:
     """Build the model at TP=1/PP=1 in this process, load the checkpoint's weights into it
     and find its tokenizer. Sets up a one-process group (gloo on CPU) when none exists."""
-    from megatron_biglm.export.run_checkpoint import open_checkpoint
-    from megatron_biglm.export.weights_only import load_model_weights
+    from megatron_biglm.checkpoint.weights_only import load_model_weights
+    from megatron_biglm.config.trained_checkpoint import open_checkpoint
     from megatron_biglm.model import init_single_process, model_provider
 
     checkpoint = open_checkpoint(path)  # clear CheckpointError for missing/partial folders

@@ -6,10 +6,14 @@
 
 `seal_checkpoint` adds what resume needs beyond the shards (every rank's RNG file; rank 0's
 train_state.json, model_signature.json and config.yaml), then `seal_when_written` seals the
-directory (checkpoint_dir.seal: manifest, rename, `latest`) on rank 0 only after every rank
+directory (dirs.seal: manifest, rename, `latest`) on rank 0 only after every rank
 finished writing, so a crash at any point leaves the previous checkpoint as `latest`.
 Writers of other checkpoints (e.g. weights-only imports) use begin_checkpoint and
 seal_when_written alone.
+
+`config` is the run config as an object with `to_yaml()` (written as config.yaml) and
+`checkpoint.keep_last` (how many complete checkpoints to keep): this package does not import
+the run config's module, which sits above it.
 """
 from __future__ import annotations
 
@@ -19,11 +23,13 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
-from megatron_biglm.training.checkpoint_dir import new_temp_dir, seal
-from megatron_biglm.training.config import RunConfig, save_resolved
-from megatron_biglm.training.rng import rng_state, set_rng_state
+from .dirs import TRAIN_STATE, new_temp_dir, seal
+from .rng import rng_state, set_rng_state
+from .signature import SIGNATURE_FILE
 
 RNG_DIR = "rng"
+#: The resolved run config, beside every checkpoint's shards.
+CONFIG_FILE = "config.yaml"
 
 
 def rank() -> int:
@@ -60,14 +66,14 @@ def begin_checkpoint(root: Path, iteration: int, subdirs: tuple[str, ...] = ()) 
 
 def seal_when_written(tmp: Path, iteration: int, keep_last: int | None = None) -> Path:
     """Collective: once every rank has written into `tmp`, rank 0 seals it as `iter_N`
-    (checkpoint_dir.seal); returns that path on every rank."""
+    (dirs.seal); returns that path on every rank."""
     barrier()  # every rank's files are on disk before the manifest lists them
     final = seal(tmp, iteration, keep_last=keep_last) if rank() == 0 else None
     barrier()
     return broadcast_path(final)
 
 
-def seal_checkpoint(tmp: Path, iteration: int, train_state: dict, signature: dict, config: RunConfig) -> Path:
+def seal_checkpoint(tmp: Path, iteration: int, train_state: dict, signature: dict, config) -> Path:
     """Collective: write the shared files into `tmp`, seal it as `iter_N`; its path on every rank.
 
     `train_state` is what the backend resumes from (rank 0's copy is written)."""
@@ -75,9 +81,9 @@ def seal_checkpoint(tmp: Path, iteration: int, train_state: dict, signature: dic
     path.parent.mkdir(exist_ok=True)
     torch.save(rng_state(), path)
     if rank() == 0:
-        (tmp / "train_state.json").write_text(json.dumps(train_state, indent=1))
-        (tmp / "model_signature.json").write_text(json.dumps(signature, indent=1))
-        save_resolved(config, tmp / "config.yaml")
+        (tmp / TRAIN_STATE).write_text(json.dumps(train_state, indent=1))
+        (tmp / SIGNATURE_FILE).write_text(json.dumps(signature, indent=1))
+        (tmp / CONFIG_FILE).write_text(config.to_yaml(), encoding="utf-8")
     return seal_when_written(tmp, iteration, keep_last=config.checkpoint.keep_last)
 
 

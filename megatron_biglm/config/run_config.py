@@ -1,31 +1,28 @@
-"""The run configuration: one YAML file per run plus `section.key=value` CLI overrides.
+"""The run configuration: what one run is (model, objective, data, optimizer, schedule, ...).
 
 Why typed dataclasses rather than a free dict: a typo in a 300k-step run's config must fail
 at start, naming the key and the valid ones, not hours later (or never). Values are coerced
-to the field's type, so `optimizer.lr=6e-4` works although YAML 1.1 reads `6e-4` as a string.
+to the field's type (common.config_fields), so `optimizer.lr=6e-4` works although YAML 1.1
+reads `6e-4` as a string. Reading files and overrides is loading.py.
 
-Two sections are open-ended and validated by their owners when the run is built:
-`model` (a preset name or path plus any `BiGLMModelConfig` field as an override) and
-`objective` (passed to `ObjectiveConfig.from_dict`).
+`model` and `objective` are sections whose keys their own packages own (sections.py): they
+keep what was written (a preset plus overrides; the objective keys that differ from the
+defaults) and carry the resolved `BiGLMModelConfig` / `ObjectiveConfig` as `.resolved`,
+built and validated when the config is loaded.
 """
 from __future__ import annotations
 
 import dataclasses
-import difflib
-import os
-import re
-import typing
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal, Optional
+from typing import Literal, Optional
 
 import yaml
 
-from megatron_biglm.config.zero_shot_eval import ZeroShotEvalConfig
+from megatron_biglm.common.config_fields import ConfigError
 
-
-class ConfigError(ValueError):
-    """A config file or override is wrong; the message says which key and how to fix it."""
+from .sections import ModelSection, ObjectiveSection
+from .zero_shot_eval import ZeroShotEvalConfig
 
 
 @dataclass
@@ -126,8 +123,8 @@ class CheckpointConfig:
 @dataclass
 class RunConfig:
     run_dir: str = "runs/biglm"
-    model: dict = field(default_factory=lambda: {"preset": "tiny"})
-    objective: dict = field(default_factory=dict)
+    model: ModelSection = field(default_factory=ModelSection)
+    objective: ObjectiveSection = field(default_factory=ObjectiveSection)
     data: DataConfig = field(default_factory=DataConfig)
     optimizer: OptimizerConfig = field(default_factory=OptimizerConfig)
     schedule: ScheduleConfig = field(default_factory=ScheduleConfig)
@@ -157,205 +154,19 @@ class RunConfig:
         return self.schedule.train_steps - self.decay_steps
 
     def to_dict(self) -> dict:
-        return dataclasses.asdict(self)
+        """Plain data (what config.yaml holds): the sections as written, not as resolved."""
+        tree = {}
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            if dataclasses.is_dataclass(value):
+                value = dataclasses.asdict(value)
+            elif isinstance(value, (ModelSection, ObjectiveSection)):
+                value = value.to_dict()
+            tree[f.name] = value
+        return tree
 
     def to_yaml(self) -> str:
         return yaml.safe_dump(self.to_dict(), sort_keys=False, default_flow_style=None)
-
-
-OPEN_SECTIONS = ("model", "objective")
-
-
-def _type_name(tp) -> str:
-    return getattr(tp, "__name__", None) or str(tp).replace("typing.", "")
-
-
-def _coerce(value: Any, tp, key: str) -> Any:
-    """Convert `value` to the annotated type `tp`, or raise ConfigError naming `key`."""
-    origin = typing.get_origin(tp)
-    if origin is typing.Union:
-        args = [a for a in typing.get_args(tp) if a is not type(None)]
-        if value is None or (isinstance(value, str) and value.lower() in ("null", "none", "~")):
-            return None
-        return _coerce(value, args[0], key)
-    if origin is Literal:
-        choices = typing.get_args(tp)
-        for choice in choices:
-            if value == choice or (isinstance(value, str) and str(choice) == value):
-                return choice
-        raise ConfigError(f"config key '{key}': {value!r} is not one of {list(choices)}")
-    if tp is bool:
-        if isinstance(value, bool):
-            return value
-        if isinstance(value, str) and value.lower() in ("true", "yes", "1", "on", "false", "no", "0", "off"):
-            return value.lower() in ("true", "yes", "1", "on")
-        raise ConfigError(f"config key '{key}': expected true/false, got {value!r}")
-    if tp in (int, float):
-        if isinstance(value, bool):
-            raise ConfigError(f"config key '{key}': expected {tp.__name__}, got {value!r}")
-        try:
-            number = float(value) if isinstance(value, str) else value
-            if tp is int:
-                if float(number) != int(float(number)):
-                    raise ValueError
-                return int(number)
-            return float(number)
-        except (TypeError, ValueError):
-            raise ConfigError(f"config key '{key}': expected {tp.__name__}, got {value!r}") from None
-    if tp is str:
-        if isinstance(value, (dict, list)):
-            raise ConfigError(f"config key '{key}': expected a string, got {value!r}")
-        return str(value)
-    if tp in (list, dict):
-        if not isinstance(value, tp):
-            raise ConfigError(f"config key '{key}': expected a {tp.__name__}, got {value!r}")
-        return value
-    raise ConfigError(f"config key '{key}': unsupported type {_type_name(tp)}")  # pragma: no cover
-
-
-def _unknown_key(key: str, valid: list[str]) -> ConfigError:
-    name = key.rsplit(".", 1)[-1]
-    close = difflib.get_close_matches(name, valid, n=1)
-    hint = f" (did you mean '{close[0]}'?)" if close else ""
-    section = key.rsplit(".", 1)[0] if "." in key else "the top level"
-    return ConfigError(f"unknown config key '{key}'{hint}; valid keys in {section}: {', '.join(valid)}")
-
-
-def _build(cls, data: dict, prefix: str):
-    """Build dataclass `cls` from `data`, failing on unknown keys and coercing types."""
-    if not isinstance(data, dict):
-        raise ConfigError(f"config section '{prefix.rstrip('.') or 'root'}' must be a mapping, got {data!r}")
-    hints = typing.get_type_hints(cls)
-    fields = {f.name: f for f in dataclasses.fields(cls)}
-    kwargs = {}
-    for key, value in data.items():
-        full = prefix + str(key)
-        if key not in fields:
-            raise _unknown_key(full, list(fields))
-        tp = hints[key]
-        if dataclasses.is_dataclass(tp):
-            kwargs[key] = _build(tp, value or {}, full + ".")
-        elif key in OPEN_SECTIONS and cls is RunConfig:
-            if not isinstance(value, dict):
-                raise ConfigError(f"config section '{full}' must be a mapping, got {value!r}")
-            default = fields[key].default_factory()
-            kwargs[key] = {**default, **value}
-        else:
-            kwargs[key] = _coerce(value, tp, full)
-    return cls(**kwargs)
-
-
-def parse_override(text: str) -> tuple[list[str], Any]:
-    """`a.b.c=value` → (['a','b','c'], YAML-parsed value)."""
-    if "=" not in text:
-        raise ConfigError(f"override {text!r} must look like section.key=value (e.g. optimizer.lr=3e-4)")
-    key, raw = text.split("=", 1)
-    parts = [p for p in key.strip().split(".")]
-    if not all(parts):
-        raise ConfigError(f"override {text!r} has an empty key part")
-    try:
-        value = yaml.safe_load(raw) if raw.strip() else ""
-    except yaml.YAMLError:
-        value = raw
-    return parts, value
-
-
-def _apply_override(tree: dict, parts: list[str], value: Any) -> None:
-    node = tree
-    for part in parts[:-1]:
-        child = node.get(part)
-        if child is None:
-            child = node[part] = {}
-        if not isinstance(child, dict):
-            raise ConfigError(f"override {'.'.join(parts)}: '{part}' is a value, not a section")
-        node = child
-    node[parts[-1]] = value
-
-
-def _merge_defaults(tree: dict, base_dir: Path) -> dict:
-    """`defaults: [other.yaml, ...]` (paths relative to this file) are merged under the file:
-    how the paper's ablations are written as small overrides of one base config."""
-    bases = tree.pop("defaults", None) or []
-    merged: dict = {}
-    for base in ([bases] if isinstance(bases, str) else bases):
-        path = (base_dir / base) if not os.path.isabs(base) else Path(base)
-        _deep_update(merged, load_yaml_tree(path))
-    _deep_update(merged, tree)
-    return merged
-
-
-def _deep_update(dst: dict, src: dict) -> None:
-    for key, value in src.items():
-        if isinstance(value, dict) and isinstance(dst.get(key), dict):
-            _deep_update(dst[key], value)
-        else:
-            dst[key] = value
-
-
-_ENV_REF = re.compile(r"\$\{(\w+)(?::-([^}]*))?\}")
-
-
-def expand_env(value, where: str = ""):
-    """`${VAR}` / `${VAR:-default}` in config strings, so launch scripts and clusters can
-    point a shared config at their own data paths. An unset VAR without default fails."""
-    if isinstance(value, dict):
-        return {k: expand_env(v, f"{where}.{k}" if where else str(k)) for k, v in value.items()}
-    if isinstance(value, list):
-        return [expand_env(v, where) for v in value]
-    if not isinstance(value, str) or "${" not in value:
-        return value
-
-    def sub(match):
-        name, default = match.group(1), match.group(2)
-        if name in os.environ:
-            return os.environ[name]
-        if default is not None:
-            return default
-        raise ConfigError(f"config key '{where}' uses ${{{name}}} but the environment variable {name} "
-                          f"is not set; export it or write ${{{name}:-default}}")
-    return _ENV_REF.sub(sub, value)
-
-
-def load_yaml_tree(path) -> dict:
-    path = Path(path)
-    if not path.is_file():
-        raise ConfigError(f"config file {path} does not exist")
-    with open(path, encoding="utf-8") as f:
-        try:
-            tree = yaml.safe_load(f) or {}
-        except yaml.YAMLError as exc:
-            raise ConfigError(f"config file {path} is not valid YAML: {exc}") from None
-    if not isinstance(tree, dict):
-        raise ConfigError(f"config file {path} must hold a mapping at the top level")
-    return _merge_defaults(tree, path.parent)
-
-
-def load_config(source=None, overrides: list[str] | tuple = ()) -> RunConfig:
-    """A RunConfig from a YAML path, a dict or None (defaults), then `key=value` overrides."""
-    if source is None:
-        tree: dict = {}
-    elif isinstance(source, RunConfig):
-        tree = source.to_dict()
-    elif isinstance(source, dict):
-        tree = _merge_defaults(dict(source), Path.cwd())
-    else:
-        tree = load_yaml_tree(source)
-    tree = _copy_tree(tree)
-    for text in overrides:
-        parts, value = parse_override(text)
-        _apply_override(tree, parts, value)
-    tree = expand_env(tree)
-    config = _build(RunConfig, tree, "")
-    validate(config)
-    return config
-
-
-def _copy_tree(tree):
-    if isinstance(tree, dict):
-        return {k: _copy_tree(v) for k, v in tree.items()}
-    if isinstance(tree, list):
-        return [_copy_tree(v) for v in tree]
-    return tree
 
 
 def validate(config: RunConfig) -> None:
@@ -386,8 +197,6 @@ def validate(config: RunConfig) -> None:
         raise ConfigError(f"optimizer.min_lr={config.optimizer.min_lr} exceeds optimizer.lr={config.optimizer.lr}")
     if config.data.anneal_blend and s.style != "wsd":
         raise ConfigError("data.anneal_blend needs schedule.style=wsd (the blend switches when the decay starts)")
-    if "preset" not in config.model:
-        raise ConfigError("config section 'model' needs a 'preset' (a preset name such as 'tiny' or a YAML path)")
     if t.backend == "deepspeed":
         _validate_deepspeed(config)
     if config.zero_shot_eval.problem():

@@ -13,7 +13,7 @@ from typing import Callable
 import torch
 import torch.nn.functional as F
 
-from .split_mask import VarlenSplit
+from .varlen import VarlenSplit
 
 
 def sdpa_varlen_attention(

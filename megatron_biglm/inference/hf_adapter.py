@@ -23,8 +23,11 @@ from typing import Any
 
 import torch
 
-from .masks import additive_mask, sequence_mask, suffix_after_prefix_mask
-from .protocol import MaskedLMAdapter, SpecialTokens
+from megatron_biglm.data.token_ids import TokenIds
+from megatron_biglm.model.attention_masks import additive_mask, sequence_mask, suffix_after_prefix_mask
+from megatron_biglm.model.kv_cache import append_right_padded
+
+from .protocol import MaskedLMAdapter
 
 _CHOICES = ("auto", "on", "off")
 
@@ -40,7 +43,7 @@ class HFMaskedLMAdapter(MaskedLMAdapter):
     """`split_attention` / `prefix_cache`: "auto" (use when the probe passes), "on" (fail
     loudly if it does not), "off"."""
 
-    def __init__(self, model, special: SpecialTokens, *, max_length: int | None = None,
+    def __init__(self, model, special: TokenIds, *, max_length: int | None = None,
                  split_attention: str = "auto", prefix_cache: str = "auto"):
         for name, value in (("split_attention", split_attention), ("prefix_cache", prefix_cache)):
             if value not in _CHOICES:
@@ -94,21 +97,39 @@ class HFMaskedLMAdapter(MaskedLMAdapter):
         return _PrefixState(layers, prefix_lengths, width)
 
     def logits_with_prefix(self, state: _PrefixState, rows, suffix_ids, suffix_lengths, positions):
+        cache, inputs = self._after_prefix(state, rows, suffix_ids, suffix_lengths)
+        return self._run(positions, **inputs, past_key_values=cache)
+
+    def extend_prefix(self, state: _PrefixState, rows, block_ids, block_lengths):
+        cache, inputs = self._after_prefix(state, rows, block_ids, block_lengths)
+        self.model.base_model(**inputs, past_key_values=cache)
+        old_lengths = state.lengths.index_select(0, rows)
+        layers = []
+        for layer in cache.layers:  # [b, heads, w + q, d]: the selected rows, then the block
+            grown = [append_right_padded(t[:, :, :state.width], old_lengths, t[:, :, state.width:],
+                                         block_lengths, seq_dim=2, batch_dim=0)
+                     for t in (layer.keys, layer.values)]
+            layers.append((grown[0], grown[1]))
+        lengths = old_lengths + block_lengths
+        return _PrefixState(layers, lengths, int(layers[0][0].shape[2]))
+
+    def _after_prefix(self, state: _PrefixState, rows, ids, lengths):
+        """A cache holding the prefixes of `rows`, and the inputs that run rows `ids [b, q]`
+        after them: each row sees every real cached key and every real key of `ids`."""
         from transformers import DynamicCache
 
         cache = DynamicCache()
         for index, (keys, values) in enumerate(state.layers):
             cache.update(keys.index_select(0, rows), values.index_select(0, rows), index)
         prefix_lengths = state.lengths.index_select(0, rows)
-        q = suffix_ids.shape[1]
-        allowed = suffix_after_prefix_mask(prefix_lengths, state.width, suffix_lengths, q)
+        q = ids.shape[1]
+        allowed = suffix_after_prefix_mask(prefix_lengths, state.width, lengths, q)
         position_ids = (self._position_offset + prefix_lengths[:, None]
-                        + torch.arange(q, device=suffix_ids.device)[None])
+                        + torch.arange(q, device=ids.device)[None])
         # padding slots of short rows may run past the table; their outputs are never read
         position_ids = position_ids.clamp(max=self._max_position_id)
-        return self._run(positions, input_ids=suffix_ids,
-                         attention_mask=additive_mask(allowed, self._dtype),
-                         position_ids=position_ids, past_key_values=cache)
+        return cache, {"input_ids": ids, "attention_mask": additive_mask(allowed, self._dtype),
+                       "position_ids": position_ids}
 
     def describe(self) -> dict[str, Any]:
         return {**super().describe(), "split_mode": self.split_mode, "split_note": self.split_note,

@@ -1,0 +1,82 @@
+"""A checkpoint in the trainer's layout: find it, verify it, read what it says about itself.
+
+The trainer writes ``iter_N/`` folders holding ``dist/`` (torch_dist shards), ``config.yaml``
+(the resolved run config), ``train_state.json``, ``model_signature.json`` and a size manifest,
+plus a ``latest`` pointer beside them. `read_checkpoint` uses the trainer's own functions to
+pick the latest *complete* checkpoint, so a truncated or half-copied checkpoint is refused
+before any tensor is read.
+
+What it returns is plain data (paths, the train state, the saved model signature): the run
+config and model config are rebuilt from ``config.yaml`` one floor up, by
+`megatron_biglm.config.trained_checkpoint.open_checkpoint`, which readers that need them use.
+
+A checkpoint made by `from_hf` has the same layout with ``"weights_only": true`` in
+``train_state.json``: model weights only, no optimizer/scheduler/RNG state (a starting point
+for training or fine-tuning, not a resume point).
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from .dirs import LATEST, MANIFEST, TRAIN_STATE, WEIGHTS_ONLY_KEY, CheckpointError, is_weights_only, resolve_load_path
+from .files import CONFIG_FILE
+from .signature import SIGNATURE_FILE
+
+__all__ = ["WEIGHTS_ONLY_KEY", "SavedCheckpoint", "locate", "read_checkpoint"]
+
+
+@dataclass
+class SavedCheckpoint:
+    """One complete checkpoint folder: its train state and saved model signature."""
+
+    path: Path
+    train_state: dict
+    signature: dict
+
+    @property
+    def dist_dir(self) -> Path:
+        return self.path / "dist"
+
+    @property
+    def config_path(self) -> Path:
+        """The resolved run config the checkpoint was saved with."""
+        return self.path / CONFIG_FILE
+
+    @property
+    def weights_only(self) -> bool:
+        return is_weights_only(self.train_state)
+
+    @property
+    def consumed_samples(self) -> int:
+        return int(self.train_state.get("consumed_samples", 0))
+
+
+def locate(path) -> Path:
+    """The checkpoint folder meant by `path`: an ``iter_N`` folder, a checkpoint root with
+    ``latest``, or a run directory with ``checkpoints/latest``. Verified complete."""
+    path = Path(path).expanduser()
+    if not path.exists():
+        raise CheckpointError(f"checkpoint {path} does not exist")
+    if not (path / LATEST).is_file() and (path / "checkpoints" / LATEST).is_file():
+        path = path / "checkpoints"
+    if not (path / LATEST).is_file() and not (path / MANIFEST).is_file():
+        raise CheckpointError(
+            f"{path} is not a megatron-biglm checkpoint: expected an iter_N folder with {MANIFEST}, "
+            "or a checkpoint directory with a `latest` pointer (as written by megatron_biglm.train or "
+            "`convert_checkpoint.py from-hf`)")
+    folder = resolve_load_path(path, str(path))
+    if folder is None:  # pragma: no cover - resolve_load_path returns None only for load=none/auto
+        raise CheckpointError(f"no complete checkpoint under {path}")
+    return folder
+
+
+def read_checkpoint(path) -> SavedCheckpoint:
+    """Locate and verify (manifest sizes) a checkpoint; read its train state and signature."""
+    folder = locate(path)
+    for name in (CONFIG_FILE, TRAIN_STATE, SIGNATURE_FILE):
+        if not (folder / name).is_file():
+            raise CheckpointError(f"checkpoint {folder} has no {name}; it was not written by megatron_biglm")
+    return SavedCheckpoint(folder, json.loads((folder / TRAIN_STATE).read_text()),
+                           json.loads((folder / SIGNATURE_FILE).read_text()))

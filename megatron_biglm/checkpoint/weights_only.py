@@ -1,0 +1,38 @@
+"""Load only the model weights of a megatron-biglm checkpoint into a built model chunk.
+
+Who needs it: the trainer when it starts from a checkpoint marked ``"weights_only": true``
+(written by `from_hf`: no optimizer, scheduler or RNG state to restore), fine-tuning, and
+in-process evaluation of a trained checkpoint. Any checkpoint works, whatever TP/PP it was
+saved at: `dist_checkpointing` reshards it to the model's current layout. Call it on every
+rank of the job (it is collective).
+
+The model's shape is checked against the signature saved with the checkpoint (the shape its
+tensors have), so no run config or model config needs rebuilding here.
+"""
+from __future__ import annotations
+
+from .dirs import CheckpointError
+from .run_checkpoint import SavedCheckpoint, read_checkpoint
+from .signature import normalise_signature, signature_of
+
+
+def load_model_weights(checkpoint, model) -> SavedCheckpoint:
+    """Copy the checkpoint's model weights into `model` (a `BiGLMModel` chunk, optionally
+    wrapped by DDP); return the checkpoint read (path, train state, `weights_only`)."""
+    from megatron.core import dist_checkpointing
+
+    saved = read_checkpoint(checkpoint)
+    module = getattr(model, "module", model)
+    mine = signature_of(module.model_config)
+    theirs = normalise_signature(saved.signature)
+    if mine != theirs:
+        diffs = [f"{k}: checkpoint={theirs.get(k)}, model={mine.get(k)}" for k in sorted(set(mine) | set(theirs))
+                 if theirs.get(k) != mine.get(k)]
+        raise CheckpointError(f"checkpoint {saved.path} holds another model shape: {'; '.join(diffs)}")
+    loaded = dist_checkpointing.load({"model": module.sharded_state_dict()}, str(saved.dist_dir))
+    result = module.load_state_dict(loaded["model"], strict=False)
+    missing = [k for k in result.missing_keys if not k.endswith("_extra_state")]
+    if missing or result.unexpected_keys:
+        raise CheckpointError(f"checkpoint {saved.path} does not fill the model: missing {missing[:4]}, "
+                              f"unexpected {list(result.unexpected_keys)[:4]}")
+    return saved

@@ -1,0 +1,57 @@
+"""A trained checkpoint together with the run config and model config it was saved with.
+
+Why here, one floor above checkpoint/: the folder, its verification and its files are
+checkpoint/'s (plain data, no config types); rebuilding the configs from the saved
+config.yaml needs the run config, which sits here. Export, evaluation and inference read a
+checkpoint through `open_checkpoint`.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from megatron_biglm.checkpoint.dirs import CheckpointError
+from megatron_biglm.checkpoint.dist_reader import DistCheckpointWeights
+from megatron_biglm.checkpoint.run_checkpoint import SavedCheckpoint, read_checkpoint
+from megatron_biglm.checkpoint.signature import check_compatible, signature_of
+
+from .loading import load_config
+from .run_config import RunConfig
+
+__all__ = ["TrainedCheckpoint", "open_checkpoint"]
+
+
+@dataclass(kw_only=True)
+class TrainedCheckpoint(SavedCheckpoint):
+    """One complete checkpoint folder (path, train state, signature) and the configs it was
+    saved with."""
+
+    run_config: RunConfig
+    model_config: object  # megatron_biglm.model.BiGLMModelConfig
+
+    @property
+    def training_tokens(self) -> int:
+        """Tokens trained on: consumed samples × sequence length (the trainer also logs it)."""
+        saved = self.train_state.get("consumed_tokens")
+        return int(saved) if saved is not None else self.consumed_samples * self.run_config.data.seq_length
+
+    def weights(self) -> DistCheckpointWeights:
+        return DistCheckpointWeights(self.dist_dir, self.model_config.num_layers)
+
+
+def open_checkpoint(path) -> TrainedCheckpoint:
+    """Locate, verify (manifest sizes) and read a checkpoint's run config and train state.
+
+    The model config is rebuilt from the saved run config and checked against the saved shape
+    signature, so a preset file edited after training is caught here, not as a shape error.
+    """
+    saved = read_checkpoint(path)
+    run_config = load_config(saved.config_path)
+    model_config = run_config.model.resolved
+    try:
+        check_compatible(saved.signature, signature_of(model_config), str(saved.path))
+    except CheckpointError as exc:
+        raise CheckpointError(
+            f"{saved.path}/config.yaml no longer rebuilds the model that was saved (was the preset "
+            f"{run_config.model['preset']!r} edited after training?): {exc}") from None
+    return TrainedCheckpoint(saved.path, saved.train_state, saved.signature, run_config=run_config,
+                             model_config=model_config)

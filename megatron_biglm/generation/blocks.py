@@ -1,0 +1,87 @@
+"""Decoding whole candidates block by block: the loop around `mask_predict.decode_block`.
+
+A candidate is one `[BOS] + prompt` prefix and a number N of slots (one prompt has several
+candidates under a length beam). Its slots are split into blocks of `block_size` (one block when
+unset); block k is decoded with Mask-Predict, frozen, and appended to the prefix before block
+k + 1 starts. Blocks after the open one do not exist yet: they are neither input nor keys.
+
+How the finished block joins the prefix (`config.blocks`):
+- "refresh": the new prefix `[BOS] + prompt + blocks <= k` is encoded from scratch, once per
+  block, so every earlier row sees it (training's single split);
+- "cached": the block's rows, with their final tokens, are appended to the cached prefix and
+  see only what came before them (block-causal); the cache only grows.
+
+The first block's prefixes are encoded once per distinct prompt, however many candidates share
+it. With an EOS cut, a candidate stops after the first block that holds an EOS.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+
+from .config import GenerationConfig
+from .mask_predict import decode_block
+from .slot_forward import SlotForward
+
+
+@dataclass
+class Candidate:
+    """Input: the prefix and slot count; output: tokens, log-confidences, passes, canvases."""
+
+    prefix: list[int]
+    n_slots: int
+    generator: torch.Generator | None = None
+    tokens: list[int] = field(default_factory=list)
+    logconf: list[float] = field(default_factory=list)
+    iterations: int = 0
+    canvases: list[tuple[int, int, list[int]]] = field(default_factory=list)  # (block, t, all N slots)
+    stopped: bool = False
+
+    def block_width(self, block_size: int) -> int:
+        return 0 if self.stopped else min(block_size, self.n_slots - len(self.tokens))
+
+
+def decode_candidates(adapter, candidates: list[Candidate], config: GenerationConfig,
+                      use_cache: bool) -> SlotForward:
+    """Fill every candidate in place; returns the forward (its `prefix_passes` is the cost)."""
+    special = adapter.special
+    mask_id, eos_id = int(special.mask_id), special.eos_id
+    eos_id = None if eos_id is None else int(eos_id)
+    forward = SlotForward(adapter, use_cache)
+    block_size = config.block_size or max(c.n_slots for c in candidates)
+    stop_at_eos = config.eos_cut and eos_id is not None
+
+    active = [c for c in candidates if c.block_width(block_size) > 0]
+    distinct = list(dict.fromkeys(tuple(c.prefix) for c in active))
+    forward.set_prefixes([list(p) for p in distinct])
+    rows = [distinct.index(tuple(c.prefix)) for c in active]
+    block = 0
+    while active:
+        widths = [c.block_width(block_size) for c in active]
+        result = decode_block(forward, rows, widths, block * block_size, config, mask_id, eos_id,
+                              [c.generator for c in active])
+        for i, c in enumerate(active):
+            n = widths[i]
+            new = result.tokens[i, :n].tolist()
+            c.tokens += new
+            c.logconf += result.logconf[i, :n].tolist()
+            c.iterations += result.iterations[i]
+            if result.canvases is not None:
+                done = len(c.tokens) - n
+                for canvas in result.canvases:
+                    if bool(canvas.ran[i]):
+                        later = [mask_id] * (c.n_slots - done - n)
+                        c.canvases.append((block, canvas.iteration, c.tokens[:done]
+                                           + canvas.tokens[i, :n].tolist() + later))
+            if stop_at_eos and eos_id in new:
+                c.stopped = True
+        going = [i for i, c in enumerate(active) if c.block_width(block_size) > 0]
+        if going and config.blocks == "cached":
+            forward.extend([rows[i] for i in going], [active[i].tokens[-widths[i]:] for i in going])
+        elif going:
+            forward.set_prefixes([active[i].prefix + active[i].tokens for i in going])
+        active = [active[i] for i in going]
+        rows = list(range(len(active)))
+        block += 1
+    return forward

@@ -1,0 +1,176 @@
+"""`MaskPredictGenerator`: prompts in, `GenerationOutput`s out.
+
+It owns what is about text and batching: tokenizing prompts into the model input
+`[BOS] + prompt ids + N slots` (the layout of the scoring rules), fitting them to the model's
+positions, batching prompts with padding, seeding each candidate's random draws, choosing the
+length-beam winner, the EOS and `until` cuts, and decoding ids back to text. The decoding itself
+is `blocks.decode_candidates` over the adapter (duck-typed: see `slot_forward`).
+
+Seeds: each candidate draws from its own generator, seeded from (config.seed, the prompt's ids,
+how many identical prompts came before it in the call, the candidate length). So a prompt's
+draws do not depend on which other prompts share its batch, and repeated prompts in one call
+still get different samples.
+"""
+from __future__ import annotations
+
+import hashlib
+import math
+from typing import Callable, Sequence
+
+import torch
+
+from .blocks import Candidate, decode_candidates
+from .config import GenerationConfig, GenerationConfigError
+from .length import LengthPredictor, best, candidate_lengths, lengths_around, mean_logprob
+from .output import CanvasStep, GenerationOutput
+from .slot_forward import padding_id
+
+
+class MaskPredictGenerator:
+    """Mask-Predict generation with a masked-LM adapter and its tokenizer.
+
+    `length_predictor` (see `length.LengthPredictor`) defaults to the adapter's `predict_lengths`
+    when it has one (a checkpoint with a length head). `use_cache` defaults to the adapter's
+    `prefix_cache`; False forces full forwards (the reference path)."""
+
+    def __init__(self, adapter, tokenizer, *, length_predictor: LengthPredictor | None = None,
+                 use_cache: bool | None = None):
+        mask = getattr(tokenizer, "mask_token_id", None)
+        if mask is None:
+            raise ValueError(f"tokenizer {type(tokenizer).__name__} has no mask token; Mask-Predict "
+                             "starts from masked slots, so set tokenizer.mask_token to the model's "
+                             "mask token (e.g. '<mask>' or '[MASK]')")
+        if int(mask) != int(adapter.special.mask_id):
+            raise ValueError(f"the tokenizer's mask id {mask} differs from the model's "
+                             f"{adapter.special.mask_id}; load the tokenizer saved with the model")
+        if getattr(adapter.special, "bos_id", None) is None:
+            raise ValueError("the model's special tokens have no BOS id; the model input is "
+                             "[BOS] + prompt + slots, so set the tokenizer's bos_token (or cls_token)")
+        self.adapter = adapter
+        self.tokenizer = tokenizer
+        self.length_predictor = length_predictor or getattr(adapter, "predict_lengths", None)
+        self.use_cache = bool(adapter.prefix_cache) if use_cache is None else bool(use_cache)
+
+    @classmethod
+    def from_loader(cls, path, loader: Callable[..., tuple], **loader_kwargs) -> "MaskPredictGenerator":
+        """Build from a model path with `loader(path, **loader_kwargs) -> (adapter, tokenizer)`:
+        the seam where inference's checkpoint loading (HF export or megatron) plugs in."""
+        adapter, tokenizer = loader(path, **loader_kwargs)
+        return cls(adapter, tokenizer)
+
+    # ------------------------------------------------------------------ public
+    def generate(self, prompts: Sequence[str], config: GenerationConfig | None = None, *,
+                 batch_size: int = 8, progress: Callable[[int, int], None] | None = None,
+                 **options) -> list[GenerationOutput]:
+        """One output per prompt, in order. `options` override fields of `config`;
+        `progress(done, total)` is called after every batch of prompts."""
+        config = config or GenerationConfig()
+        if options:
+            config = config.replace(**options)
+        if isinstance(prompts, str):
+            raise TypeError("prompts must be a list of strings; wrap a single prompt in a list")
+        if batch_size < 1:
+            raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+        config.check_length_source(self.length_predictor is not None)
+        if config.blocks == "cached" and config.block_size is not None and not (
+                self.use_cache and callable(getattr(self.adapter, "extend_prefix", None))):
+            raise GenerationConfigError(
+                "blocks='cached' (block-causal) needs an adapter with an exact prefix cache and "
+                "extend_prefix; use blocks='refresh' with this adapter")
+        encoded = [self._encode(i, p) for i, p in enumerate(prompts)]
+        seen: dict[tuple[int, ...], int] = {}
+        occurrence = []
+        for ids in encoded:
+            occurrence.append(seen.get(tuple(ids), 0))
+            seen[tuple(ids)] = occurrence[-1] + 1
+        step = 1 if config.batch_invariant else batch_size
+        outputs: list[GenerationOutput] = []
+        for start in range(0, len(prompts), step):
+            stop = min(start + step, len(prompts))
+            outputs += self._generate_batch(list(prompts[start:stop]), encoded[start:stop],
+                                            occurrence[start:stop], config)
+            if progress is not None:
+                progress(stop, len(prompts))
+        return outputs
+
+    # ------------------------------------------------------------------ steps
+    def _encode(self, index: int, prompt: str) -> list[int]:
+        if not isinstance(prompt, str):
+            raise TypeError(f"prompt {index} is a {type(prompt).__name__}, not a string")
+        ids = list(self.tokenizer(prompt, add_special_tokens=False)["input_ids"]) if prompt else []
+        if not ids:
+            raise ValueError(f"prompt {index} is empty (no tokens); give every prompt some text "
+                             "(the model input is [BOS] + prompt + slots)")
+        return ids
+
+    def _generate_batch(self, prompts, encoded, occurrence, config) -> list[GenerationOutput]:
+        special = self.adapter.special
+        bos = int(special.bos_id)
+        if config.length is not None:
+            need = max(lengths_around(config.length, config.length_beam))
+        else:  # a predictor's lengths are known only after it has seen the (fitted) prefix
+            need = 1 if self.length_predictor is not None else config.max_new_tokens
+        fitted = [self._fit(ids, need, config) for ids in encoded]
+        prefixes = [[bos] + ids for ids, _ in fitted]
+        lengths = candidate_lengths(config, prefixes, self.length_predictor, padding_id(special),
+                                    self.adapter.device)
+        refit = [self._fit(ids, max(cands), config) for (ids, _), cands in zip(fitted, lengths)]
+        dropped = [d0 + d1 for (_, d0), (_, d1) in zip(fitted, refit)]
+        prefixes = [[bos] + ids for ids, _ in refit]
+        random = config.temperature > 0 or config.remask == "random"
+        groups = []
+        for prefix, ids, occ, cands in zip(prefixes, encoded, occurrence, lengths):
+            groups.append([Candidate(prefix, n, self._generator(config.seed, ids, occ, n) if random else None)
+                           for n in cands])
+        decode_candidates(self.adapter, [c for g in groups for c in g], config, self.use_cache)
+        return [self._output(prompt, group, drop, config)
+                for prompt, group, drop in zip(prompts, groups, dropped)]
+
+    def _fit(self, ids: list[int], slots: int, config) -> tuple[list[int], int]:
+        """`ids` (the prompt without BOS) shortened from the left so that 1 + len + slots fits."""
+        room = int(self.adapter.max_length) - 1 - slots
+        if len(ids) <= room:
+            return ids, 0
+        if room < 1:
+            raise ValueError(f"{slots} slots do not fit the model's {self.adapter.max_length} positions "
+                             "with [BOS] and one prompt token; ask for fewer tokens")
+        if config.overflow == "error":
+            raise ValueError(f"[BOS] + {len(ids)} prompt tokens + {slots} slots exceed the model's "
+                             f"{self.adapter.max_length} positions; shorten the prompt, ask for fewer "
+                             "tokens, or pass overflow='truncate_left' to drop prompt tokens from the left")
+        return ids[len(ids) - room:], len(ids) - room
+
+    def _generator(self, seed: int, ids: list[int], occurrence: int, length: int) -> torch.Generator:
+        key = f"{seed}|{occurrence}|{length}|{','.join(map(str, ids))}".encode()
+        gen = torch.Generator(device=self.adapter.device)
+        gen.manual_seed(int.from_bytes(hashlib.sha256(key).digest()[:8], "little") & ((1 << 63) - 1))
+        return gen
+
+    def _output(self, prompt: str, group: list[Candidate], dropped: int,
+                config: GenerationConfig) -> GenerationOutput:
+        eos = self.adapter.special.eos_id
+        kept, scores = [], []
+        for c in group:
+            n = len(c.tokens)
+            if config.eos_cut and eos is not None and eos in c.tokens:
+                n = c.tokens.index(eos)
+            kept.append(n)
+            scores.append(mean_logprob(c.logconf[:n + 1] if n < len(c.tokens) else c.logconf))
+        win = best(scores)
+        c, n = group[win], kept[win]
+        ids, logconf = c.tokens[:n], c.logconf[:n]
+        reason = "eos" if n < len(c.tokens) else "length"
+        text = self.tokenizer.decode(ids, skip_special_tokens=True)
+        cut = min((i for i in (text.find(s) for s in config.until) if i >= 0), default=-1)
+        if cut >= 0:
+            text, reason = text[:cut], "stop"
+            k = 0
+            while k < len(ids) and text.startswith(self.tokenizer.decode(ids[:k + 1], skip_special_tokens=True)):
+                k += 1
+            ids, logconf = ids[:k], logconf[:k]
+        steps = [CanvasStep(b, t, tuple(s)) for b, t, s in c.canvases] if config.return_steps else None
+        return GenerationOutput(
+            prompt=prompt, text=text, ids=ids, confidence=[math.exp(x) for x in logconf],
+            iterations=c.iterations, finish_reason=reason, length=c.n_slots,
+            candidates=[(g.n_slots, s) for g, s in zip(group, scores)], steps=steps,
+            prompt_tokens_dropped=dropped)

@@ -1,0 +1,110 @@
+"""Mask-Predict over one block of slots, for a batch of rows (Ghazvininejad et al., 2019).
+
+All N slots of a row start as `<mask>`. At iteration t = 1..T every masked slot is predicted
+(see `sampling`), and its token and log-confidence are stored; slots that were not masked keep
+the token and the confidence they were predicted with. Then floor(N * (T - t) / T) slots go back
+to `<mask>` (see `remasking`). A row whose slots are all committed stops taking part in the
+forward passes, so `iterations` counts the passes a row really cost.
+
+Rows of a batch may have different widths (length-beam candidates, the last block); the slots
+are right-padded and the padding is never predicted, ranked or counted.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from . import remasking, sampling
+from .config import GenerationConfig
+from .slot_forward import SlotForward
+
+
+@dataclass
+class Canvas:
+    """The block after iteration `iteration`: tokens `[a, w]` (`mask_id` where masked), the
+    masked slots, and which rows ran in that iteration."""
+
+    iteration: int
+    tokens: torch.Tensor
+    masked: torch.Tensor
+    ran: torch.Tensor
+
+
+@dataclass
+class BlockResult:
+    """Final tokens `[a, w]` and log-confidences `[a, w]` (CPU; padding is meaningless), the
+    forward passes per row, and the canvases when asked for."""
+
+    tokens: torch.Tensor
+    logconf: torch.Tensor
+    iterations: list[int]
+    canvases: list[Canvas] | None
+
+
+def decode_block(forward: SlotForward, rows: list[int], widths: list[int], slot_offset: int,
+                 config: GenerationConfig, mask_id: int, eos_id: int | None,
+                 generators: list[torch.Generator | None] | None) -> BlockResult:
+    """Decode a block of `widths[i]` slots after prefix `rows[i]` of `forward`.
+
+    `slot_offset` is the index of the block's first slot in the whole output (for min_length);
+    `generators[i]` feeds row i's random draws (None: the global generator)."""
+    device = forward.device
+    a, w = len(rows), max(widths)
+    width_t = torch.tensor(widths, device=device)
+    valid = torch.arange(w, device=device)[None] < width_t[:, None]
+    tokens = torch.full((a, w), mask_id, dtype=torch.long, device=device)
+    masked = valid.clone()
+    logconf: torch.Tensor | None = None
+    slot_index = (slot_offset + torch.arange(w, device=device))[None].expand(a, -1)
+    iterations = [0] * a
+    canvases: list[Canvas] | None = [] if config.return_steps else None
+    pad_id = forward.pad_id
+    steps = config.steps
+
+    for t in range(1, steps + 1):
+        live = masked.any(dim=-1).nonzero()[:, 0].tolist()
+        if not live:
+            break
+        live_t = torch.tensor(live, dtype=torch.long, device=device)
+        sub_widths = [widths[i] for i in live]
+        sub_gens = [generators[i] for i in live] if generators is not None else None
+        was_masked = masked[live_t]
+        inputs = torch.where(was_masked, mask_id, tokens[live_t]).masked_fill(~valid[live_t], pad_id)
+        logits = forward.logits([rows[i] for i in live], inputs[:, :max(sub_widths)], sub_widths)
+        logits = sampling.constrain(logits, slot_index[live_t, :logits.shape[1]], mask_id, eos_id,
+                                    config.min_length)
+        picked, picked_conf = sampling.choose(
+            logits, sub_widths, temperature=config.temperature, top_k=config.top_k,
+            top_p=config.top_p, generators=sub_gens)
+        picked, picked_conf = _pad_to(picked, w, mask_id), _pad_to(picked_conf, w, 0.0)
+        if logconf is None:
+            logconf = torch.zeros((a, w), dtype=picked_conf.dtype, device=device)
+        tokens[live_t] = torch.where(was_masked, picked, tokens[live_t])
+        logconf[live_t] = torch.where(was_masked, picked_conf, logconf[live_t])
+        for i in live:
+            iterations[i] += 1
+
+        counts = torch.tensor([remasking.masked_after(n, steps, t) for n in sub_widths], device=device)
+        if config.remask == "none":
+            eligible, mode = was_masked, "low_confidence"
+        else:
+            eligible, mode = valid[live_t], config.remask
+        masked[live_t] = remasking.select(logconf[live_t], eligible, counts, mode, sub_widths,
+                                          sub_gens, config.confidence_threshold)
+        if canvases is not None:
+            ran = torch.zeros(a, dtype=torch.bool)
+            ran[live] = True
+            canvases.append(Canvas(t, torch.where(masked, mask_id, tokens).cpu(), masked.cpu(), ran))
+
+    assert logconf is not None  # every row has >= 1 slot, so iteration 1 always runs
+    return BlockResult(tokens.cpu(), logconf.cpu(), iterations, canvases)
+
+
+def _pad_to(x: torch.Tensor, width: int, value) -> torch.Tensor:
+    """Right-pad `[b, k]` to `[b, width]` (rows that ran may be narrower than the block)."""
+    if x.shape[1] == width:
+        return x
+    out = torch.full((x.shape[0], width), value, dtype=x.dtype, device=x.device)
+    out[:, :x.shape[1]] = x
+    return out

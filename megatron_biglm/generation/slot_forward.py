@@ -1,0 +1,100 @@
+"""Logits of the open block's slots given per-row prefixes, with or without the prefix cache.
+
+The model input of a row is `prefix + slots`, with split = len(prefix): prefix rows see only the
+prefix, slot rows see everything real. Since the prefix rows never see the slots, their keys and
+values do not change while the slots are decoded, so with an adapter whose `prefix_cache` is
+exact the prefix is encoded once (`encode_prefix`) and every iteration runs only the slot rows
+(`logits_with_prefix`). Without it, every iteration is a full forward (`logits`) of the same
+layout; both paths give the same logits up to rounding.
+
+Prefixes change between blocks in two ways:
+- `set_prefixes`: a new set of prefixes encoded from scratch (the first block, and every block
+  of `blocks="refresh"`, where earlier rows must see the block just finished);
+- `extend`: append each row's frozen block to its cached prefix (`blocks="cached"`,
+  block-causal: the block's rows see the prefix and themselves, nothing after). This needs the
+  adapter's `extend_prefix`; without a cache there is no way to express that pattern through
+  `logits`, so it is refused.
+
+The adapter is duck-typed (the protocol of `megatron_biglm.inference`): `special`, `device`,
+`prefix_cache`, `logits`, `encode_prefix`, `logits_with_prefix`, `extend_prefix`.
+"""
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+import torch
+
+
+def padding_id(special) -> int:
+    """The id that fills padding: PAD, else EOS, else MASK (padding is never attended to nor
+    read, so any id does; the token record may lack a PAD)."""
+    return int(next(i for i in (special.pad_id, special.eos_id, special.mask_id) if i is not None))
+
+
+class SlotForward:
+    """Per-row prefixes (indexed 0..g-1 after each `set_prefixes` / `extend`) and the forward
+    that scores slots after them."""
+
+    def __init__(self, adapter, use_cache: bool):
+        if use_cache and not getattr(adapter, "prefix_cache", False):
+            raise ValueError(f"{type(adapter).__name__} has no exact prefix cache (prefix_cache is "
+                             "False); decode with use_cache=False")
+        self.adapter = adapter
+        self.use_cache = use_cache
+        self.pad_id = padding_id(adapter.special)
+        self.device = adapter.device
+        self._prefixes: list[list[int]] = []
+        self._state: Any = None
+        self.prefix_passes = 0  # prefix encodings run (rows x calls), for the cost report
+
+    @property
+    def prefix_lengths(self) -> list[int]:
+        return [len(p) for p in self._prefixes]
+
+    def set_prefixes(self, prefixes: Sequence[Sequence[int]]) -> None:
+        self._prefixes = [list(p) for p in prefixes]
+        if self.use_cache:
+            ids, lengths = self._pad(self._prefixes)
+            self._state = self.adapter.encode_prefix(ids, lengths)
+            self.prefix_passes += 1
+
+    def extend(self, rows: Sequence[int], blocks: Sequence[Sequence[int]]) -> None:
+        """Row i of the new prefixes is old row `rows[i]` followed by `blocks[i]`."""
+        if not self.use_cache:
+            raise ValueError("blocks='cached' (block-causal) needs an adapter with an exact prefix "
+                             "cache and extend_prefix; use blocks='refresh' with this adapter")
+        ids, lengths = self._pad(blocks)
+        index = torch.tensor(list(rows), dtype=torch.long, device=self.device)
+        try:
+            self._state = self.adapter.extend_prefix(self._state, index, ids, lengths)
+        except NotImplementedError as exc:
+            raise ValueError(f"{type(self.adapter).__name__} cannot extend a cached prefix ({exc}); "
+                             "use blocks='refresh'") from exc
+        self.prefix_passes += 1
+        self._prefixes = [self._prefixes[r] + list(b) for r, b in zip(rows, blocks)]
+
+    def logits(self, rows: Sequence[int], slots: torch.Tensor, widths: Sequence[int]) -> torch.Tensor:
+        """Logits `[a, w, V]` of the slots `[a, w]` (right-padded to `widths`) after prefixes `rows`."""
+        a, w = slots.shape
+        suffix_lengths = torch.tensor(list(widths), dtype=torch.long, device=self.device)
+        if self.use_cache:
+            index = torch.tensor(list(rows), dtype=torch.long, device=self.device)
+            positions = torch.arange(w, device=self.device)[None].expand(a, -1)
+            return self.adapter.logits_with_prefix(self._state, index, slots, suffix_lengths, positions)
+        prefix_lengths = [len(self._prefixes[r]) for r in rows]
+        total = [p + n for p, n in zip(prefix_lengths, widths)]
+        ids = torch.full((a, max(total)), self.pad_id, dtype=torch.long, device=self.device)
+        for i, r in enumerate(rows):
+            p = prefix_lengths[i]
+            ids[i, :p] = torch.tensor(self._prefixes[r], dtype=torch.long, device=self.device)
+            ids[i, p:p + widths[i]] = slots[i, :widths[i]]
+        split = torch.tensor(prefix_lengths, dtype=torch.long, device=self.device)
+        positions = (split[:, None] + torch.arange(w, device=self.device)[None]).clamp(max=ids.shape[1] - 1)
+        return self.adapter.logits(ids, split + suffix_lengths, split, positions)
+
+    def _pad(self, rows: Sequence[Sequence[int]]) -> tuple[torch.Tensor, torch.Tensor]:
+        lengths = [len(r) for r in rows]
+        ids = torch.full((len(rows), max(lengths)), self.pad_id, dtype=torch.long, device=self.device)
+        for i, r in enumerate(rows):
+            ids[i, :len(r)] = torch.tensor(list(r), dtype=torch.long, device=self.device)
+        return ids, torch.tensor(lengths, dtype=torch.long, device=self.device)

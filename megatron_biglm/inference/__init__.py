@@ -1,0 +1,24 @@
+"""Running a trained masked LM: the model side shared by scoring and generation.
+
+Floor 3 (imports common, checkpoint, objective, patches, model, data, config; never training,
+export, evaluation or generation; masks come from
+`model/attention_masks/`, derived from the one split rule).
+
+  protocol.py          `MaskedLMAdapter`: logits at positions, split attention, the exact
+                       prefix cache (`encode_prefix`, `logits_with_prefix`, `extend_prefix`)
+  hf_adapter.py        any HF `AutoModelForMaskedLM` (probed: 4D split mask, DynamicCache)
+  megatron_adapter.py  our `BiGLMModel` in-process (split native; cache via `model.kv_cache`)
+  callable_adapter.py  a plain `forward(ids, allowed)` function
+  engine.py            grouping by prefix, padded batches, `PrefixCache`, `run_rows`
+  loading.py           a megatron checkpoint loaded at TP=1/PP=1 for inference
+
+`TokenIds` (the one special-token record, defined in `megatron_biglm.data.token_ids`) is
+re-exported here. Submodules are imported on use: nothing heavy happens at package import.
+"""
+from __future__ import annotations
+
+from megatron_biglm.data.token_ids import TokenIds
+
+from .protocol import MaskedLMAdapter, inference_token_ids
+
+__all__ = ["MaskedLMAdapter", "TokenIds", "inference_token_ids"]

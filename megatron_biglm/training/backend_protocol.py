@@ -1,0 +1,34 @@
+"""What a training backend is (`Backend`) and what every backend shares to start from weights.
+
+Why its own module: backends.py picks a backend and so imports each implementation; the
+implementations (deepspeed_backend.py) need the interface and the weight loading, not the
+registry. Keeping those here leaves no import circle between the registry and a backend.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+from megatron_biglm.checkpoint.weights_only import load_model_weights
+
+
+@dataclass(frozen=True)
+class Backend:
+    name: str
+    build: Callable       # (config, model_config, precision, num_microbatches, init_weights=None, provider=None)
+    #                       -> (model_chunks, optimizer); init_weights: a checkpoint to take the weights from;
+    #                       provider: the recipe's model_provider (None: BiGLMModel)
+    train_step: Callable  # signature of step.train_step
+    evaluate: Callable    # signature of step.evaluate
+    save: Callable        # signature of checkpoint.megatron_io.save_checkpoint
+    load: Callable        # (path, model_chunks, optimizer, scheduler) -> saved train state
+    reshardable: bool     # can its checkpoints resume at another data-parallel size?
+    shutdown: Callable    # (DistInfo) -> None: tear down process groups (distributed.shutdown's signature)
+
+
+def load_initial_weights(path: Path, modules) -> None:
+    """Collective: copy a checkpoint's model weights into each bare model chunk (any saved
+    TP/PP: dist_checkpointing reshards); refuses a checkpoint of another shape."""
+    for module in modules:
+        load_model_weights(path, module)
