@@ -122,3 +122,21 @@ def test_meteor_without_wordnet_names_the_fix(tmp_path, monkeypatch):
     monkeypatch.setenv("BIGLM_WORDNET_DIR", str(tmp_path))
     with pytest.raises(WordNetUnavailable, match="apt-get install .*wordnet-base wordnet-sense-index"):
         meteor(["a"], ["a"])
+
+
+def test_wordnet_layout_built_from_debian_files(tmp_path, monkeypatch):
+    from pathlib import Path
+
+    from megatron_biglm.finetune.wordnet_setup import DEBIAN_WORDNET, build_wordnet_dir
+
+    with pytest.raises(WordNetUnavailable, match="wordnet-sense-index"):
+        build_wordnet_dir(tmp_path / "x", source=tmp_path)   # no WordNet files there
+    if not (Path(DEBIAN_WORDNET) / "index.sense").is_file():
+        pytest.skip("Debian WordNet is not installed (apt-get install wordnet-base wordnet-sense-index)")
+    root = build_wordnet_dir(tmp_path / "nltk_data")
+    lexnames = (root / "corpora" / "wordnet" / "lexnames").read_text().splitlines()
+    assert len(lexnames) == 45 and lexnames[3] == "03\tnoun.Tops\t1" and lexnames[44] == "44\tadj.ppl\t3"
+    monkeypatch.setenv("BIGLM_WORDNET_DIR", str(root))
+    wn = wordnet_reader()
+    assert "carpet" in wn.synset("rug.n.01").lemma_names()
+    assert wn.synset("dog.n.01").lexname() == "noun.animal"

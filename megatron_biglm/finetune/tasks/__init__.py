@@ -11,7 +11,9 @@ runs a model: a recipe (training/recipe.py) wires these to the model and the loo
 | SQuAD windows / offsets, n-best answers | `squad_windows`, `squad_answers` |
 | seq2seq features (source prefix, target suffix, target length) | `seq2seq` |
 | fill a template and cut the longest field | `text_fit` |
+| rows -> examples for any kind (what a recipe calls) | `encode` |
 """
+from .encode import encode_rows, make_encoder
 from .head_classification import HeadEncoder, HeadExample
 from .prompts import PROMPTS, TASKS, get_task
 from .seq2seq import Seq2SeqEncoder, Seq2SeqExample
@@ -24,5 +26,5 @@ from .verbalizer import (IGNORE_INDEX, VerbalizerEncoder, VerbalizerExample, Ver
 __all__ = ["HeadEncoder", "HeadExample", "IGNORE_INDEX", "KINDS", "NO_ANSWER_POSITION", "PROMPTS",
            "Seq2SeqEncoder", "Seq2SeqExample", "SpanCandidate", "SquadEncoder", "SquadWindow",
            "TASKS", "Task", "VerbalizerEncoder", "VerbalizerExample", "VerbalizerPrompt",
-           "get_task", "label_scores", "nbest_spans", "predict_labels", "squad_predictions",
+           "encode_rows", "get_task", "label_scores", "make_encoder", "nbest_spans", "predict_labels", "squad_predictions",
            "verbalizer_loss", "window_bounds"]
