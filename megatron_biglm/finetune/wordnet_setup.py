@@ -111,13 +111,14 @@ def wordnet_reader(*, build: bool = True):
     cached = default_cache_root() / "corpora" / "wordnet"
     if (cached / "lexnames").is_file():
         return _reader_at(cached)
-    try:
+    try:  # a WordNet nltk itself finds (nltk.download, a folder or zip on its data path)
         import nltk
 
-        found = nltk.data.find("corpora/wordnet")
-        if str(found).endswith(".zip") or not str(found).endswith("wordnet"):
-            raise LookupError(found)  # zipped copies: let nltk's own loader open them
-        return _reader_at(Path(str(found)))
+        nltk.data.find("corpora/wordnet")
+        from nltk.corpus import wordnet
+
+        wordnet.ensure_loaded()
+        return wordnet
     except LookupError:
         pass
     if build and DEBIAN_WORDNET.is_dir():
@@ -138,8 +139,9 @@ def main(argv: list[str] | None = None) -> int:
     except WordNetUnavailable as exc:
         print(exc, file=sys.stderr)
         return 1
-    synsets = len(list(_reader_at(root / "corpora" / "wordnet").all_synsets("n")))
-    print(f"WordNet 3.0 ready at {root}/corpora/wordnet ({synsets} noun synsets)")
+    reader = _reader_at(root / "corpora" / "wordnet")
+    synonyms = ", ".join(reader.synset("rug.n.01").lemma_names())
+    print(f"WordNet 3.0 ready at {root}/corpora/wordnet (rug.n.01: {synonyms})")
     return 0
 
 
