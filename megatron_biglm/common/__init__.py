@@ -1,0 +1,5 @@
+"""Floor 0 of the package: mechanisms every other package may use, importing none of them.
+
+- `process_groups`: THE one process-group setup (free port, gloo/NCCL default group,
+  megatron's parallel_state, a single-process group context).
+"""
