@@ -47,13 +47,14 @@ def init_default_group(backend: Optional[str] = None) -> bool:
     """Init torch.distributed's default group unless one exists; True if this call made it.
 
     backend: None picks `default_backend()`. With NCCL the process first selects its
-    LOCAL_RANK device, so ranks on one node do not all land on device 0.
+    LOCAL_RANK device (modulo the visible devices), so ranks on one node do not all land on
+    device 0.
     """
     if dist.is_initialized():
         return False
     backend = backend or default_backend()
     if backend == "nccl":
-        torch.cuda.set_device(local_rank())
+        torch.cuda.set_device(local_rank() % torch.cuda.device_count())
     if launched():
         dist.init_process_group(backend, init_method="env://", rank=int(os.environ["RANK"]),
                                 world_size=int(os.environ["WORLD_SIZE"]))

@@ -120,16 +120,22 @@ def _norm(s: BiGLMShape) -> Shapes:
     return ((s.hidden_size,),)
 
 
+def _vocab_row(megatron: str, hf: str, output_projection: bool = False) -> MappingRow:
+    """A [vocab, h] matrix: the word embedding, or the (untied) output projection."""
+    return MappingRow(
+        (megatron,), (hf,),
+        lambda t, s: (vocab_to_hf(t[0], s),), lambda t, s: (vocab_from_hf(t[0], s),),
+        lambda s: ((s.padded_vocab_size, s.hidden_size),),
+        lambda s: ((s.vocab_size, s.hidden_size),),
+        output_projection=output_projection)
+
+
 #: The embedding both sides tie the output projection to.
 MEGATRON_EMBEDDING = "embedding.word_embeddings.weight"
 HF_EMBEDDING = "model.embed_tokens.weight"
 
 WEIGHT_TABLE: Tuple[MappingRow, ...] = (
-    MappingRow(
-        (MEGATRON_EMBEDDING,), (HF_EMBEDDING,),
-        lambda t, s: (vocab_to_hf(t[0], s),), lambda t, s: (vocab_from_hf(t[0], s),),
-        lambda s: ((s.padded_vocab_size, s.hidden_size),),
-        lambda s: ((s.vocab_size, s.hidden_size),)),
+    _vocab_row(MEGATRON_EMBEDDING, HF_EMBEDDING),
     MappingRow(
         ("decoder.layers.{i}.{attn_norm}",), ("model.layers.{i}.input_layernorm.weight",),
         _identity, _identity, _norm, _norm),
@@ -163,12 +169,7 @@ WEIGHT_TABLE: Tuple[MappingRow, ...] = (
     MappingRow(
         ("decoder.final_layernorm.weight",), ("model.norm.weight",),
         _identity, _identity, _norm, _norm),
-    MappingRow(
-        ("output_layer.weight",), ("lm_head.weight",),
-        lambda t, s: (vocab_to_hf(t[0], s),), lambda t, s: (vocab_from_hf(t[0], s),),
-        lambda s: ((s.padded_vocab_size, s.hidden_size),),
-        lambda s: ((s.vocab_size, s.hidden_size),),
-        output_projection=True),
+    _vocab_row("output_layer.weight", "lm_head.weight", output_projection=True),
 )
 
 
