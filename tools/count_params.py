@@ -1,7 +1,8 @@
 #!/usr/bin/env python
 """Print a BiGLM preset's parameter breakdown without allocating the model.
 
-The logic lives in `megatron_biglm.model.cli_count_params` (also `python -m megatron_biglm.model.cli_count_params`); `--help` lists the options.
+The logic lives in `megatron_biglm.model.cli_count_params`
+(also `python -m megatron_biglm.model.cli_count_params`); `--help` lists the options.
 """
 import sys
 

@@ -1,7 +1,8 @@
 #!/usr/bin/env python
 """Print a Megatron indexed dataset's statistics and decode documents.
 
-The logic lives in `megatron_biglm.data.cli_inspect_dataset` (also `python -m megatron_biglm.data.cli_inspect_dataset`); `--help` lists the options.
+The logic lives in `megatron_biglm.data.cli_inspect_dataset`
+(also `python -m megatron_biglm.data.cli_inspect_dataset`); `--help` lists the options.
 """
 import sys
 

@@ -1,7 +1,8 @@
 #!/usr/bin/env python
 """Concatenate Megatron indexed datasets into one.
 
-The logic lives in `megatron_biglm.data.cli_merge_datasets` (also `python -m megatron_biglm.data.cli_merge_datasets`); `--help` lists the options.
+The logic lives in `megatron_biglm.data.cli_merge_datasets`
+(also `python -m megatron_biglm.data.cli_merge_datasets`); `--help` lists the options.
 """
 import sys
 

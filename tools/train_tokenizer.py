@@ -1,7 +1,8 @@
 #!/usr/bin/env python
 """Train a byte-level BPE tokenizer on jsonl / text / parquet files.
 
-The logic lives in `megatron_biglm.data.cli_train_tokenizer` (also `python -m megatron_biglm.data.cli_train_tokenizer`); `--help` lists the options.
+The logic lives in `megatron_biglm.data.cli_train_tokenizer`
+(also `python -m megatron_biglm.data.cli_train_tokenizer`); `--help` lists the options.
 """
 import sys
 
