@@ -7,7 +7,7 @@ PY     := $(VENV)/bin/python
 PIP    := $(PY) -m pip
 STAMP  := $(VENV)/.installed
 
-.PHONY: install quickstart test test-fast clean
+.PHONY: install wordnet quickstart test test-fast clean
 
 $(STAMP): setup.py constraints-cpu.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -18,14 +18,26 @@ $(STAMP): setup.py constraints-cpu.txt
 	DS_BUILD_OPS=0 $(PIP) install -q -c constraints-cpu.txt -e ".[dev,eval,deepspeed]"
 	touch $(STAMP)
 
-install: $(STAMP)
+# WordNet 3.0 for the METEOR metric, from Debian (no data hub needed). Best effort: where
+# apt-get or root is missing it prints the command, and METEOR names the fix when it runs.
+WORDNET_PKGS := wordnet-base wordnet-sense-index
+wordnet:
+	@if [ -f /usr/share/wordnet/index.sense ] && [ -f /usr/share/wordnet/data.noun ]; then :; \
+	elif command -v apt-get >/dev/null 2>&1 && [ "$$(id -u)" = 0 ]; then \
+	  export DEBIAN_FRONTEND=noninteractive; \
+	  apt-get install -y -q --no-install-recommends $(WORDNET_PKGS) >/dev/null 2>&1 \
+	  || { apt-get update -q >/dev/null 2>&1 && apt-get install -y -q --no-install-recommends $(WORDNET_PKGS) >/dev/null 2>&1; } \
+	  || echo "note: apt-get install $(WORDNET_PKGS) failed; METEOR will be unavailable"; \
+	else echo "note: METEOR needs WordNet: sudo apt-get install $(WORDNET_PKGS)"; fi
+
+install: $(STAMP) wordnet
 
 quickstart: $(STAMP)
 	$(PY) -m megatron_biglm.quickstart $(ARGS)
 
 # Everything CI runs: the fast set plus the tests marked slow (multi-process, training).
 # PYTEST_RC_FILE (set by .ci/run) receives pytest's own exit status: make reports every failure as 2.
-test: $(STAMP)
+test: $(STAMP) wordnet
 	$(PY) -m megatron_biglm.data.sample_corpus --fetch
 	$(PY) -m pytest -q -p no:cacheprovider $(ARGS); rc=$$?; \
 	  if [ -n "$(PYTEST_RC_FILE)" ]; then echo $$rc > "$(PYTEST_RC_FILE)"; fi; exit $$rc

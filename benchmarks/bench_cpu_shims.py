@@ -12,27 +12,23 @@ alternate between the two (the machine is shared); medians.
 from __future__ import annotations
 
 import argparse
-import os
 import statistics
 import sys
 import time
-from pathlib import Path
 
 
 def _build(args):
     import torch
-    import torch.distributed as dist
     import torch.nn.functional as F
-    from megatron.core import parallel_state, tensor_parallel
+    from megatron.core import tensor_parallel
     from megatron.core.models.gpt import GPTModel
     from megatron.core.models.gpt.gpt_layer_specs import get_gpt_layer_local_spec
     from megatron.core.transformer import TransformerConfig
 
-    os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
-    os.environ.setdefault("MASTER_PORT", "29571")
-    if not dist.is_initialized():
-        dist.init_process_group("gloo", rank=0, world_size=1)
-    parallel_state.initialize_model_parallel(1, 1)
+    from megatron_biglm.common import process_groups
+
+    process_groups.init_default_group("gloo")  # the shims put the model on the CPU
+    process_groups.init_model_parallel(1, 1)
     torch.manual_seed(0)
     tensor_parallel.model_parallel_cuda_manual_seed(0)
     config = TransformerConfig(
@@ -108,8 +104,6 @@ def main(argv) -> int:
 
     import torch
     from torch.overrides import _pop_mode_temporarily
-
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
     from megatron_biglm import patches
 
     torch.set_num_threads(args.threads)

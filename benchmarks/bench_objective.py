@@ -88,7 +88,7 @@ def main(argv=None) -> int:
     import torch
 
     from megatron_biglm.data.pretrain_data import build_pretrain_datasets
-    from megatron_biglm.data.process_group import single_process_group
+    from megatron_biglm.common.process_groups import single_process_group
 
     torch.set_num_threads(1)  # per core
     workdir = Path(tempfile.mkdtemp(prefix="bench_objective_"))

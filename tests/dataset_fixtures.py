@@ -74,7 +74,7 @@ def corpora(corpus_jsonl, tmp_path_factory) -> Corpora:
 @pytest.fixture
 def process_group():
     """A 1-process gloo group for this test only (megatron's builder needs one)."""
-    from megatron_biglm.data.process_group import single_process_group
+    from megatron_biglm.common.process_groups import single_process_group
 
     with single_process_group():
         yield

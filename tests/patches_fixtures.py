@@ -7,8 +7,7 @@ megatron DDP, get_megatron_optimizer, get_forward_backward_func.
 """
 from __future__ import annotations
 
-import os
-from typing import Iterable, List, Optional
+from typing import Iterable, List
 
 import torch
 
@@ -18,18 +17,11 @@ MICRO_BATCH = 2
 NUM_MICROBATCHES = 2
 
 
-def init_single_process(port: Optional[int] = None) -> None:
-    """gloo world of one, for tests that need no torchrun."""
-    import torch.distributed as dist
+def init_single_process() -> None:
+    """gloo world of one, for tests that need no torchrun (the package's one group setup)."""
+    from megatron_biglm.common.process_groups import init_default_group
 
-    if not dist.is_initialized():
-        os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
-        if port is None:
-            from torchrun_util import free_port
-
-            port = free_port()
-        os.environ["MASTER_PORT"] = str(port)
-        dist.init_process_group("gloo", rank=0, world_size=1)
+    init_default_group("gloo")
 
 
 def init_parallel(tp: int = 1, pp: int = 1, seed: int = 1234) -> None:

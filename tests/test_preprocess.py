@@ -165,7 +165,7 @@ def test_cli_exit_status_and_summary_with_bad_input(bpe_dir, tmp_path):
     command = [sys.executable, str(REPO / "tools" / "preprocess_data.py"), "--input",
                *map(str, files), "--output-prefix", str(tmp_path / "out"), "--tokenizer",
                str(bpe_dir), "--workers", "2", "--append-eod"]
-    env = dict(os.environ, PYTHONPATH="")  # the tool finds the package itself
+    env = dict(os.environ, PYTHONPATH=str(REPO))  # the tool imports the package (installed, or this checkout)
     proc = subprocess.run(command, capture_output=True, text=True, env=env, cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     last = json.loads(proc.stdout.strip().splitlines()[-1])

@@ -24,7 +24,7 @@ KEYS = ("tokens", "labels", "loss_mask")
 
 def _build(blend, tokenizer, **sizes):
     from megatron_biglm.data.pretrain_data import build_pretrain_datasets
-    from megatron_biglm.data.process_group import single_process_group
+    from megatron_biglm.common.process_groups import single_process_group
     from megatron_biglm.data.token_ids import TokenIds
     from megatron_biglm.data.tokenizer import load_tokenizer
 

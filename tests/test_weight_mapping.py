@@ -232,3 +232,29 @@ def test_conversion_streams_one_input_at_a_time(direction):
     assert state.loads == {name: 1 for name in state.shapes}
     assert state.max_alive <= 3
     assert produced > 0
+
+
+def test_a_new_head_is_one_table_row_and_both_directions_follow(monkeypatch):
+    """The table is the only place that knows names: a head with weights (here a made-up
+    sequence classifier, with a layout change on the way) converts both ways once its row
+    is added, and its tensors are checked like every other."""
+    from megatron_biglm.export import weight_table
+    from megatron_biglm.export.weight_table import MappingRow
+
+    labels = 3
+    row = MappingRow(  # megatron keeps [labels, h]; this HF side keeps its transpose
+        ("heads.classifier.weight",), ("classifier.weight",),
+        lambda t, s: (t[0].t().contiguous(),), lambda t, s: (t[0].t().contiguous(),),
+        lambda s: ((labels, s.hidden_size),), lambda s: ((s.hidden_size, labels),))
+    monkeypatch.setattr(weight_table, "WEIGHT_TABLE", weight_table.WEIGHT_TABLE + (row,))
+    shape = SHAPES[1]
+    assert hf_tensor_shapes(shape)["classifier.weight"] == (shape.hidden_size, labels)
+    assert megatron_tensor_shapes(shape)["heads.classifier.weight"] == (labels, shape.hidden_size)
+    megatron = random_state(megatron_tensor_shapes(shape), seed=11)
+    hf = dict(megatron_to_hf(megatron, shape))
+    assert torch.equal(hf["classifier.weight"], megatron["heads.classifier.weight"].t())
+    back = dict(hf_to_megatron(hf, shape))
+    assert torch.equal(back["heads.classifier.weight"], megatron["heads.classifier.weight"])
+    del hf["classifier.weight"]
+    with pytest.raises(WeightMappingError, match="1 expected HF tensors are missing"):
+        hf_to_megatron(hf, shape)

@@ -18,12 +18,13 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, Optional, Sequence
+
+from megatron_biglm.common.process_groups import free_port  # noqa: F401  (tests import it from here too)
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 _RESULT_DIR_ENV = "TORCHRUN_UTIL_RESULT_DIR"
@@ -51,13 +52,6 @@ class TorchrunResult:
                 f"--- output (last 6000 chars) ---\n{self.output[-6000:]}"
             )
         return self
-
-
-def free_port() -> int:
-    """A TCP port free right now on 127.0.0.1 (the OS picks it)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def run_function(

@@ -5,11 +5,8 @@
         --suite paper|TASK[,TASK] [--data-dir DIR] [--output results.json]
 """
 import sys
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout, uninstalled
-
-from megatron_biglm.evaluation.cli import main  # noqa: E402
+from megatron_biglm.evaluation.cli import main
 
 if __name__ == "__main__":
     sys.exit(main())

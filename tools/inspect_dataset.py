@@ -1,67 +1,12 @@
 #!/usr/bin/env python
 """Print a Megatron indexed dataset's statistics and decode documents.
 
-    python tools/inspect_dataset.py out/corpus_text_document
-    python tools/inspect_dataset.py out/corpus_text_document --doc 0 -1 --tokenizer tok/
-
-Without --tokenizer, documents print as token ids. Exit status: 0 done, 1 corrupt dataset
-or bad document number, 2 usage error.
+The logic lives in `megatron_biglm.data.cli_inspect_dataset`
+(also `python -m megatron_biglm.data.cli_inspect_dataset`); `--help` lists the options.
 """
-from __future__ import annotations
-
-import argparse
-import json
-import logging
 import sys
-import warnings
-from pathlib import Path
 
-try:
-    import megatron_biglm  # noqa: F401
-except ImportError:  # not installed: run from a checkout
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-
-def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("dataset", help="prefix, or its .bin/.idx path")
-    parser.add_argument("--doc", type=int, nargs="*", default=[],
-                        help="document numbers to print (negative counts from the end)")
-    parser.add_argument("--tokenizer", help="tokenizer to decode with (directory or name)")
-    parser.add_argument("--ids", action="store_true", help="also print the token ids")
-    parser.add_argument("--json", action="store_true", help="print the statistics as JSON")
-    args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
-    warnings.filterwarnings("ignore", message="Transformer Engine and Apex are not installed")
-    from megatron_biglm.data.indexed_tools import dataset_stats, read_document
-    from megatron_biglm.data.tokenizer import TokenizerLoadError, load_tokenizer
-
-    try:
-        stats = dataset_stats(args.dataset)
-        tokenizer = load_tokenizer(args.tokenizer) if args.tokenizer and args.doc else None
-        if args.json:
-            print(json.dumps(stats, sort_keys=True))
-        else:
-            lengths = stats["tokens_per_document"]
-            print(f"dataset {stats['prefix']}: dtype {stats['dtype']}, "
-                  f"{stats['documents']:,} documents, {stats['sequences']:,} sequences, "
-                  f"{stats['tokens']:,} tokens")
-            print(f"  tokens per document: min {lengths['min']:,}, mean {lengths['mean']:,}, "
-                  f"median {lengths['median']:,}, max {lengths['max']:,}")
-            print(f"  files: .bin {stats['bin_bytes']:,} bytes, .idx {stats['idx_bytes']:,} bytes")
-        for k in args.doc:
-            tokens = read_document(args.dataset, k)
-            print(f"--- document {k} ({tokens.size:,} tokens) ---")
-            if args.ids or tokenizer is None:
-                print(" ".join(map(str, tokens.tolist())))
-            if tokenizer is not None:
-                print(tokenizer.decode(tokens.tolist()))
-    except (ValueError, IndexError, TokenizerLoadError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 1
-    return 0
-
+from megatron_biglm.data.cli_inspect_dataset import main
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -1,34 +1,12 @@
+#!/usr/bin/env python
 """Plot training/validation loss of one or more runs against step and tokens (PNG).
 
-    python tools/plot_curves.py runs/a runs/b --labels raw mixed --out curves.png
+The logic lives in `megatron_biglm.training.cli_plot_curves`
+(also `python -m megatron_biglm.training.cli_plot_curves`); `--help` lists the options.
 """
-from __future__ import annotations
-
-import argparse
 import sys
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from megatron_biglm.training.curves import plot_runs  # noqa: E402
-
-
-def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("runs", nargs="+", help="run directories (or metrics.jsonl files)")
-    parser.add_argument("--labels", nargs="*", help="one label per run (default: directory names)")
-    parser.add_argument("--out", default="curves.png")
-    parser.add_argument("--title", default=None)
-    args = parser.parse_args(argv)
-    labels = args.labels or [Path(r).name if Path(r).is_dir() else Path(r).parent.name for r in args.runs]
-    if len(labels) != len(args.runs):
-        parser.error(f"{len(labels)} labels for {len(args.runs)} runs")
-    if len(set(labels)) != len(labels):
-        parser.error(f"labels must be distinct, got {labels}; pass --labels")
-    out = plot_runs(dict(zip(labels, args.runs)), args.out, args.title)
-    print(f"wrote {out}")
-    return 0
-
+from megatron_biglm.training.cli_plot_curves import main
 
 if __name__ == "__main__":
     sys.exit(main())

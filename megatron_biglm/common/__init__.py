@@ -1,2 +1,6 @@
-"""Floor 0: what every other package may use and nothing of ours imports back
-(config_fields: the one coercion and unknown-key mechanism of config dataclasses)."""
+"""Floor 0 of the package: mechanisms every other package may use, importing none of them.
+
+- `config_fields`: THE one coercion and unknown-key mechanism of config dataclasses.
+- `process_groups`: THE one process-group setup (free port, gloo/NCCL default group,
+  megatron's parallel_state, a single-process group context).
+"""

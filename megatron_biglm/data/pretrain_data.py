@@ -55,7 +55,7 @@ def _require_process_group(cache_dir):
         raise RuntimeError(
             "building cached/blended datasets needs torch.distributed initialized (megatron-core "
             "synchronizes ranks while writing the index cache); for one process use "
-            "megatron_biglm.data.process_group.single_process_group()"
+            "megatron_biglm.common.process_groups.single_process_group()"
         )
 
 

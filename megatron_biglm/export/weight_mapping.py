@@ -1,12 +1,9 @@
 """Megatron (TP=1 full state dict) <-> HF EuroBERT state dict, one tensor at a time.
 
 BiGLM is exactly transformers' native `EuroBertForMaskedLM` (see `export/README` paragraph in
-the lead's README), so export needs no remote code; only names and two layouts differ:
-
-* QKV: megatron's `linear_qkv.weight` is interleaved per query group,
-  ``[g0: q(r*d) k(d) v(d), g1: ..., ...]`` with r = heads per group; HF keeps separate
-  ``q_proj`` (heads in group order), ``k_proj``, ``v_proj``.
-* SwiGLU: megatron's `linear_fc1.weight` is ``[gate; up]``; HF has ``gate_proj``/``up_proj``.
+the lead's README), so export needs no remote code; only names and two layouts differ. Which
+tensors map to which, and how, is ONE table (`weight_table.WEIGHT_TABLE`); both directions,
+the name/shape listings and the key checks here are derived from it.
 
 Both directions are generators of ``(name, tensor)`` that look up only the inputs of the tensor
 being produced, so a lazy mapping (safetensors, a dist-checkpoint loader) streams a 3.5B model
@@ -26,18 +23,24 @@ from typing import Callable, Dict, Iterator, Mapping, Tuple
 import torch
 
 from .shape import BiGLMShape
+from .weight_table import (HF_EMBEDDING, MEGATRON_EMBEDDING, NORM_NAMINGS, WEIGHT_TABLE,
+                           expand_table, fc1_from_hf, fc1_to_hf, qkv_from_hf, qkv_to_hf)
+
+__all__ = [
+    "NORM_NAMINGS", "WeightMappingError", "ConversionReport", "qkv_to_hf", "qkv_from_hf",
+    "fc1_to_hf", "fc1_from_hf", "hf_tensor_shapes", "megatron_tensor_shapes",
+    "detect_norm_naming", "megatron_to_hf", "hf_to_megatron",
+]
 
 logger = logging.getLogger(__name__)
 
-#: Where megatron keeps the two pre-norm weights. The local spec (CPU, tests) has separate
-#: RMSNorm modules; transformer-engine specs fuse them into the following linear layer.
-NORM_NAMINGS: Dict[str, Tuple[str, str]] = {
-    "local": ("input_layernorm.weight", "pre_mlp_layernorm.weight"),
-    "te": ("self_attention.linear_qkv.layer_norm_weight", "mlp.linear_fc1.layer_norm_weight"),
-}
-
 #: Megatron keys that carry no weights (TE/fp8 metadata, recomputed rotary buffers).
 _MEGATRON_NON_WEIGHT_SUFFIXES = ("._extra_state", "rotary_pos_emb.inv_freq")
+
+#: The output projection's names on each side: a tied model may still carry them as a copy.
+_OUTPUT_PROJECTION = next(r for r in WEIGHT_TABLE if r.output_projection)
+_MEGATRON_OUTPUT, = _OUTPUT_PROJECTION.megatron
+_HF_OUTPUT, = _OUTPUT_PROJECTION.hf
 
 
 class WeightMappingError(ValueError):
@@ -56,39 +59,6 @@ class ConversionReport:
             f" ({', '.join(sorted(set(self.ignored.values())))})" if self.ignored else "")
 
 
-# --------------------------------------------------------------------------- layouts
-
-
-def qkv_to_hf(qkv: torch.Tensor, shape: BiGLMShape) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Megatron's per-group interleaved QKV weight -> (q_proj, k_proj, v_proj) weights."""
-    r, d, g = shape.heads_per_group, shape.head_dim, shape.num_query_groups
-    grouped = qkv.reshape(g, (r + 2) * d, qkv.shape[-1])
-    q = grouped[:, : r * d].reshape(shape.q_size, -1).clone()
-    k = grouped[:, r * d:(r + 1) * d].reshape(shape.kv_size, -1).clone()
-    v = grouped[:, (r + 1) * d:].reshape(shape.kv_size, -1).clone()
-    return q, k, v
-
-
-def qkv_from_hf(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, shape: BiGLMShape) -> torch.Tensor:
-    """(q_proj, k_proj, v_proj) weights -> megatron's per-group interleaved QKV weight."""
-    r, d, g = shape.heads_per_group, shape.head_dim, shape.num_query_groups
-    cols = q.shape[-1]
-    grouped = torch.cat(
-        [q.reshape(g, r * d, cols), k.reshape(g, d, cols), v.reshape(g, d, cols)], dim=1)
-    return grouped.reshape(g * (r + 2) * d, cols)
-
-
-def fc1_to_hf(fc1: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
-    """Megatron's ``[gate; up]`` fc1 weight -> (gate_proj, up_proj) weights."""
-    gate, up = torch.chunk(fc1, 2, dim=0)
-    return gate.clone(), up.clone()
-
-
-def fc1_from_hf(gate: torch.Tensor, up: torch.Tensor) -> torch.Tensor:
-    """(gate_proj, up_proj) weights -> megatron's ``[gate; up]`` fc1 weight."""
-    return torch.cat([gate, up], dim=0)
-
-
 # --------------------------------------------------------------------------- name tables
 
 
@@ -97,42 +67,15 @@ def hf_tensor_shapes(shape: BiGLMShape) -> Dict[str, Tuple[int, ...]]:
 
     Lets a writer plan safetensors shards before any tensor is loaded.
     """
-    h, s = shape.hidden_size, shape
-    out: Dict[str, Tuple[int, ...]] = {"model.embed_tokens.weight": (s.vocab_size, h)}
-    for i in range(s.num_layers):
-        p = f"model.layers.{i}."
-        out[p + "input_layernorm.weight"] = (h,)
-        out[p + "self_attn.q_proj.weight"] = (s.q_size, h)
-        out[p + "self_attn.k_proj.weight"] = (s.kv_size, h)
-        out[p + "self_attn.v_proj.weight"] = (s.kv_size, h)
-        out[p + "self_attn.o_proj.weight"] = (h, s.q_size)
-        out[p + "post_attention_layernorm.weight"] = (h,)
-        out[p + "mlp.gate_proj.weight"] = (s.ffn_hidden_size, h)
-        out[p + "mlp.up_proj.weight"] = (s.ffn_hidden_size, h)
-        out[p + "mlp.down_proj.weight"] = (h, s.ffn_hidden_size)
-    out["model.norm.weight"] = (h,)
-    if not s.tie_word_embeddings:
-        out["lm_head.weight"] = (s.vocab_size, h)
-    return out
+    return {name: want for group in expand_table(shape)
+            for name, want in zip(group.hf, group.hf_shapes)}
 
 
 def megatron_tensor_shapes(shape: BiGLMShape, norm_naming: str = "local") -> Dict[str, Tuple[int, ...]]:
     """Every megatron (TP=1, all stages) tensor name -> its shape, in `hf_to_megatron` order."""
-    attn_norm, mlp_norm = _norm_names(norm_naming)
-    h, s = shape.hidden_size, shape
-    out: Dict[str, Tuple[int, ...]] = {"embedding.word_embeddings.weight": (s.padded_vocab_size, h)}
-    for i in range(s.num_layers):
-        p = f"decoder.layers.{i}."
-        out[p + attn_norm] = (h,)
-        out[p + "self_attention.linear_qkv.weight"] = (s.q_size + 2 * s.kv_size, h)
-        out[p + "self_attention.linear_proj.weight"] = (h, s.q_size)
-        out[p + mlp_norm] = (h,)
-        out[p + "mlp.linear_fc1.weight"] = (2 * s.ffn_hidden_size, h)
-        out[p + "mlp.linear_fc2.weight"] = (h, s.ffn_hidden_size)
-    out["decoder.final_layernorm.weight"] = (h,)
-    if not s.tie_word_embeddings:
-        out["output_layer.weight"] = (s.padded_vocab_size, h)
-    return out
+    _norm_names(norm_naming)
+    return {name: want for group in expand_table(shape, norm_naming)
+            for name, want in zip(group.megatron, group.megatron_shapes)}
 
 
 def detect_norm_naming(keys) -> str:
@@ -213,45 +156,12 @@ def megatron_to_hf(state: Mapping[str, torch.Tensor], shape: BiGLMShape, *,
     def ignorable(key: str) -> str | None:
         if key.endswith(_MEGATRON_NON_WEIGHT_SUFFIXES):
             return "no weights (_extra_state / rotary buffer)"
-        if key == "output_layer.weight" and shape.tie_word_embeddings:
+        if key == _MEGATRON_OUTPUT and shape.tie_word_embeddings:
             return "tied copy of the word embeddings"
         return None
 
     _check_keys(state.keys(), expected, ignorable, "megatron", report)
-    return _megatron_to_hf_stream(state, shape, naming, expected, report)
-
-
-def _megatron_to_hf_stream(state, shape, naming, expected, report):
-    attn_norm, mlp_norm = NORM_NAMINGS[naming]
-    v = shape.vocab_size
-    embed_name = "embedding.word_embeddings.weight"
-    if "output_layer.weight" in report.ignored:
-        _tied_copy_must_match(state, "output_layer.weight", embed_name, v)
-
-    def get(name):
-        return _get(state, name, expected[name])
-
-    yield "model.embed_tokens.weight", get(embed_name)[:v].clone()
-    for i in range(shape.num_layers):
-        m, h = f"decoder.layers.{i}.", f"model.layers.{i}."
-        yield h + "input_layernorm.weight", get(m + attn_norm)
-        q, k, val = qkv_to_hf(get(m + "self_attention.linear_qkv.weight"), shape)
-        yield h + "self_attn.q_proj.weight", q
-        yield h + "self_attn.k_proj.weight", k
-        yield h + "self_attn.v_proj.weight", val
-        yield h + "self_attn.o_proj.weight", get(m + "self_attention.linear_proj.weight")
-        yield h + "post_attention_layernorm.weight", get(m + mlp_norm)
-        gate, up = fc1_to_hf(get(m + "mlp.linear_fc1.weight"))
-        yield h + "mlp.gate_proj.weight", gate
-        yield h + "mlp.up_proj.weight", up
-        yield h + "mlp.down_proj.weight", get(m + "mlp.linear_fc2.weight")
-        report.converted += 9
-    yield "model.norm.weight", get("decoder.final_layernorm.weight")
-    report.converted += 2
-    if not shape.tie_word_embeddings:
-        yield "lm_head.weight", get("output_layer.weight")[:v].clone()
-        report.converted += 1
-    logger.info("megatron -> HF: %s", report.summary())
+    return _stream(state, shape, naming, expected, report, to_hf=True)
 
 
 def hf_to_megatron(state: Mapping[str, torch.Tensor], shape: BiGLMShape, *,
@@ -267,42 +177,25 @@ def hf_to_megatron(state: Mapping[str, torch.Tensor], shape: BiGLMShape, *,
     _norm_names(norm_naming)
 
     def ignorable(key: str) -> str | None:
-        if key == "lm_head.weight" and shape.tie_word_embeddings:
+        if key == _HF_OUTPUT and shape.tie_word_embeddings:
             return "tied copy of the word embeddings"
         return None
 
     _check_keys(state.keys(), expected, ignorable, "HF", report)
-    return _hf_to_megatron_stream(state, shape, norm_naming, expected, report)
+    return _stream(state, shape, norm_naming, expected, report, to_hf=False)
 
 
-def _hf_to_megatron_stream(state, shape, norm_naming, expected, report):
-    attn_norm, mlp_norm = NORM_NAMINGS[norm_naming]
-    if "lm_head.weight" in report.ignored:
-        _tied_copy_must_match(state, "lm_head.weight", "model.embed_tokens.weight", shape.vocab_size)
-
-    def get(name):
-        return _get(state, name, expected[name])
-
-    def pad_vocab(weight):
-        extra = shape.padded_vocab_size - shape.vocab_size
-        return torch.cat([weight, weight.new_zeros(extra, weight.shape[1])]) if extra else weight.clone()
-
-    yield "embedding.word_embeddings.weight", pad_vocab(get("model.embed_tokens.weight"))
-    for i in range(shape.num_layers):
-        h, m = f"model.layers.{i}.", f"decoder.layers.{i}."
-        yield m + attn_norm, get(h + "input_layernorm.weight")
-        yield m + "self_attention.linear_qkv.weight", qkv_from_hf(
-            get(h + "self_attn.q_proj.weight"), get(h + "self_attn.k_proj.weight"),
-            get(h + "self_attn.v_proj.weight"), shape)
-        yield m + "self_attention.linear_proj.weight", get(h + "self_attn.o_proj.weight")
-        yield m + mlp_norm, get(h + "post_attention_layernorm.weight")
-        yield m + "mlp.linear_fc1.weight", fc1_from_hf(
-            get(h + "mlp.gate_proj.weight"), get(h + "mlp.up_proj.weight"))
-        yield m + "mlp.linear_fc2.weight", get(h + "mlp.down_proj.weight")
-        report.converted += 6
-    yield "decoder.final_layernorm.weight", get("model.norm.weight")
-    report.converted += 2
-    if not shape.tie_word_embeddings:
-        yield "output_layer.weight", pad_vocab(get("lm_head.weight"))
-        report.converted += 1
-    logger.info("HF -> megatron: %s", report.summary())
+def _stream(state, shape, naming, expected, report, *, to_hf: bool):
+    """Walk the table in order: read a row's inputs, yield its transformed outputs."""
+    if to_hf and _MEGATRON_OUTPUT in report.ignored:
+        _tied_copy_must_match(state, _MEGATRON_OUTPUT, MEGATRON_EMBEDDING, shape.vocab_size)
+    if not to_hf and _HF_OUTPUT in report.ignored:
+        _tied_copy_must_match(state, _HF_OUTPUT, HF_EMBEDDING, shape.vocab_size)
+    for group in expand_table(shape, naming):
+        sources, targets = (group.megatron, group.hf) if to_hf else (group.hf, group.megatron)
+        transform = group.row.to_hf if to_hf else group.row.from_hf
+        outputs = transform(tuple(_get(state, name, expected[name]) for name in sources), shape)
+        yield from zip(targets, outputs)
+        del outputs  # release this row's tensors before the next row's inputs are read
+        report.converted += len(targets)
+    logger.info("%s: %s", "megatron -> HF" if to_hf else "HF -> megatron", report.summary())

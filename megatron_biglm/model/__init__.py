@@ -6,6 +6,7 @@ Entry points:
     BiGLMModelConfig.to_transformer_config(...)          -> megatron TransformerConfig
     count_params(cfg)                                    -> int, without allocating
     masked_lm_loss_func(loss_mask, output_tensor)        -> megatron schedule loss_func
+    build_head("masked_lm") / HEADS                      -> heads on the final hidden states
 
 Parameter names and layouts (TP=1, PP=1 state dict; L layers, h hidden, nq heads, ng query
 groups, d = h / nq head dim, f FFN size, V padded vocab):
@@ -51,6 +52,13 @@ _LAZY = {
     "BiGLMAttentionParams": ".attention_params",
     "build_attention_params": ".attention_params",
     "resolve_backend": ".attention_params",
+    "HEADS": ".heads",
+    "HeadSpec": ".heads",
+    "MaskedLMHead": ".heads",
+    "PoolingHead": ".heads",
+    "build_head": ".heads",
+    "register_head": ".heads",
+    "pool_hidden": ".pooling",
     "masked_lm_loss_func": ".loss",
     "sparse_prediction_loss": ".loss",
     "init_single_process": ".standalone",

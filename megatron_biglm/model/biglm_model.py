@@ -13,8 +13,9 @@ embedding, pipeline-stage handling, sharded state dicts). Only `forward` differs
   bidirectional attention, with no mask built.
 - `valid_lengths` [b]: optional right padding; keys past it are masked.
 - With `labels` and `loss_mask` [b, s] (last pipeline stage): returns the per-token loss
-  [b, s] fp32, 0 where loss_mask is 0 (see `loss.py`). Without labels: logits
-  [b, s, vocab/tp] (or the hidden states [b, s, h] with `return_hidden`).
+  [b, s] fp32, 0 where loss_mask is 0. Without labels: logits [b, s, vocab/tp] (or the
+  hidden states [b, s, h] with `return_hidden`). Both come from the masked-LM head
+  (`heads.py`, `loss.py`).
 - Not the last pipeline stage: the hidden states [s, b, h] for the next stage.
 - `kv_cache` (inference, TP=1/PP=1; see `kv_cache.py`): a `KVCacheForward` that records the
   layers' keys/values; with cached rows (`kv_cache.past`) the input rows continue them (RoPE
@@ -37,7 +38,7 @@ from .attention_params import BiGLMAttentionParams, build_attention_params, reso
 from .config import BiGLMModelConfig
 from .kv_cache import KVCacheForward
 from .layer_spec import biglm_block_spec
-from .loss import sparse_prediction_loss
+from .heads import build_head
 
 
 class BiGLMModel(GPTModel):
@@ -73,6 +74,8 @@ class BiGLMModel(GPTModel):
             # Under sequence parallelism we all-gather the hidden states ourselves before
             # picking the predicted rows, so the output layer must not gather again.
             self.output_layer.sequence_parallel = False
+        # The masked-LM head (see heads.py): no weights of its own, it uses output_layer.
+        self.lm_head = build_head("masked_lm")
 
     def forward(
         self,
@@ -119,18 +122,8 @@ class BiGLMModel(GPTModel):
             hidden = gather_from_sequence_parallel_region(hidden, tensor_parallel_output_grad=False)
         if return_hidden:
             return hidden.transpose(0, 1).contiguous()
-        output_weight = self.shared_embedding_or_output_weight()
-        if labels is None:
-            logits, _ = self.output_layer(
-                hidden, weight=output_weight, runtime_gather_output=runtime_gather_output
-            )
-            return logits.transpose(0, 1).contiguous()
-        if loss_mask is None:
-            raise ValueError(
-                "labels need a loss_mask [b, s] (1 at the positions to predict): BiGLM's loss "
-                "is computed at masked positions only"
-            )
-        return sparse_prediction_loss(hidden, labels, loss_mask, self.output_layer, output_weight)
+        return self.lm_head(self, hidden, labels=labels, loss_mask=loss_mask,
+                            runtime_gather_output=runtime_gather_output)
 
     def _cached_attention(self, input_ids, valid_lengths, kv_cache: KVCacheForward):
         """RoPE and mask for rows that follow cached ones (inference, PP=1): row b's token j

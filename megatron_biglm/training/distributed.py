@@ -6,9 +6,7 @@ model is built; it is a no-op when CUDA is present.
 """
 from __future__ import annotations
 
-import os
 import random
-import socket
 from dataclasses import dataclass
 
 import numpy as np
@@ -16,6 +14,7 @@ import torch
 import torch.distributed as dist
 from megatron.core import parallel_state, tensor_parallel
 
+from megatron_biglm.common import process_groups
 from megatron_biglm.config import ConfigError, RunConfig
 
 
@@ -37,40 +36,21 @@ class DistInfo:
         return self.rank == 0
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def init_distributed(config: RunConfig) -> DistInfo:
     """Init the default group (if not yet), megatron's model-parallel groups and the seeds."""
     use_cuda = torch.cuda.is_available()
     if not use_cuda:
         from megatron_biglm import patches
         patches.apply_cpu()
-    created = False
-    if not dist.is_initialized():
-        if "RANK" in os.environ and "WORLD_SIZE" in os.environ:
-            init = "env://"
-            rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
-        else:
-            init, rank, world = f"tcp://127.0.0.1:{_free_port()}", 0, 1
-        local_rank = int(os.environ.get("LOCAL_RANK", 0))
-        if use_cuda:
-            torch.cuda.set_device(local_rank)
-        dist.init_process_group("nccl" if use_cuda else "gloo", init_method=init, rank=rank, world_size=world)
-        created = True
+    created = process_groups.init_default_group()
     rank, world = dist.get_rank(), dist.get_world_size()
-    local_rank = int(os.environ.get("LOCAL_RANK", 0))
+    local_rank = process_groups.local_rank()
     tp = config.parallelism.tensor_model_parallel_size
     pp = config.parallelism.pipeline_model_parallel_size
     if world % (tp * pp):
         raise ConfigError(f"world size {world} is not divisible by tensor × pipeline parallel = {tp} × {pp}; "
                           f"launch a multiple of {tp * pp} processes")
-    if parallel_state.model_parallel_is_initialized():
-        parallel_state.destroy_model_parallel()
-    parallel_state.initialize_model_parallel(tensor_model_parallel_size=tp, pipeline_model_parallel_size=pp)
+    process_groups.init_model_parallel(tp, pp)
     seed_everything(config.training.seed)
     return DistInfo(rank=rank, world_size=world, local_rank=local_rank, tp=tp, pp=pp,
                     dp=parallel_state.get_data_parallel_world_size(),
@@ -88,7 +68,4 @@ def seed_everything(seed: int) -> None:
 
 
 def shutdown(info: DistInfo) -> None:
-    if parallel_state.model_parallel_is_initialized():
-        parallel_state.destroy_model_parallel()
-    if info.created_group and dist.is_initialized():
-        dist.destroy_process_group()
+    process_groups.destroy(info.created_group)

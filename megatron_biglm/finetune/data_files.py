@@ -1,0 +1,253 @@
+"""Fine-tuning rows from local jsonl / parquet files (plain or .gz/.zst) in each data set's HF
+schema, or from the hub through `datasets.load_dataset` for users who have one.
+
+Both paths go through the same per-row check, so a local file and the hub give the same
+rows: required text fields present and non-empty, the label an index of the schema's label
+names (or one of the names), SQuAD `answers` well formed, a seq2seq target non-empty. A row
+failing a check is dropped and counted by reason in a `RowReport` (never silently);
+`strict=True` raises `BadInputError` at the first one instead. Files are found and opened with
+the readers of `megatron_biglm.data.readers` (globs, directories, compression, I/O errors).
+
+    rows, report = load_split("super_glue/cb", files=["cb/val.jsonl"])
+    print(report.summary_line())   # rows 56: kept 56, dropped 0; truncated: none
+"""
+from __future__ import annotations
+
+import json
+import zlib
+from dataclasses import dataclass
+from typing import Iterable, Iterator, Mapping
+
+from megatron_biglm.data.readers import (BLANK_LINE, INVALID_JSON, INVALID_UTF8, NOT_AN_OBJECT,
+                                         UNREADABLE_FILE, expand_inputs, input_format, open_binary)
+
+from .row_report import (BAD_ANSWERS, BAD_LABEL, EMPTY_FIELD, EMPTY_TARGET, MISSING_FIELD,
+                         UNLABELED, RowReport)
+
+
+@dataclass(frozen=True)
+class DatasetSchema:
+    """The fields of one data set as the HF hub serves it.
+
+    `text_fields` must be non-empty strings; `target_field` (seq2seq) too, but counted as
+    `empty_target`; `label_names[i]` names label index i (-1 = unlabeled test rows);
+    `answers_field` is SQuAD's {"text": [...], "answer_start": [...]}; `extra_fields` are
+    copied when present (ids, WiC's character spans)."""
+    name: str
+    hub_path: str
+    hub_config: str | None
+    text_fields: tuple[str, ...]
+    label_names: tuple[str, ...] = ()
+    label_field: str | None = "label"
+    target_field: str | None = None
+    answers_field: str | None = None
+    extra_fields: tuple[str, ...] = ("idx",)
+
+    @property
+    def required(self) -> tuple[str, ...]:
+        extra = (self.target_field, self.answers_field)
+        return self.text_fields + tuple(f for f in extra if f)
+
+
+def _classification(name, config, fields, labels, extra=("idx",)):
+    return DatasetSchema(name, name.split("/")[0], config, fields, labels, extra_fields=extra)
+
+
+SCHEMAS: dict[str, DatasetSchema] = {s.name: s for s in (
+    _classification("glue/mnli", "mnli", ("premise", "hypothesis"),
+                    ("entailment", "neutral", "contradiction")),
+    _classification("super_glue/boolq", "boolq", ("passage", "question"), ("False", "True")),
+    _classification("super_glue/cb", "cb", ("premise", "hypothesis"),
+                    ("entailment", "contradiction", "neutral")),
+    _classification("super_glue/copa", "copa", ("premise", "choice1", "choice2", "question"),
+                    ("choice1", "choice2")),
+    _classification("super_glue/rte", "rte", ("premise", "hypothesis"),
+                    ("entailment", "not_entailment")),
+    _classification("super_glue/wic", "wic", ("word", "sentence1", "sentence2"), ("False", "True"),
+                    extra=("idx", "start1", "end1", "start2", "end2")),
+    DatasetSchema("squad", "squad", None, ("context", "question"), label_field=None,
+                  answers_field="answers", extra_fields=("id", "title")),
+    DatasetSchema("xsum", "xsum", None, ("document",), label_field=None,
+                  target_field="summary", extra_fields=("id",)),
+    DatasetSchema("msqg", "msqg", None, ("source",), label_field=None, target_field="target",
+                  extra_fields=("id",)),
+)}
+
+
+def get_schema(schema: str | DatasetSchema) -> DatasetSchema:
+    if isinstance(schema, DatasetSchema):
+        return schema
+    if schema not in SCHEMAS:
+        raise ValueError(f"unknown data set {schema!r}; known: {', '.join(sorted(SCHEMAS))}")
+    return SCHEMAS[schema]
+
+
+def check_row(raw, schema: DatasetSchema, report: RowReport, source, line: int, *,
+              require_labels: bool = True) -> dict | None:
+    """The row in schema form (label as an int index, None if unlabeled and allowed), or
+    None after counting why it was dropped."""
+    report.rows_seen += 1
+    if not isinstance(raw, Mapping):
+        report.skip(NOT_AN_OBJECT, source, line, f"row is a {type(raw).__name__}")
+        return None
+    row: dict = {}
+    for field in schema.required:
+        if field not in raw or raw[field] is None:
+            report.skip(MISSING_FIELD, source, line, f"no field {field!r} (fields: {sorted(raw)[:8]})")
+            return None
+        value = raw[field]
+        if field == schema.answers_field:
+            answers = _check_answers(value)
+            if answers is None:
+                report.skip(BAD_ANSWERS, source, line, f"{field!r} is not {{text: [..], answer_start: [..]}} "
+                            "with equal, non-empty lists")
+                return None
+            row[field] = answers
+            continue
+        if not isinstance(value, str) or not value.strip():
+            reason = EMPTY_TARGET if field == schema.target_field else EMPTY_FIELD
+            report.skip(reason, source, line, f"field {field!r} is {'empty' if isinstance(value, str) else type(value).__name__}")
+            return None
+        row[field] = value
+    if schema.label_field:
+        label = _label_index(raw.get(schema.label_field), schema.label_names)
+        if label is _BAD:
+            report.skip(BAD_LABEL, source, line, f"{schema.label_field}={raw.get(schema.label_field)!r} "
+                        f"is not an index or name of {list(schema.label_names)}")
+            return None
+        if label is None and require_labels:
+            report.skip(UNLABELED, source, line, "label -1 or missing (a test split?); pass "
+                        "require_labels=False to keep unlabeled rows")
+            return None
+        row[schema.label_field] = label
+    for field in schema.extra_fields:
+        if field in raw:
+            row[field] = raw[field]
+    report.rows_kept += 1
+    return row
+
+
+_BAD = object()
+
+
+def _label_index(value, names: tuple[str, ...]):
+    if value is None or (isinstance(value, int) and not isinstance(value, bool) and value == -1):
+        return None
+    if isinstance(value, bool):
+        value = int(value)
+    if isinstance(value, int):
+        return value if 0 <= value < len(names) else _BAD
+    if isinstance(value, str) and value in names:
+        return names.index(value)
+    return _BAD
+
+
+def _check_answers(value) -> dict | None:
+    if not isinstance(value, Mapping):
+        return None
+    texts, starts = value.get("text"), value.get("answer_start")
+    if not isinstance(texts, (list, tuple)) or not isinstance(starts, (list, tuple)):
+        return None
+    if not texts or len(texts) != len(starts):
+        return None
+    if not all(isinstance(t, str) and t.strip() for t in texts):
+        return None
+    if not all(isinstance(s, int) and not isinstance(s, bool) and s >= 0 for s in starts):
+        return None
+    return {"text": list(texts), "answer_start": list(starts)}
+
+
+def read_rows(inputs, schema: str | DatasetSchema, *, report: RowReport | None = None,
+              require_labels: bool = True, strict: bool = False) -> tuple[list[dict], RowReport]:
+    """All good rows of local files (paths, globs, directories; .jsonl/.json/.parquet, plain
+    or compressed), in order, and the report of the rest."""
+    schema = get_schema(schema)
+    report = report if report is not None else RowReport(strict=strict)
+    rows = []
+    for path in expand_inputs(inputs, report):
+        report.files_seen += 1
+        fmt = input_format(path)
+        if fmt not in ("jsonl", "parquet"):
+            raise ValueError(f"{path}: fine-tuning data must be jsonl or parquet, not {fmt}")
+        raw_rows = _jsonl_objects(path, report) if fmt == "jsonl" else _parquet_objects(path)
+        try:
+            for line, raw in raw_rows:
+                row = check_row(raw, schema, report, path, line, require_labels=require_labels)
+                if row is not None:
+                    rows.append(row)
+        except (OSError, EOFError, zlib.error) + _arrow_errors() as exc:
+            # the rows read before the error are kept; the rest of the file is reported
+            report.files_failed += 1
+            report.skip(UNREADABLE_FILE, path, 0, f"{type(exc).__name__}: {exc}")
+    return rows, report
+
+
+def _arrow_errors() -> tuple[type, ...]:
+    try:
+        import pyarrow
+    except ImportError:  # pragma: no cover - pyarrow is a dependency
+        return ()
+    return (pyarrow.ArrowException,)
+
+
+def _jsonl_objects(path, report: RowReport) -> Iterator[tuple[int, object]]:
+    """(line, parsed JSON value) of each non-blank line; undecodable lines are counted as
+    dropped rows (they are rows: `rows_seen` includes them)."""
+    with open_binary(path) as fh:
+        for number, raw in enumerate(fh, start=1):
+            try:
+                text = raw.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                report.rows_seen += 1
+                report.skip(INVALID_UTF8, path, number, f"{exc.reason} at byte {exc.start}")
+                continue
+            if not text.strip():
+                report.rows_seen += 1
+                report.skip(BLANK_LINE, path, number)
+                continue
+            try:
+                yield number, json.loads(text)
+            except json.JSONDecodeError as exc:
+                report.rows_seen += 1
+                report.skip(INVALID_JSON, path, number, f"{exc.msg} (column {exc.colno})")
+
+
+def _parquet_objects(path) -> Iterator[tuple[int, object]]:
+    import pyarrow.parquet as pq
+
+    with open_binary(path) as fh:
+        table = pq.read_table(fh)
+    for number, row in enumerate(table.to_pylist(), start=1):
+        yield number, row
+
+
+def hub_rows(schema: str | DatasetSchema, split: str, *, report: RowReport | None = None,
+             require_labels: bool = True, strict: bool = False, **load_kwargs) -> tuple[list[dict], RowReport]:
+    """The same rows from `datasets.load_dataset(hub_path, hub_config, split=split)` (needs a
+    hub, or a local `datasets` cache); checked exactly like local files."""
+    import datasets
+
+    schema = get_schema(schema)
+    report = report if report is not None else RowReport(strict=strict)
+    data = datasets.load_dataset(schema.hub_path, schema.hub_config, split=split, **load_kwargs)
+    rows = _checked(enumerate(data, start=1), schema, report, f"{schema.name}[{split}]", require_labels)
+    return rows, report
+
+
+def _checked(numbered: Iterable, schema, report, source, require_labels) -> list[dict]:
+    rows = []
+    for line, raw in numbered:
+        row = check_row(raw, schema, report, source, line, require_labels=require_labels)
+        if row is not None:
+            rows.append(row)
+    return rows
+
+
+def load_split(schema: str | DatasetSchema, *, files=None, split: str | None = None,
+               require_labels: bool = True, strict: bool = False, **load_kwargs) -> tuple[list[dict], RowReport]:
+    """Rows of one split: from `files` when given (no hub touched), else from the hub split."""
+    if files:
+        return read_rows(files, schema, require_labels=require_labels, strict=strict)
+    if not split:
+        raise ValueError("give local `files`, or a hub `split` name (e.g. 'validation')")
+    return hub_rows(schema, split, require_labels=require_labels, strict=strict, **load_kwargs)

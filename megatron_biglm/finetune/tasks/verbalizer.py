@@ -1,0 +1,197 @@
+"""Prompted classification with a verbalizer: the label word is predicted at `<mask>` slots.
+
+Layout of one example (T = max_length at most):
+
+    [BOS] prompt-before-<mask> [MASK] * K  prompt-after-<mask> [EOS]
+                               ^ split = 1 + len(prompt-before ids) = first mask slot
+
+`split` is where the answer starts, as in pretraining: prompt rows never see the answer
+slots (or anything after them), so the label is read off the slots without the prompt's
+states depending on them.
+
+Multi-token label words. Label word l tokenises (with the whitespace that precedes `<mask>`
+in the template, e.g. " yes" for byte-level BPE) to n_l tokens; the template gets
+K = max_l n_l mask slots. The score of label l is the one-shot rule of the zero-shot
+scorer (`evaluation/scoring/oneshot.py`):
+
+    score(l) = sum_{k < n_l} log p(t_{l,k} at slot k | all K slots masked)
+
+Slots k >= n_l are not scored for label l (target IGNORE_INDEX), unless the prompt sets
+`fill_short_labels_with` (e.g. the pad id): then a short label must also predict that filler
+in its unused slots, which removes the bias of the plain sum towards short labels (fewer
+negative terms). The prediction is argmax_l score(l). Training loss: cross-entropy of the
+gold label over these scores (`over="labels"`, i.e. softmax over the verbalizer; for
+single-token labels exactly the softmax over the label tokens at the mask), or the
+full-vocabulary negative log-likelihood of the gold label's tokens (`over="vocab"`).
+
+Truncation: when the filled prompt does not fit, the longest text field is cut (see
+`text_fit.py`) and counted in the `RowReport`; a prompt whose fixed text alone does not fit
+is dropped and counted as `source_too_long`.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Mapping, Sequence
+
+import torch
+
+from megatron_biglm.data.token_ids import TokenIds
+
+from ..row_report import SOURCE_TOO_LONG, RowReport
+from .text_fit import fit_template, template_fields
+
+MASK_PLACEHOLDER = "<mask>"
+IGNORE_INDEX = -100
+
+
+@dataclass(frozen=True)
+class VerbalizerPrompt:
+    """`template`: `{field}` placeholders and exactly one `<mask>` where the label word goes.
+    Fields come before `<mask>` (the answer is the suffix; text after it is fixed).
+    `label_words[i]` verbalises label index i. `truncatable`: fields that may be cut
+    (default: every field of the template)."""
+    template: str
+    label_words: tuple[str, ...]
+    truncatable: tuple[str, ...] | None = None
+
+    def __post_init__(self):
+        if self.template.count(MASK_PLACEHOLDER) != 1:
+            raise ValueError(f"the template needs exactly one {MASK_PLACEHOLDER}: {self.template!r}")
+        if len(self.label_words) < 2 or len(set(self.label_words)) != len(self.label_words):
+            raise ValueError(f"need at least two distinct label words, got {self.label_words}")
+        if any(not w.strip() for w in self.label_words):
+            raise ValueError(f"empty label word in {self.label_words}")
+        before, after = self.template.split(MASK_PLACEHOLDER)
+        if template_fields(after):
+            raise ValueError(f"fields must come before {MASK_PLACEHOLDER} (the answer is the "
+                             f"suffix): {self.template!r}")
+        if not template_fields(before):
+            raise ValueError("the template uses no {field}")
+
+    @property
+    def before(self) -> str:
+        """The template before `<mask>`, without the whitespace that leads into the label."""
+        return self.template.split(MASK_PLACEHOLDER)[0].rstrip()
+
+    @property
+    def label_lead(self) -> str:
+        """The whitespace between the prompt and `<mask>`: it belongs to the label word."""
+        head = self.template.split(MASK_PLACEHOLDER)[0]
+        return head[len(head.rstrip()):]
+
+    @property
+    def after(self) -> str:
+        return self.template.split(MASK_PLACEHOLDER)[1]
+
+    @property
+    def fields(self) -> tuple[str, ...]:
+        return template_fields(self.before)
+
+
+@dataclass
+class VerbalizerExample:
+    input_ids: list[int]
+    split: int
+    mask_positions: list[int]
+    label: int | None
+
+
+class VerbalizerEncoder:
+    """Turns rows into `VerbalizerExample`s for one prompt, tokenizer and max length, and
+    holds the label token table `slot_targets` ([L, K], IGNORE_INDEX where a label has no
+    token) that `label_scores` / `verbalizer_loss` take."""
+
+    def __init__(self, tokenizer, prompt: VerbalizerPrompt, max_length: int, *,
+                 fill_short_labels_with: int | None = None):
+        self.tokenizer = tokenizer
+        self.prompt = prompt
+        self.max_length = int(max_length)
+        self.ids = TokenIds.from_tokenizer(tokenizer)
+        if self.ids.bos_id is None or self.ids.eos_id is None:
+            raise ValueError("the tokenizer needs BOS and EOS ids (load it with load_tokenizer)")
+        self.label_token_ids = [
+            list(tokenizer(prompt.label_lead + word, add_special_tokens=False)["input_ids"])
+            for word in prompt.label_words]
+        if any(not ids for ids in self.label_token_ids):
+            raise ValueError(f"a label word tokenises to nothing: {prompt.label_words}")
+        if len({tuple(ids) for ids in self.label_token_ids}) != len(self.label_token_ids):
+            raise ValueError(f"two label words tokenise identically: {self.label_token_ids}")
+        self.num_slots = max(len(ids) for ids in self.label_token_ids)
+        fill = IGNORE_INDEX if fill_short_labels_with is None else int(fill_short_labels_with)
+        self.slot_targets = torch.full((len(self.label_token_ids), self.num_slots), fill, dtype=torch.long)
+        for i, ids in enumerate(self.label_token_ids):
+            self.slot_targets[i, :len(ids)] = torch.tensor(ids)
+        after = prompt.after
+        self.after_ids = list(tokenizer(after, add_special_tokens=False)["input_ids"]) if after.strip() else []
+
+    def encode(self, row: Mapping[str, str], label: int | None = None, *,
+               report: RowReport | None = None, source="", line: int = 0) -> VerbalizerExample | None:
+        budget = self.max_length - 2 - self.num_slots - len(self.after_ids)
+        values = {f: row[f] for f in self.prompt.fields}
+        fitted = fit_template(self.tokenizer, self.prompt.before, values, budget,
+                              self.prompt.truncatable)
+        if fitted is None:
+            if report is not None:
+                report.drop_kept(SOURCE_TOO_LONG, source, line,
+                                 f"the prompt does not fit in max_length={self.max_length}")
+            return None
+        if report is not None:
+            for field in fitted.truncated:
+                report.truncate(field)
+        split = 1 + len(fitted.ids)
+        ids = ([self.ids.bos_id] + fitted.ids + [self.ids.mask_id] * self.num_slots
+               + self.after_ids + [self.ids.eos_id])
+        return VerbalizerExample(ids, split, list(range(split, split + self.num_slots)), label)
+
+
+def slot_log_probs(logits: torch.Tensor, mask_positions: torch.Tensor) -> torch.Tensor:
+    """[B, K, V] log-softmax over the vocabulary at each example's K mask slots. `logits` is
+    [B, T, V] (the whole sequence) and `mask_positions` [B, K]."""
+    index = mask_positions.long().unsqueeze(-1).expand(-1, -1, logits.size(-1))
+    return torch.log_softmax(logits.gather(1, index).float(), dim=-1)
+
+
+def label_scores(logits: torch.Tensor, mask_positions: torch.Tensor,
+                 slot_targets: torch.Tensor) -> torch.Tensor:
+    """[B, L]: score(l) = sum over label l's slots of log p(its token) (see the module doc)."""
+    logp = slot_log_probs(logits, mask_positions)                      # [B, K, V]
+    targets = slot_targets.to(logp.device)                             # [L, K]
+    valid = targets != IGNORE_INDEX
+    index = targets.clamp(min=0).t().unsqueeze(0).expand(logp.size(0), -1, -1)  # [B, K, L]
+    per_slot = logp.gather(2, index).transpose(1, 2)                   # [B, L, K]
+    return (per_slot * valid.unsqueeze(0)).sum(-1)
+
+
+def verbalizer_loss(logits: torch.Tensor, mask_positions: torch.Tensor, slot_targets: torch.Tensor,
+                    labels: torch.Tensor, over: str = "labels") -> torch.Tensor:
+    """Mean loss over the batch: cross-entropy over the label scores (`over="labels"`), or
+    the full-vocabulary NLL of the gold label's tokens (`over="vocab"`)."""
+    scores = label_scores(logits, mask_positions, slot_targets)
+    labels = labels.to(scores.device).long()
+    if over == "labels":
+        return torch.nn.functional.cross_entropy(scores, labels)
+    if over == "vocab":
+        return -scores.gather(1, labels.unsqueeze(1)).mean()
+    raise ValueError(f"over must be 'labels' or 'vocab', got {over!r}")
+
+
+def predict_labels(logits: torch.Tensor, mask_positions: torch.Tensor,
+                   slot_targets: torch.Tensor) -> torch.Tensor:
+    """[B] the label index with the highest score."""
+    return label_scores(logits, mask_positions, slot_targets).argmax(-1)
+
+
+def collate(examples: Sequence[VerbalizerExample], pad_id: int) -> dict[str, torch.Tensor]:
+    """Right-padded batch: input_ids [B, T], lengths [B], split [B], mask_positions [B, K],
+    labels [B] (-1 where unlabeled)."""
+    width = max(len(e.input_ids) for e in examples)
+    input_ids = torch.full((len(examples), width), pad_id, dtype=torch.long)
+    for i, e in enumerate(examples):
+        input_ids[i, :len(e.input_ids)] = torch.tensor(e.input_ids)
+    return {
+        "input_ids": input_ids,
+        "lengths": torch.tensor([len(e.input_ids) for e in examples]),
+        "split": torch.tensor([e.split for e in examples]),
+        "mask_positions": torch.tensor([e.mask_positions for e in examples]),
+        "labels": torch.tensor([-1 if e.label is None else e.label for e in examples]),
+    }

@@ -1,0 +1,109 @@
+"""Heads: what turns the encoder's final hidden states into a task's output.
+
+The trunk (`BiGLMModel`: embedding, layers, final norm) is shared by every task; a head reads
+its hidden states `[s, b, h]` (full sequence, gathered under sequence parallelism) and returns
+the task's output. Today's head is the masked-LM one. The coming ones (length prediction, span
+start/end, sequence classification, pooled embeddings) are new entries of `HEADS`, each with a
+`HeadSpec`; a head that owns weights also adds its rows to `export/weight_mapping.py`'s table.
+
+The masked-LM head owns no weights: it projects through megatron's `output_layer` with the
+tied word embedding, so its parameter names (`output_layer.weight` on a PP>1 last stage) stay
+where megatron's checkpoints have them. It is therefore a plain callable, not an `nn.Module`:
+registering it as a submodule would add nothing to the state dict but a second path to it.
+
+A head is called as ``head(model, hidden, **inputs)``; `inputs` are the keyword arguments the
+model's forward received for it (labels, loss_mask, valid_lengths, ...).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Dict, Optional, Protocol
+
+import torch
+
+from .loss import sparse_prediction_loss
+from .pooling import POOLING_MODES, pool_hidden
+
+
+class Head(Protocol):
+    """Final hidden states [s, b, h] of `model` -> the head's output."""
+
+    def __call__(self, model: torch.nn.Module, hidden: torch.Tensor, **inputs) -> torch.Tensor:
+        ...
+
+
+@dataclass(frozen=True)
+class HeadSpec:
+    """One kind of head. `build(**options)` returns the head; `owns_weights` says whether it
+    brings parameters of its own (then it needs rows in the HF weight-mapping table)."""
+
+    name: str
+    build: Callable[..., Head]
+    owns_weights: bool
+    doc: str
+
+
+class MaskedLMHead:
+    """Vocabulary projection through the tied output layer.
+
+    Without labels: logits [b, s, vocab/tp] (all positions). With labels and loss_mask [b, s]:
+    the per-token loss [b, s] fp32, computed by sparse prediction at masked positions only
+    (see `loss.sparse_prediction_loss`).
+    """
+
+    def __call__(self, model, hidden: torch.Tensor, *, labels: Optional[torch.Tensor] = None,
+                 loss_mask: Optional[torch.Tensor] = None,
+                 runtime_gather_output: Optional[bool] = None) -> torch.Tensor:
+        output_weight = model.shared_embedding_or_output_weight()
+        if labels is None:
+            logits, _ = model.output_layer(
+                hidden, weight=output_weight, runtime_gather_output=runtime_gather_output
+            )
+            return logits.transpose(0, 1).contiguous()
+        if loss_mask is None:
+            raise ValueError(
+                "labels need a loss_mask [b, s] (1 at the positions to predict): BiGLM's loss "
+                "is computed at masked positions only"
+            )
+        return sparse_prediction_loss(hidden, labels, loss_mask, model.output_layer, output_weight)
+
+
+class PoolingHead:
+    """One vector per sample [b, h] from the hidden states: `mode` is mean, first or last
+    (over each sample's valid tokens; see `pooling.pool_hidden`). No weights: the embedding
+    output of retrieval, and the input of classification heads."""
+
+    def __init__(self, mode: str = "mean"):
+        if mode not in POOLING_MODES:
+            raise ValueError(f"pooling mode must be one of {POOLING_MODES}, got {mode!r}")
+        self.mode = mode
+
+    def __call__(self, model, hidden: torch.Tensor, *,
+                 valid_lengths: Optional[torch.Tensor] = None) -> torch.Tensor:
+        return pool_hidden(hidden.transpose(0, 1), valid_lengths, self.mode)
+
+
+HEADS: Dict[str, HeadSpec] = {}
+
+
+def register_head(spec: HeadSpec) -> HeadSpec:
+    """Add a kind of head; a name is registered once (a second spec under it is a mistake)."""
+    if spec.name in HEADS:
+        raise ValueError(f"a head named {spec.name!r} is already registered")
+    HEADS[spec.name] = spec
+    return spec
+
+
+def build_head(name: str, **options) -> Head:
+    """The head registered as `name`, built with `options` (e.g. mode="last" for pooling)."""
+    if name not in HEADS:
+        raise ValueError(f"unknown head {name!r}; registered: {sorted(HEADS)}")
+    return HEADS[name].build(**options)
+
+
+register_head(HeadSpec(
+    name="masked_lm", build=MaskedLMHead, owns_weights=False,
+    doc="logits, or the sparse-prediction per-token loss, through the tied output layer"))
+register_head(HeadSpec(
+    name="pooling", build=PoolingHead, owns_weights=False,
+    doc="one vector per sample: mean / first / last over the valid tokens"))

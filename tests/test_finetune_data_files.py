@@ -1,0 +1,126 @@
+"""Local fine-tuning files in HF schemas: every bad row counted by reason, none dropped
+silently, the same checks on the hub path (faked: tests never touch a hub)."""
+import gzip
+import json
+
+import pytest
+
+from megatron_biglm.data.readers import BadInputError
+from megatron_biglm.finetune import data_files
+from megatron_biglm.finetune.data_files import load_split, read_rows
+
+
+def _write_jsonl(path, rows, extra_lines=()):
+    lines = [json.dumps(r) for r in rows] + list(extra_lines)
+    data = ("\n".join(lines) + "\n").encode()
+    if str(path).endswith(".gz"):
+        data = gzip.compress(data)
+    path.write_bytes(data)
+    return path
+
+
+CB_ROWS = [
+    {"premise": "It rained.", "hypothesis": "It was wet.", "label": 0, "idx": 0},
+    {"premise": "It rained.", "hypothesis": "It was dry.", "label": "contradiction", "idx": 1},
+    {"premise": "It rained.", "label": 2, "idx": 2},                          # missing_field
+    {"premise": "   ", "hypothesis": "x", "label": 2, "idx": 3},              # empty_field
+    {"premise": "a", "hypothesis": "b", "label": 7, "idx": 4},                # bad_label
+    {"premise": "a", "hypothesis": "b", "label": -1, "idx": 5},               # unlabeled
+    {"premise": "a", "hypothesis": "b", "label": "maybe", "idx": 6},          # bad_label
+]
+
+
+def test_cb_rows_counted_by_reason(tmp_path):
+    path = _write_jsonl(tmp_path / "cb.jsonl.gz", CB_ROWS, ["{not json", "", "[1, 2]"])
+    rows, report = read_rows([path], "super_glue/cb")
+    assert rows == [
+        {"premise": "It rained.", "hypothesis": "It was wet.", "label": 0, "idx": 0},
+        {"premise": "It rained.", "hypothesis": "It was dry.", "label": 1, "idx": 1},
+    ]
+    assert report.as_dict() == {
+        "rows_seen": 10, "rows_kept": 2, "truncated": {},
+        "dropped": {"bad_label": 2, "blank_line": 1, "empty_field": 1, "invalid_json": 1,
+                    "missing_field": 1, "not_an_object": 1, "unlabeled": 1}}
+    assert report.rows_seen == report.rows_kept + report.rows_dropped
+    assert any("cb.jsonl.gz:3: missing_field" in line for line in report.example_lines())
+    assert report.summary_line().startswith("rows 10: kept 2, dropped 8 (")
+    # unlabeled test rows are kept on request, with label None
+    rows, report = read_rows([path], "super_glue/cb", require_labels=False)
+    assert [r["label"] for r in rows] == [0, 1, None] and "unlabeled" not in report.counts
+
+
+def test_strict_raises_at_the_first_bad_row(tmp_path):
+    path = _write_jsonl(tmp_path / "cb.jsonl", CB_ROWS)
+    with pytest.raises(BadInputError, match=r"cb.jsonl:3: missing_field"):
+        read_rows([path], "super_glue/cb", strict=True)
+
+
+def test_squad_xsum_msqg_schemas(tmp_path):
+    context = "The cat sat on the mat."
+    squad = [
+        {"id": "a", "title": "t", "context": context, "question": "Where?",
+         "answers": {"text": ["on the mat"], "answer_start": [8]}},
+        {"id": "b", "title": "t", "context": context, "question": "Who?",
+         "answers": {"text": [], "answer_start": []}},                          # bad_answers
+        {"id": "c", "title": "t", "context": context, "question": "Who?",
+         "answers": {"text": ["cat", "the cat"], "answer_start": [4]}},          # bad_answers
+        {"id": "d", "title": "t", "context": context, "question": "",
+         "answers": {"text": ["cat"], "answer_start": [4]}},                     # empty_field
+    ]
+    rows, report = read_rows([_write_jsonl(tmp_path / "squad.jsonl", squad)], "squad")
+    assert [r["id"] for r in rows] == ["a"] and rows[0]["answers"]["answer_start"] == [8]
+    assert report.as_dict()["dropped"] == {"bad_answers": 2, "empty_field": 1}
+    xsum = [{"id": "1", "document": "Long text.", "summary": "Short."},
+            {"id": "2", "document": "Long text.", "summary": ""},               # empty_target
+            {"id": "3", "document": "", "summary": "x"}]                        # empty_field
+    rows, report = read_rows([_write_jsonl(tmp_path / "xsum.jsonl", xsum)], "xsum")
+    assert [r["id"] for r in rows] == ["1"]
+    assert report.as_dict()["dropped"] == {"empty_field": 1, "empty_target": 1}
+    msqg = [{"source": "answer [SEP] passage", "target": "question?"}, {"source": "s", "target": "  "}]
+    rows, report = read_rows([_write_jsonl(tmp_path / "msqg.jsonl", msqg)], "msqg")
+    assert rows == [{"source": "answer [SEP] passage", "target": "question?"}]
+    assert report.counts == {"empty_target": 1}
+
+
+def test_parquet_with_nested_answers(tmp_path):
+    pa = pytest.importorskip("pyarrow")
+    pq = pytest.importorskip("pyarrow.parquet")
+    table = pa.Table.from_pylist([
+        {"id": "a", "title": "t", "context": "The cat sat.", "question": "Who?",
+         "answers": {"text": ["cat"], "answer_start": [4]}},
+        {"id": "b", "title": "t", "context": None, "question": "Who?",
+         "answers": {"text": ["cat"], "answer_start": [4]}},
+    ])
+    pq.write_table(table, tmp_path / "squad.parquet")
+    rows, report = read_rows([tmp_path / "squad.parquet"], "squad")
+    assert rows[0]["answers"] == {"text": ["cat"], "answer_start": [4]} and len(rows) == 1
+    assert report.counts == {"missing_field": 1} and report.rows_seen == 2
+
+
+def test_hub_path_applies_the_same_checks(monkeypatch):
+    calls = []
+
+    def fake_load_dataset(path, name=None, split=None, **kwargs):
+        calls.append((path, name, split))
+        return [{"question": "is it?", "passage": "yes it is", "label": True, "idx": 0},
+                {"question": "", "passage": "p", "label": 0, "idx": 1}]
+
+    datasets = pytest.importorskip("datasets")
+    monkeypatch.setattr(datasets, "load_dataset", fake_load_dataset)
+    rows, report = load_split("super_glue/boolq", split="validation")
+    assert calls == [("super_glue", "boolq", "validation")]
+    assert rows == [{"question": "is it?", "passage": "yes it is", "label": 1, "idx": 0}]
+    assert report.counts == {"empty_field": 1}
+    assert "super_glue/boolq[validation]:2" in report.example_lines()[0]
+
+
+def test_usage_errors(tmp_path):
+    with pytest.raises(ValueError, match="unknown data set"):
+        read_rows([tmp_path / "x.jsonl"], "glue/nope")
+    with pytest.raises(ValueError, match="give local `files`"):
+        load_split("xsum")
+    rows, report = read_rows([tmp_path / "missing.jsonl"], "xsum")
+    assert rows == [] and report.counts == {"unreadable_file": 1} and report.rows_dropped == 0
+    assert set(data_files.SCHEMAS) >= {"glue/mnli", "super_glue/boolq", "super_glue/cb",
+                                       "super_glue/copa", "super_glue/rte", "super_glue/wic",
+                                       "squad", "xsum", "msqg"}
