@@ -54,9 +54,10 @@ def build_module(config: RunConfig, mc, precision: str, provider=None):
         tensor_model_parallel_size=parallel_state.get_tensor_model_parallel_world_size(),
         pipeline_model_parallel_size=parallel_state.get_pipeline_model_parallel_world_size(),
         params_dtype=precision, **extra)
-    module = (provider or model_provider)(pre_process=parallel_state.is_pipeline_first_stage(ignore_virtual=True),
-                            post_process=parallel_state.is_pipeline_last_stage(ignore_virtual=True),
-                            config=mc, transformer_config=tcfg)
+    module = (provider or model_provider)(
+        pre_process=parallel_state.is_pipeline_first_stage(ignore_virtual=True),
+        post_process=parallel_state.is_pipeline_last_stage(ignore_virtual=True),
+        config=mc, transformer_config=tcfg)
     if torch.cuda.is_available():
         module.cuda(torch.cuda.current_device())
     return module, tcfg
