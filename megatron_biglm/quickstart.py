@@ -15,7 +15,8 @@ reflects the current code):
                  of held-out documents (the validation split) with one word masked
   6. evaluate    zero-shot through lm-eval with our `biglm` model: a next-line multiple-choice
                  task in ARC's schema made from the held-out documents (chance = 25 %),
-                 with a 95 % interval
+                 each accuracy with its 95 % interval; acc_mutual_info (how much the line
+                 raised each candidate's likelihood) is the one a small model moves first
 
 What "the model learned" means here: the unigram entropy of the corpus under its tokenizer is
 the loss of the best model that ignores context (a model stuck there answers fill-mask with
@@ -135,24 +136,32 @@ def stage_export(out: Path, checkpoint: str, held_out: list[str], n_fill: int) -
 
 
 def stage_evaluate(out: Path, held_out: list[str], hf_dir: str, n_questions: int) -> dict:
-    from megatron_biglm.evaluation.cli import run_zero_shot
+    import tempfile
+
+    import lm_eval
+
+    from megatron_biglm.evaluation import register_lm_eval_models
     from megatron_biglm.evaluation.intervals import wilson_interval
-    from megatron_biglm.evaluation.next_line_task import write_next_line_task
-    from megatron_biglm.evaluation.tasks import resolve_tasks
+    from megatron_biglm.evaluation.next_line_task import write_next_line_task, write_next_line_task_yaml
+    from megatron_biglm.evaluation.tasks import local_task_manager
 
     data_dir = out / "eval_data"
     write_next_line_task(held_out, data_dir, n_questions=n_questions, seed=0)
-    results, _ = run_zero_shot("biglm", f"path={hf_dir},scoring=beam", resolve_tasks("arc_easy"),
-                               data_dir=data_dir)
+    register_lm_eval_models()
+    with tempfile.TemporaryDirectory(prefix="biglm-next-line-") as tmp:
+        write_next_line_task_yaml(data_dir, Path(tmp))
+        results = lm_eval.simple_evaluate(model="biglm", model_args=f"path={hf_dir},scoring=beam",
+                                          tasks=["arc_easy"], task_manager=local_task_manager(tmp))
     metrics = results["results"]["arc_easy"]
+    names = ("acc", "acc_norm", "acc_mutual_info")
     scores = {k.split(",")[0]: round(v, 4) for k, v in metrics.items()
-              if k.split(",")[0] in ("acc", "acc_norm") and isinstance(v, float)}
+              if k.split(",")[0] in names and isinstance(v, float)}
     intervals = {f"{k}_95ci": [round(x, 4) for x in wilson_interval(v * n_questions, n_questions)]
                  for k, v in scores.items()}
     log.info("evaluate: next-line task on held-out text, %d questions, %s %s (chance 0.25)",
              n_questions, scores, intervals)
-    return {"task": "next-line (arc_easy schema), held-out documents", "questions": n_questions,
-            "chance": 0.25, **scores, **intervals}
+    return {"task": "next-line (arc_easy schema, line + newline + choice), held-out documents",
+            "questions": n_questions, "chance": 0.25, **scores, **intervals}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -164,8 +173,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-plays", type=int, default=None, help="limit the corpus (default: all 42)")
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--steps", type=int, default=800, help="pretraining steps of the tiny preset")
-    parser.add_argument("--eval-questions", type=int, default=200)
-    parser.add_argument("--fill-mask-lines", type=int, default=100, help="held-out lines for the fill-mask check")
+    parser.add_argument("--eval-questions", type=int, default=500,
+                        help="next-line questions (500: a 95%% interval of about +-4 points)")
+    parser.add_argument("--fill-mask-lines", type=int, default=200, help="held-out lines for the fill-mask check")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
     args.out.mkdir(parents=True, exist_ok=True)
@@ -220,7 +230,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"  fill-mask, {fm['examples']} held-out lines: top-1 {fm['top1_accuracy']:.3f}, "
           f"top-3 {fm['top3_accuracy']:.3f} (always {fm['context_free_best']['word']!r}: "
           f"{fm['context_free_best']['accuracy']:.3f})")
-    for key in ("acc", "acc_norm"):
+    for key in ("acc_mutual_info", "acc", "acc_norm"):
         if key in evaluation:
             lo, hi = evaluation[f"{key}_95ci"]
             print(f"  next-line {key} {evaluation[key]:.3f} (95% CI {lo:.3f}-{hi:.3f}; chance 0.25) "
