@@ -12,8 +12,9 @@ model trained only on plays has never seen), and lm-eval's `acc_mutual_info` bes
 acc_norm. A small model's likelihood of a line is mostly the line's own likelihood, the same
 with or without the question, so raw acc stays near chance; acc_mutual_info ranks choices by
 log P(choice | line) - log P(choice), i.e. by how much the preceding line raised each one,
-which is the thing the task asks about (measured on the quickstart's model: acc 0.22,
-acc_mutual_info 0.32 on the same 300 questions).
+which is the thing the task asks about. Measured on the quickstart's model (500 held-out
+questions): acc 0.25, acc_mutual_info 0.33 and 0.38 in two runs; on an 800-step model (300 questions), the
+"Question:/Answer:" frame gave acc_mutual_info 0.30 and the plain lines 0.32.
 """
 from __future__ import annotations
 
