@@ -176,3 +176,76 @@ def test_batched_writes_are_byte_identical_to_megatron_per_document_writes(tmp_p
         writer.commit()
         for ext in (".bin", ".idx"):
             assert (tmp_path / f"ours{trial}{ext}").read_bytes() == open(reference + ext, "rb").read()
+
+
+def _copy_dataset(prefix, target):
+    for ext in (".bin", ".idx"):
+        shutil.copy(prefix + ext, str(target) + ext)
+    return str(target)
+
+
+def test_truncated_bin_is_refused_with_both_sizes_and_the_fix(two_parts, bpe_dir, tmp_path, capsys):
+    """The issue's case: a .bin cut to half its size. megatron-core would fail deep in its
+    reader with a bare offset error; every opener names the file, both sizes and the fix."""
+    from megatron_biglm.data.indexed_tools import CorruptDatasetError, check_dataset
+
+    _, prefixes = two_parts
+    half = _copy_dataset(prefixes[0], tmp_path / "half")
+    full_size = os.path.getsize(half + ".bin")
+    with open(half + ".bin", "r+b") as fh:
+        fh.truncate(full_size // 2)
+    expected = [f"{half}.bin", f"{full_size // 2:,} bytes", f"describes {full_size:,} bytes",
+                "re-run tools/preprocess_data.py"]
+    with pytest.raises(CorruptDatasetError) as error:
+        check_dataset(half)
+    assert all(part in str(error.value) for part in expected), str(error.value)
+    assert load_tool("inspect_dataset").main([half, "--tokenizer", str(bpe_dir)]) == 1
+    err = capsys.readouterr().err
+    assert all(part in err for part in expected), err
+    assert load_tool("merge_datasets").main(["--input", prefixes[1], half, "--output-prefix",
+                                             str(tmp_path / "m")]) == 1
+    err = capsys.readouterr().err
+    assert all(part in err for part in expected), err
+    assert not list(tmp_path.glob("m.*"))
+
+
+def test_bad_magic_and_unknown_version_are_refused_with_the_fix(two_parts, tmp_path):
+    from megatron_biglm.data.indexed_tools import CorruptDatasetError, check_dataset
+
+    _, prefixes = two_parts
+    for name, offset, value, message in (("magic", 0, b"GPTIDX\x00\x00\x00", "not a Megatron index"),
+                                         ("version", 9, (2).to_bytes(8, "little"),
+                                          "unsupported index version 2")):
+        broken = _copy_dataset(prefixes[0], tmp_path / name)
+        data = bytearray(open(broken + ".idx", "rb").read())
+        data[offset:offset + len(value)] = value
+        open(broken + ".idx", "wb").write(bytes(data))
+        with pytest.raises(CorruptDatasetError, match=message) as error:
+            check_dataset(broken)
+        assert str(error.value).startswith(broken + ".idx")
+        assert "re-run tools/preprocess_data.py" in str(error.value)
+
+
+def test_dtype_and_ids_are_checked_against_the_tokenizer_vocab(two_parts, bpe_dir, tmp_path, capsys):
+    from megatron_biglm.data.indexed_tools import CorruptDatasetError, check_dataset, dataset_stats
+    from megatron_biglm.data.tokenizer import load_tokenizer
+
+    _, prefixes = two_parts
+    vocab = len(load_tokenizer(bpe_dir))
+    assert check_dataset(prefixes[0], vocab_size=vocab).num_tokens > 0  # the tokenizer it was made with
+    # A vocabulary a uint16 file cannot hold (its ids would have been cut on write).
+    with pytest.raises(CorruptDatasetError, match=r"stored as uint16 \(ids up to 65,535\).* 70,000 tokens"):
+        check_dataset(prefixes[0], vocab_size=70_000)
+    # Ids past the tokenizer's end: the data came from another (larger) tokenizer.
+    foreign = _build(tmp_path / "foreign", [[5, 6, 7], [1, vocab + 3, 2]])
+    with pytest.raises(CorruptDatasetError, match=f"holds token id {vocab + 3}.*different tokenizer"):
+        check_dataset(foreign, vocab_size=vocab)
+    with pytest.raises(CorruptDatasetError, match="holds token id -4"):
+        check_dataset(_build(tmp_path / "negative", [[1, -4, 2]], np.int32), vocab_size=vocab)
+    assert dataset_stats(foreign)["tokens"] == 6  # without a tokenizer only the files are checked
+    assert load_tool("inspect_dataset").main([foreign, "--tokenizer", str(bpe_dir)]) == 1
+    assert f"holds token id {vocab + 3}" in capsys.readouterr().err
+    assert load_tool("merge_datasets").main(["--input", prefixes[0], foreign, "--output-prefix",
+                                             str(tmp_path / "m"), "--tokenizer", str(bpe_dir)]) == 1
+    assert "re-run tools/preprocess_data.py" in capsys.readouterr().err
+    assert not list(tmp_path.glob("m.*"))

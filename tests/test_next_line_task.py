@@ -45,3 +45,23 @@ def test_refuses_more_questions_than_the_text_holds():
         next_line_questions(["one two three four\nfive six seven eight"], 5)
     with pytest.raises(ValueError, match="n_choices"):
         next_line_questions(["x"], 1, n_choices=9)
+
+
+def test_quickstart_task_config_scores_the_lines_as_they_stand(corpus_jsonl, tmp_path):
+    """The quickstart's lm-eval task: context is the line itself, each candidate follows it
+    after a newline (as in the text), and acc_mutual_info is computed beside acc/acc_norm."""
+    from lm_eval.tasks import get_task_dict
+
+    from megatron_biglm.evaluation.next_line_task import write_next_line_task_yaml
+    from megatron_biglm.evaluation.tasks import local_task_manager
+
+    docs = _docs(corpus_jsonl)
+    write_next_line_task(docs, tmp_path / "data", n_questions=5, seed=1)
+    write_next_line_task_yaml(tmp_path / "data", tmp_path / "yaml")
+    task = get_task_dict(["arc_easy"], local_task_manager(tmp_path / "yaml"))["arc_easy"]
+    doc = next(iter(task.eval_docs))
+    question = next_line_questions(docs, 5, seed=1)[0]
+    assert task.doc_to_text(doc) == question["question"]
+    assert task.config.target_delimiter == "\n"
+    assert task.doc_to_choice(doc) == question["choices"]["text"]
+    assert {m["metric"] for m in task.config.metric_list} == {"acc", "acc_norm", "acc_mutual_info"}

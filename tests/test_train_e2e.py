@@ -113,6 +113,46 @@ def test_bad_input_messages(train_data, tmp_path):
         train(None, tiny_overrides(train_data, run, **{"data.tokenizer": str(small)}))
 
 
+def _truncated_copy(data, tmp_path) -> tuple[str, int]:
+    """A copy of the training data whose .bin is cut to half its size (the issue's case)."""
+    import shutil
+    half = str(tmp_path / "half_text_document")
+    for ext in (".bin", ".idx"):
+        shutil.copy(data.prefix + ext, half + ext)
+    full = Path(half + ".bin").stat().st_size
+    with open(half + ".bin", "r+b") as fh:
+        fh.truncate(full // 2)
+    return half, full
+
+
+def test_truncated_bin_is_refused_at_dataset_open(train_data, tmp_path):
+    """megatron-core's reader would die mid-run with a bare offset error; the run refuses
+    before building anything, naming the file, both sizes and the fix, with exit status 2."""
+    from megatron_biglm.data.indexed_tools import CorruptDatasetError
+    from megatron_biglm.data.pretrain_data import build_pretrain_datasets
+    from megatron_biglm.data.token_ids import TokenIds
+    from megatron_biglm.data.tokenizer import load_tokenizer
+
+    half, full = _truncated_copy(train_data, tmp_path)
+    expected = [f"{half}.bin: {full // 2:,} bytes", f"describes {full:,} bytes", "re-run tools/preprocess_data.py"]
+    run = tmp_path / "r"
+    with pytest.raises(ConfigError) as error:
+        train(None, tiny_overrides(train_data, run, **{"data.blend": f"['{half}']"}))
+    assert all(part in str(error.value) for part in expected), str(error.value)
+    assert not run.exists() or not any((run / "checkpoints").glob("iter_*"))
+    # The data layer's own entry point refuses too (for callers that bypass train()).
+    token_ids = TokenIds.from_tokenizer(load_tokenizer(train_data.tokenizer))
+    with pytest.raises(CorruptDatasetError, match="truncated .bin"):
+        build_pretrain_datasets({"blend": [train_data.prefix], "valid_blend": [half], "seq_length": 64},
+                                token_ids=token_ids, train_samples=8, valid_samples=8)
+    proc = subprocess.run([sys.executable, "-m", "megatron_biglm.train", "--config",
+                           str(REPO / "examples" / "configs" / "tiny_cpu.yaml"),
+                           *tiny_overrides(train_data, tmp_path / "cli", **{"data.blend": f"['{half}']"})],
+                          capture_output=True, text=True, cwd=REPO)
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    assert all(part in proc.stderr for part in expected) and "Traceback" not in proc.stderr, proc.stderr[-2000:]
+
+
 def _text_file(tmp_path):
     path = tmp_path / "t.txt"
     path.write_text("To be, or not to be, that is the question.\n\n" * 50)

@@ -3,8 +3,9 @@
     python tools/inspect_dataset.py out/corpus_text_document
     python tools/inspect_dataset.py out/corpus_text_document --doc 0 -1 --tokenizer tok/
 
-Without --tokenizer, documents print as token ids. Exit status: 0 done, 1 corrupt dataset
-or bad document number, 2 usage error.
+Without --tokenizer, documents print as token ids. Every dataset is checked first (header,
+version, .idx against .bin sizes; with --tokenizer, ids against its vocabulary). Exit status:
+0 done, 1 corrupt dataset or bad document number, 2 usage error.
 """
 from __future__ import annotations
 
@@ -21,7 +22,8 @@ def main(argv=None) -> int:
     parser.add_argument("dataset", help="prefix, or its .bin/.idx path")
     parser.add_argument("--doc", type=int, nargs="*", default=[],
                         help="document numbers to print (negative counts from the end)")
-    parser.add_argument("--tokenizer", help="tokenizer to decode with (directory or name)")
+    parser.add_argument("--tokenizer", help="tokenizer to decode with (directory or name); the data's dtype and ids "
+                        "are checked against its vocabulary")
     parser.add_argument("--ids", action="store_true", help="also print the token ids")
     parser.add_argument("--json", action="store_true", help="print the statistics as JSON")
     args = parser.parse_args(argv)
@@ -31,8 +33,9 @@ def main(argv=None) -> int:
     from megatron_biglm.data.tokenizer import TokenizerLoadError, load_tokenizer
 
     try:
-        stats = dataset_stats(args.dataset)
-        tokenizer = load_tokenizer(args.tokenizer) if args.tokenizer and args.doc else None
+        tokenizer = load_tokenizer(args.tokenizer) if args.tokenizer else None
+        vocab_size = len(tokenizer) if tokenizer is not None else None  # checks the data's ids fit it
+        stats = dataset_stats(args.dataset, vocab_size)
         if args.json:
             print(json.dumps(stats, sort_keys=True))
         else:
@@ -44,7 +47,7 @@ def main(argv=None) -> int:
                   f"median {lengths['median']:,}, max {lengths['max']:,}")
             print(f"  files: .bin {stats['bin_bytes']:,} bytes, .idx {stats['idx_bytes']:,} bytes")
         for k in args.doc:
-            tokens = read_document(args.dataset, k)
+            tokens = read_document(args.dataset, k, vocab_size)
             print(f"--- document {k} ({tokens.size:,} tokens) ---")
             if args.ids or tokenizer is None:
                 print(" ".join(map(str, tokens.tolist())))

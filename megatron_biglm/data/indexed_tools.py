@@ -3,8 +3,11 @@
 megatron-core's reader trusts its input: a truncated or foreign `.idx` fails with a bare
 `AssertionError` or garbage lengths, far from the file at fault. `check_dataset` validates
 the header and sizes first (layout in /work/shared/notes/reference_facts.md) and raises
-`CorruptDatasetError` naming the file and what is wrong. Reading and writing themselves go
-through megatron-core (`IndexedDataset`, `IndexedDatasetBuilder`).
+`CorruptDatasetError` naming the file, what is wrong and what to do. Given the tokenizer's
+vocabulary size it also refuses data that cannot belong to that tokenizer (a dtype too narrow
+for the vocabulary, token ids past its end). Every opener calls it: the pretraining datasets
+(data/pretrain_data.py, training/build.py), inspect and merge. Reading and writing themselves
+go through megatron-core (`IndexedDataset`, `IndexedDatasetBuilder`).
 """
 from __future__ import annotations
 
@@ -23,8 +26,15 @@ _DTYPES = {1: np.uint8, 2: np.int8, 3: np.int16, 4: np.int32, 5: np.int64, 6: np
            7: np.float32, 8: np.uint16}
 
 
+REMEDY = "re-run tools/preprocess_data.py to re-create PREFIX.bin and PREFIX.idx together"
+# How many sequences, spread over the corpus, the token-id scan reads: a tokenizer mismatch
+# shows in any of them, and the max over a pretraining corpus would read terabytes.
+_ID_SCAN_SEQUENCES = 256
+
+
 class CorruptDatasetError(ValueError):
-    """An .idx/.bin pair that megatron-core could not read correctly; names the file."""
+    """An .idx/.bin pair that megatron-core could not read correctly, or data that does not
+    fit the tokenizer; names the file, what is wrong and what to do."""
 
 
 @dataclass(frozen=True)
@@ -78,8 +88,10 @@ def expand_prefixes(inputs: Sequence) -> list[str]:
     return prefixes
 
 
-def check_dataset(prefix) -> DatasetIndex:
-    """Validate PREFIX.idx (magic, version, dtype, sizes, pointers) and PREFIX.bin (size)."""
+def check_dataset(prefix, vocab_size: int | None = None) -> DatasetIndex:
+    """Validate PREFIX.idx (magic, version, dtype, sizes, pointers) and PREFIX.bin (size);
+    with `vocab_size` (the tokenizer's), also that the dtype can hold every id of that
+    vocabulary and that the stored ids (a bounded sample of sequences) are below it."""
     prefix = dataset_prefix(prefix)
     idx_path, bin_path = prefix + ".idx", prefix + ".bin"
     for path in (idx_path, bin_path):
@@ -90,20 +102,21 @@ def check_dataset(prefix) -> DatasetIndex:
         head = fh.read(_HEADER.size)
     if not (head.startswith(INDEX_MAGIC) or (len(head) < 9 and INDEX_MAGIC.startswith(head))):
         raise CorruptDatasetError(f"{idx_path}: not a Megatron index (starts with {head[:9]!r}, "
-                                  f"expected {INDEX_MAGIC!r})")
+                                  f"expected {INDEX_MAGIC!r}); {REMEDY}")
     if len(head) < _HEADER.size:
-        raise CorruptDatasetError(f"{idx_path}: truncated header ({size} bytes, need {_HEADER.size})")
+        raise CorruptDatasetError(f"{idx_path}: truncated header ({size} bytes, need {_HEADER.size}); {REMEDY}")
     _, version, code, sequences, document_count = _HEADER.unpack(head)
     if version != 1:
-        raise CorruptDatasetError(f"{idx_path}: unsupported index version {version} (only 1)")
+        raise CorruptDatasetError(f"{idx_path}: unsupported index version {version} (this reader, like "
+                                  f"megatron-core's, reads version 1); {REMEDY}")
     if code not in _DTYPES:
-        raise CorruptDatasetError(f"{idx_path}: unknown dtype code {code}")
+        raise CorruptDatasetError(f"{idx_path}: unknown dtype code {code} (known: {sorted(_DTYPES)}); {REMEDY}")
     expected = _HEADER.size + sequences * 12 + document_count * 8
     if size not in (expected, expected + sequences):
         raise CorruptDatasetError(
             f"{idx_path}: {size} bytes, but its header promises {sequences} sequences and "
             f"{max(document_count - 1, 0)} documents ({expected} bytes): truncated or overwritten; "
-            "re-create it")
+            f"{REMEDY}")
     data = np.memmap(idx_path, mode="r", dtype=np.uint8)
     offset = _HEADER.size
     lengths = np.frombuffer(data, np.int32, sequences, offset)
@@ -111,8 +124,10 @@ def check_dataset(prefix) -> DatasetIndex:
     documents = np.frombuffer(data, np.int64, document_count, offset + 12 * sequences)
     dtype = _DTYPES[code]
     _check_arrays(idx_path, bin_path, dtype, lengths, pointers, documents)
-    return DatasetIndex(prefix, dtype, lengths, pointers, documents,
-                        multimodal=size == expected + sequences)
+    index = DatasetIndex(prefix, dtype, lengths, pointers, documents, multimodal=size == expected + sequences)
+    if vocab_size is not None:
+        check_vocab_fits(index, int(vocab_size))
+    return index
 
 
 def _check_arrays(idx_path, bin_path, dtype, lengths, pointers, documents) -> None:
@@ -120,23 +135,55 @@ def _check_arrays(idx_path, bin_path, dtype, lengths, pointers, documents) -> No
     if documents.size == 0 or documents[0] != 0 or documents[-1] != lengths.size or (
             np.any(np.diff(documents) < 0)):
         raise CorruptDatasetError(f"{idx_path}: document indices must rise from 0 to the "
-                                  f"sequence count {lengths.size}: corrupt index")
+                                  f"sequence count {lengths.size}: corrupt index; {REMEDY}")
     if np.any(lengths < 0):
-        raise CorruptDatasetError(f"{idx_path}: negative sequence lengths: corrupt index")
+        raise CorruptDatasetError(f"{idx_path}: negative sequence lengths: corrupt index; {REMEDY}")
     starts = np.concatenate(([0], np.cumsum(lengths.astype(np.int64) * itemsize)))
     if not np.array_equal(pointers, starts[:-1]):
         raise CorruptDatasetError(f"{idx_path}: sequence pointers do not follow the lengths: "
-                                  "corrupt index")
+                                  f"corrupt index; {REMEDY}")
     bin_size = os.path.getsize(bin_path)
     if bin_size != starts[-1]:
-        raise CorruptDatasetError(f"{bin_path}: {bin_size} bytes, but {idx_path} describes "
-                                  f"{int(starts[-1])}: truncated .bin, or .bin/.idx from "
-                                  "different runs")
+        raise CorruptDatasetError(f"{bin_path}: {bin_size:,} bytes, but {idx_path} describes "
+                                  f"{int(starts[-1]):,} bytes ({int(lengths.sum(dtype=np.int64)):,} tokens "
+                                  f"of {np.dtype(dtype).name}): truncated .bin, or .bin/.idx from "
+                                  f"different runs; {REMEDY}")
 
 
-def dataset_stats(prefix) -> dict:
-    """Counts and document-length statistics of a (validated) dataset."""
-    index = check_dataset(prefix)
+def check_vocab_fits(index: DatasetIndex, vocab_size: int) -> None:
+    """Refuse data that cannot come from a tokenizer of `vocab_size` tokens: a dtype that
+    cannot store its largest id (preprocessing chooses the dtype from the vocabulary), or
+    stored ids at or past the vocabulary's end (another tokenizer wrote them)."""
+    bin_path, dtype = index.prefix + ".bin", np.dtype(index.dtype)
+    if dtype.kind in "iu" and vocab_size - 1 > np.iinfo(dtype).max:
+        raise CorruptDatasetError(
+            f"{bin_path}: stored as {dtype.name} (ids up to {np.iinfo(dtype).max:,}), but the tokenizer "
+            f"has {vocab_size:,} tokens: the data was preprocessed for a smaller vocabulary. Re-run "
+            "tools/preprocess_data.py with this tokenizer (it picks a dtype that holds every id)")
+    n = index.sequence_lengths.size
+    if not index.num_tokens or dtype.kind not in "iu":
+        return  # nothing stored (and an empty file cannot be memory-mapped)
+    tokens = np.memmap(bin_path, mode="r", dtype=dtype)
+    picks = np.unique(np.linspace(0, n - 1, num=min(n, _ID_SCAN_SEQUENCES)).astype(np.int64))
+    itemsize = dtype.itemsize
+    for i in picks.tolist():
+        start, length = int(index.sequence_pointers[i]) // itemsize, int(index.sequence_lengths[i])
+        if not length:
+            continue
+        sequence = tokens[start:start + length]
+        low, high = int(sequence.min()), int(sequence.max())
+        if high >= vocab_size or low < 0:
+            bad = high if high >= vocab_size else low
+            raise CorruptDatasetError(
+                f"{bin_path}: sequence {i} holds token id {bad}, but the tokenizer's ids are 0..{vocab_size - 1}: "
+                "the data was preprocessed with a different tokenizer. Use that tokenizer, or re-run "
+                "tools/preprocess_data.py with this one")
+
+
+def dataset_stats(prefix, vocab_size: int | None = None) -> dict:
+    """Counts and document-length statistics of a (validated) dataset; `vocab_size` (the
+    tokenizer's) adds check_dataset's dtype/ids check."""
+    index = check_dataset(prefix, vocab_size)
     lengths = index.document_lengths()
     described = {"min": 0, "mean": 0.0, "median": 0.0, "max": 0}
     if lengths.size:
@@ -150,11 +197,11 @@ def dataset_stats(prefix) -> dict:
             "idx_bytes": os.path.getsize(index.prefix + ".idx")}
 
 
-def read_document(prefix, k: int) -> np.ndarray:
+def read_document(prefix, k: int, vocab_size: int | None = None) -> np.ndarray:
     """Token ids of document `k` (negative counts from the end), read with megatron-core."""
     from megatron.core.datasets.indexed_dataset import IndexedDataset
 
-    index = check_dataset(prefix)
+    index = check_dataset(prefix, vocab_size)
     n = index.num_documents
     if not -n <= k < n:
         raise IndexError(f"{index.prefix}: document {k} out of range; it has {n} documents")
@@ -165,15 +212,16 @@ def read_document(prefix, k: int) -> np.ndarray:
     return np.concatenate(parts) if parts else np.zeros(0, dtype=index.dtype)
 
 
-def merge_datasets(inputs: Sequence, output_prefix) -> dict:
+def merge_datasets(inputs: Sequence, output_prefix, vocab_size: int | None = None) -> dict:
     """Concatenate datasets (prefixes, .idx paths, globs or directories, in order) into
-    `output_prefix` with megatron-core's builder. All inputs must share one dtype; the
-    output appears only when complete."""
+    `output_prefix` with megatron-core's builder. Every input passes check_dataset (with
+    `vocab_size`, the tokenizer's, also its ids); all must share one dtype; the output
+    appears only when complete."""
     prefixes = expand_prefixes(inputs)
     if not prefixes:
         raise ValueError("no datasets to merge")
     output_prefix = dataset_prefix(output_prefix)
-    indexes = [check_dataset(prefix) for prefix in prefixes]
+    indexes = [check_dataset(prefix, vocab_size) for prefix in prefixes]
     if output_prefix in prefixes:
         raise ValueError(f"output {output_prefix} is also an input; choose another prefix")
     kinds = {(np.dtype(i.dtype).name, i.multimodal) for i in indexes}

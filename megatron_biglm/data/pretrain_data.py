@@ -23,6 +23,7 @@ from megatron_biglm.objective import ObjectiveConfig
 
 from .blend import SPLIT_NAMES, check_splits_nonempty, parse_blend
 from .collate import collate_masked_lm
+from .indexed_tools import check_dataset
 from .mlm_dataset import MaskedLMDataset, MaskedLMDatasetConfig
 from .phased import PhasedDataset
 from .sampler import ResumableSampler
@@ -95,6 +96,15 @@ def _build_split_datasets(blend, split, sizes, *, seq_length, seed, cache_dir, t
     return builder.build()
 
 
+def _check_corpora(token_ids: TokenIds, *blends) -> None:
+    """Every corpus of every blend passes `check_dataset` (header, version, .idx against .bin,
+    ids against the tokenizer) before megatron-core opens it: its reader trusts the files, and
+    a truncated .bin fails deep inside it with a bare offset error. Raises CorruptDatasetError."""
+    for blend in blends:
+        for prefix in (blend[0] if blend else []):
+            check_dataset(prefix, vocab_size=token_ids.vocab_size)
+
+
 def build_pretrain_datasets(
     data: Any,
     *,
@@ -112,6 +122,8 @@ def build_pretrain_datasets(
     ``valid_blend`` (validation from separate corpora; train then uses all of ``blend``) and
     ``anneal_blend`` (with ``anneal_start_sample``: samples from that global index on come from
     it; its corpora are split like ``blend`` so held-out documents stay held out).
+    Every corpus is checked first (``indexed_tools.check_dataset``): a truncated, foreign or
+    mismatched dataset raises ``CorruptDatasetError`` naming the file and the fix.
     """
     if not isinstance(objective, ObjectiveConfig):
         objective = ObjectiveConfig.from_dict(objective or {})
@@ -131,6 +143,8 @@ def build_pretrain_datasets(
 
     blend = parse_blend(_get(data, "blend"), "data.blend")
     valid_blend = _get(data, "valid_blend")
+    _check_corpora(token_ids, blend, valid_blend and parse_blend(valid_blend, "data.valid_blend"),
+                   anneal_blend and parse_blend(anneal_blend, "data.anneal_blend"))
     if valid_blend:
         per_split = [blend, parse_blend(valid_blend, "data.valid_blend"), None]
         if test_samples:

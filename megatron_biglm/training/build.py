@@ -9,7 +9,6 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-import numpy as np
 from megatron_biglm import patches
 import torch
 from megatron.core import parallel_state
@@ -106,19 +105,14 @@ def check_vocab(token_ids, mc, prefixes) -> None:
         raise ConfigError(
             f"tokenizer vocab {token_ids.vocab_size} is larger than model.vocab_size={mc.vocab_size}; "
             f"set model.vocab_size={token_ids.vocab_size} (or use the tokenizer the model was sized for)")
-    from megatron.core.datasets.indexed_dataset import IndexedDataset
+    from megatron_biglm.data.indexed_tools import CorruptDatasetError, check_dataset
     for prefix in prefixes:
-        ds = IndexedDataset(prefix)
-        # A bounded scan of up to 256 sequences spread over the corpus (the max over a
-        # pretraining corpus would read terabytes); a tokenizer mismatch shows up in any.
-        n = len(ds)
-        picks = sorted(set(np.linspace(0, n - 1, num=min(n, 256)).astype(int).tolist())) if n else []
-        top = max((int(np.max(ds[i])) for i in picks if len(ds[i])), default=-1)
-        if top >= token_ids.vocab_size:
-            raise ConfigError(
-                f"indexed data {prefix} holds token id {top}, but the tokenizer has only "
-                f"{token_ids.vocab_size} tokens: the data was preprocessed with a different tokenizer. "
-                f"Set data.tokenizer to that tokenizer, or re-run tools/preprocess_data.py with this one")
+        # Header, version, .idx-vs-.bin sizes and ids-vs-tokenizer, before megatron-core opens
+        # the files: a truncated .bin would otherwise fail deep inside its reader.
+        try:
+            check_dataset(prefix, vocab_size=token_ids.vocab_size)
+        except CorruptDatasetError as exc:
+            raise ConfigError(f"data: {exc}") from None
 
 
 def build_data(config: RunConfig, mc, dp_size: int) -> DataBundle:

@@ -1,9 +1,10 @@
 """Loss curves from one or more runs' `metrics.jsonl`, as in the paper's Fig. 3/4.
 
 Four panels: training and validation loss, each against step and against consumed tokens,
-with every run overlaid. A resumed run appends to its metrics file and may repeat steps
-that were trained after the last checkpoint; the last record of each step wins, so the
-curve shows what the surviving run did.
+with every run overlaid, and optional reference lines (the quickstart draws the unigram
+entropy). A resumed run appends to its metrics file and may repeat steps that were trained
+after the last checkpoint; the last record of each step wins, so the curve shows what the
+surviving run did.
 """
 from __future__ import annotations
 
@@ -31,8 +32,10 @@ def load_run(path) -> dict:
     return {k: [v[s] for s in sorted(v)] for k, v in series.items()}
 
 
-def plot_runs(runs: dict, out_png, title: str | None = None) -> Path:
-    """Draw {label: run_path} onto one PNG; return its path."""
+def plot_runs(runs: dict, out_png, title: str | None = None, reference_lines: dict | None = None) -> Path:
+    """Draw {label: run_path} onto one PNG; return its path. `reference_lines` {label: loss}
+    adds dashed horizontal lines to every panel (e.g. the corpus's unigram entropy, the
+    loss of a model that ignores context)."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -50,6 +53,8 @@ def plot_runs(runs: dict, out_png, title: str | None = None) -> Path:
             if pts:
                 ax.plot([p[0] for p in pts], [p[1] for p in pts], label=label,
                         marker="o" if kind == "valid" else None, markersize=3)
+        for i, (name, value) in enumerate((reference_lines or {}).items()):
+            ax.axhline(float(value), linestyle="--", linewidth=1, color=f"C{7 + i}", label=f"{name} {value:.2f}")
         ax.set_xlabel("step" if xname == "step" else "tokens")
         ax.set_ylabel(f"{'training' if kind == 'train' else 'validation'} loss")
         ax.grid(alpha=0.3)
