@@ -65,7 +65,8 @@ def train(config_or_path, overrides=(), callbacks=(), forward_hook=None, recipe=
     from megatron_biglm.data.pretrain_data import make_loader
     from megatron_biglm.training import build, distributed, loop
     from megatron_biglm.training.backends import check_resume, select_backend
-    from megatron_biglm.training.flops import ModelShape, default_peak_tflops
+    from megatron_biglm.model.shape import shape_of
+    from megatron_biglm.training.flops import default_peak_tflops
     from megatron_biglm.training.loop_state import checkpoint_state, restore_state
     from megatron_biglm.training.metrics import MetricsLogger
     from megatron_biglm.training.nonfinite import NonFiniteGuard
@@ -134,10 +135,7 @@ def train(config_or_path, overrides=(), callbacks=(), forward_hook=None, recipe=
             return backend.save(root, st.iteration, model_chunks, optimizer, scheduler,
                                 {**checkpoint_state(st, stateful), "backend": backend.name}, cfg, signature)
 
-        shape = ModelShape(num_layers=mc.num_layers, hidden_size=mc.hidden_size,
-                           num_attention_heads=mc.num_attention_heads, num_query_groups=mc.query_groups,
-                           ffn_hidden_size=mc.ffn_hidden_size, vocab_size=mc.padded_vocab_size,
-                           kv_channels=mc.head_dim)
+        shape = shape_of(mc)
         callbacks = list(callbacks) + _configured_callbacks(cfg, data.tokenizer, recipe)
         with GracefulStop() as stop:
             comps = loop.Components(
