@@ -149,7 +149,7 @@ def test_export_refuses_missing_truncated_and_corrupt_shards(imported, tmp_path,
         code, err = _cli(capsys, "to-hf", "--checkpoint", str(copy), "--output", str(tmp_path / f"hf_{damage}"))
         assert code == 1, err
         expected = {"missing": f"file dist/{shard.name} is missing", "truncated": f"file dist/{shard.name} has",
-                    "flipped": f"{shard.name} is corrupt: the stored bytes of "}[damage]
+                    "flipped": f"{shard.name}, the stored bytes of "}[damage]
         assert expected in err, err
         assert ("CRC-32" in err) if damage == "flipped" else ("earlier complete checkpoint" in err)
         assert not (tmp_path / f"hf_{damage}").exists()

@@ -15,6 +15,8 @@ Model arguments (lm-eval `--model_args k=v,...`, or keyword arguments):
   add_eos             close inputs with EOS/SEP after the continuation (default false)
   max_length          override the model's maximum input length
   trust_remote_code   for HF models that ship their own code (default false)
+  verify              megatron checkpoints: CRC-check every stored item first (default true;
+                      false skips it for storage one trusts)
 """
 from __future__ import annotations
 
@@ -23,6 +25,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+from megatron_biglm.common.config_fields import coerce
 from megatron_biglm.inference.hf_adapter import HFMaskedLMAdapter
 from megatron_biglm.inference.loading import is_megatron_checkpoint
 from megatron_biglm.inference.protocol import inference_token_ids
@@ -168,7 +171,7 @@ class BiGLMEvalLM(HFMaskedLMEvalLM):
                        device: str | None = None, dtype: str = "float32", split_attention=None,
                        prefix_cache=None, prefix_reuse=None, add_eos: bool = False,
                        max_length: int | None = None, trust_remote_code: bool = False,
-                       progress: bool = True, **unknown):
+                       progress: bool = True, verify=True, **unknown):
         from megatron_biglm.inference.loading import load_megatron_checkpoint
         from megatron_biglm.inference.megatron_adapter import MegatronMaskedLMAdapter
 
@@ -179,7 +182,7 @@ class BiGLMEvalLM(HFMaskedLMEvalLM):
                              "for prefix reuse, or drop prefix_cache")
         split = tristate(split_attention, "split_attention") if split_attention is not None else "on"
         loaded = load_megatron_checkpoint(source, tokenizer=tokenizer, device=resolve_device(device),
-                                          dtype=str(dtype))
+                                          dtype=str(dtype), verify=coerce(verify, bool, "verify", error=ValueError))
         model_max = int(loaded.checkpoint.model_config.seq_length)
         adapter = MegatronMaskedLMAdapter(
             loaded.model, inference_token_ids(loaded.tokenizer),
