@@ -64,3 +64,17 @@ def zero_bytes_in_archive(path, count: int = 64) -> str:
         handle.seek(entry.header_offset + 30 + len(entry.filename.encode()) + len(entry.extra) + 64)
         handle.write(bytes(count))
     return entry.filename
+
+
+@pytest.fixture(autouse=False)
+def own_process_group():
+    """Tear down a process group the test's loads created (evaluation and the weights-only load
+    set one up), so the tests after it start without one, as they would alone."""
+    import torch.distributed as dist
+
+    from megatron_biglm.common.process_groups import destroy
+
+    existed = dist.is_initialized()
+    yield
+    if not existed:
+        destroy(created_group=True)

@@ -8,7 +8,9 @@ import importlib.util
 
 import pytest
 
-from checkpoint_damage import ITEMS, damaged_copy, saved_run, train_data  # noqa: F401  (fixtures)
+from checkpoint_damage import ITEMS, damaged_copy, own_process_group, saved_run, train_data  # noqa: F401  (fixtures)
+
+pytestmark = pytest.mark.usefixtures("own_process_group")
 from megatron_biglm.checkpoint.verify import CorruptCheckpointError, verify_checkpoint
 from train_fixtures import tiny_overrides
 

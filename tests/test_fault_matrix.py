@@ -22,7 +22,9 @@ from typing import Callable
 
 import pytest
 
-from checkpoint_damage import ITEMS, saved_run, train_data, zero_bytes_in_item  # noqa: F401  (fixtures)
+from checkpoint_damage import ITEMS, own_process_group, saved_run, train_data, zero_bytes_in_item  # noqa: F401  (fixtures)
+
+pytestmark = pytest.mark.usefixtures("own_process_group")
 
 
 @dataclass
