@@ -98,10 +98,10 @@ def evaluate(env, path, **model_args):
     return BiGLMEvalLM(path=str(path), device="cpu", progress=False, **model_args)
 
 
-def eval_cli(env, task, rows):
+def eval_cli(env, task, rows, path=None):
     from megatron_biglm.evaluation.cli import main
     data = env.file(f"data/{task}.jsonl", b"".join(json.dumps(r).encode() + b"\n" for r in rows))
-    return main(["--model", "biglm", "--model-args", f"path={env.run[0]}", "--suite", task,
+    return main(["--model", "biglm", "--model-args", f"path={path or env.run[0]},progress=false", "--suite", task,
                  "--data-dir", str(data.parent), "--task-dir", str(env.tmp / "tasks"),
                  "--output", str(env.out / "results.json")])
 
@@ -212,6 +212,9 @@ FAULTS = [
           2, r"embedding\.word_embeddings\.weight fail their CRC-32.*resume from the previous checkpoint: `" + PREVIOUS),
     Fault("checkpoint", "corrupt optimizer state (export)",
           lambda e: export(e, damaged(e, ITEMS["optimizer state"]) / "iter_0000004"),
+          1, r"optimizer\.state\.exp_avg\.embedding\.word_embeddings\.weight fail.*" + PREVIOUS),
+    Fault("checkpoint", "corrupt optimizer state (eval CLI)",
+          lambda e: eval_cli(e, "arc_easy", [ARC], path=damaged(e, ITEMS["optimizer state"]) / "iter_0000004"),
           1, r"optimizer\.state\.exp_avg\.embedding\.word_embeddings\.weight fail.*" + PREVIOUS),
     Fault("checkpoint", "missing file (eval)", lambda e: evaluate(e, removed(e) / "iter_0000004"),
           Exception, r"file train_state\.json is missing.*" + PREVIOUS),
