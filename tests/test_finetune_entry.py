@@ -103,7 +103,8 @@ def _recipe(task_files, **options):
     from megatron_biglm.finetune.tasks import get_task
 
     from finetune_entry_fixtures import TEMPLATE
-    opts = FinetuneConfig(task="rte", template=TEMPLATE, label_words=["yes", "no"], max_length=16, **options)
+    opts = FinetuneConfig(**{"task": "rte", "template": TEMPLATE, "label_words": ["yes", "no"], "max_length": 16,
+                             **options})
     return recipe_for(get_task("rte"), load_tokenizer(task_files["tokenizer"]), opts)
 
 
@@ -173,3 +174,45 @@ def test_starts_from_the_weights_of_another_run(straight, task, tmp_path):
     assert results["train"]["initialized_from"] == str(straight[0] / "checkpoints" / "iter_0000048")
     assert results["train"]["resumed_from"] is None and results["train"]["iteration"] == 12
     assert results["validations"][0]["valid"]["validation"]["accuracy"] >= 0.95
+
+
+def test_multi_token_label_words_are_scored_by_their_summed_log_probs(task):
+    recipe = _recipe(task)  # "yes" / "no": one slot
+    two = _recipe(task, label_words=["yes", "no no"])
+    assert recipe.encoder.num_slots == 1 and two.encoder.num_slots == 2
+    row = {"premise": "red cat dog sun moon rock", "hypothesis": "cat", "label": 1}
+    batch = two.collate([two.encoder.encode(row, 1)])
+    logits = torch.randn(1, 16, 40)
+    loss_sum, _, _ = two._loss(batch, logits)
+    slots = batch["mask_positions"][0].tolist()
+    logp = torch.log_softmax(logits[0, slots], -1)
+    yes, no = two.encoder.label_token_ids[0][0], two.encoder.label_token_ids[1][0]
+    scores = torch.stack([logp[0, yes], logp[0, no] + logp[1, no]])
+    assert math.isclose(float(loss_sum), float(-torch.log_softmax(scores, 0)[1]), rel_tol=1e-5)
+
+
+def dp_worker(task: dict, out: str) -> dict:
+    """One torchrun rank (DP=2): a straight run, and one stopped mid-epoch then resumed."""
+    from megatron_biglm.finetune_main import finetune
+
+    dp = {"training.micro_batch_size": 8}
+    straight = finetune(None, finetune_overrides(task, Path(out) / "straight", **dp))
+    finetune(None, finetune_overrides(task, Path(out) / "split", **dp, **{"training.exit_after_steps": 18}))
+    resumed = finetune(None, finetune_overrides(task, Path(out) / "split", **dp))
+    drop = ("train",)
+    return {"straight": {k: v for k, v in straight.items() if k not in drop},
+            "resumed": {k: v for k, v in resumed.items() if k not in drop},
+            "resumed_from": resumed["train"]["resumed_from"]}
+
+
+@pytest.mark.slow
+def test_data_parallel_fine_tune_learns_and_resumes(task, tmp_path):
+    from torchrun_util import run_function
+
+    res = run_function("tests/test_finetune_entry.py:dp_worker", nproc=2, timeout=600,
+                       kwargs={"task": task, "out": str(tmp_path)}).check().results[0]
+    assert res["straight"]["best_metric"] >= 0.95 and res["straight"]["finished"]
+    assert res["resumed_from"].endswith("iter_0000018")
+    assert res["resumed"] == res["straight"]
+    assert json.loads((tmp_path / "straight" / "results.json").read_text())["best_metric"] == \
+        res["straight"]["best_metric"]
