@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -61,15 +62,23 @@ def test_verbalizer_recipe_learns_the_prompted_task_through_the_entry_point(stra
     assert "train_steps: 48" in saved and "seq_length: 16" in saved
 
 
-def test_stopped_mid_epoch_and_resumed_writes_the_same_results(straight, task, tmp_path):
+def test_sigterm_mid_epoch_and_resume_write_the_same_results(straight, task, tmp_path):
     run = tmp_path / "run"
     keep = {"checkpoint.keep_last": 1}
-    first = _run(tmp_path, task, run, **keep, **{"training.exit_after_steps": 18})  # mid epoch 2
+    from megatron_biglm.finetune_main import finetune
+
+    def sigterm_at_18(step, loop_state):  # noqa: ARG001 - a preemption mid epoch 2
+        if step == 18:
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    first = finetune(None, finetune_overrides(task, run, **keep), callbacks=[sigterm_at_18])
+    assert first["train"]["stopped_by"] == "SIGTERM" and first["train"]["iteration"] == 18
     assert not first["finished"] and [v["step"] for v in first["validations"]] == [12]
     assert (run / "checkpoints" / "best").read_text().strip() == "iter_0000012"
     assert (run / "checkpoints" / "iter_0000012").is_dir()  # the best survives keep_last=1
-    resumed = _run(tmp_path, task, run, **keep)
+    resumed = _run(tmp_path, task, run, **keep)  # the same command again: resumes at step 18
     assert resumed == straight[1]
+    assert json.loads((run / "train_done.json").read_text())["resumed_from"].endswith("iter_0000018")
 
 
 def test_epochs_become_steps_rounding_up():
