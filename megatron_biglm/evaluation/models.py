@@ -24,7 +24,8 @@ from pathlib import Path
 from typing import Any
 
 from megatron_biglm.inference.hf_adapter import HFMaskedLMAdapter
-from megatron_biglm.inference.loading import is_megatron_checkpoint
+from megatron_biglm.inference.loading import (  # noqa: F401 - re-exported for callers
+    hf_max_length, is_megatron_checkpoint, load_hf_masked_lm, resolve_device)
 from megatron_biglm.inference.protocol import inference_token_ids
 
 from .lm import MaskedLMEvalLM
@@ -32,7 +33,6 @@ from .lm import MaskedLMEvalLM
 log = logging.getLogger(__name__)
 
 DEFAULT_BATCH_SIZE = 16
-_DTYPES = ("auto", "float32", "float64", "bfloat16", "float16")
 
 
 def tristate(value: Any, name: str) -> str:
@@ -54,38 +54,6 @@ def batch_size_arg(value: Any) -> int:
     if size < 1:
         raise ValueError(f"batch_size must be a positive integer, got {value!r}")
     return size
-
-
-def resolve_device(device: str | None) -> str:
-    """`device`, or CUDA when available; lm-eval's CLI asks for cuda:0 by default, so a CUDA
-    request on a machine without CUDA runs on CPU with a warning instead of failing."""
-    import torch
-
-    if device is None:
-        return "cuda" if torch.cuda.is_available() else "cpu"
-    if str(device).startswith("cuda") and not torch.cuda.is_available():
-        log.warning("device %s requested but CUDA is not available: running on cpu", device)
-        return "cpu"
-    return str(device)
-
-
-def load_hf_masked_lm(path, *, device: str = "cpu", dtype: str = "float32",
-                      trust_remote_code: bool = False):
-    """`AutoModelForMaskedLM.from_pretrained(path)` on `device` in `dtype`, in eval mode."""
-    import torch
-    from transformers import AutoModelForMaskedLM
-
-    if dtype not in _DTYPES:
-        raise ValueError(f"dtype must be one of {_DTYPES}, got {dtype!r}")
-    torch_dtype = "auto" if dtype == "auto" else getattr(torch, dtype)
-    try:
-        model = AutoModelForMaskedLM.from_pretrained(str(path), dtype=torch_dtype,
-                                                     trust_remote_code=trust_remote_code)
-    except (OSError, ValueError) as exc:
-        raise ValueError(f"could not load a masked LM from {path}: {exc}\n  (an HF directory with "
-                         "config.json and weights is needed; models with their own code need "
-                         "trust_remote_code=true)") from exc
-    return model.to(device).eval()
 
 
 def _refuse_unknown(unknown: dict) -> None:
@@ -125,7 +93,7 @@ class HFMaskedLMEvalLM(MaskedLMEvalLM):
         tok = load_tokenizer_for(tokenizer if tokenizer is not None else source)
         special = inference_token_ids(tok)
         adapter = HFMaskedLMAdapter(
-            model, special, max_length=max_length or _max_length(model, tok),
+            model, special, max_length=max_length or hf_max_length(model, tok),
             split_attention=tristate(split_attention, "split_attention")
             if split_attention is not None else self.default_split_attention,
             prefix_cache=tristate(prefix_cache, "prefix_cache"))
@@ -202,13 +170,3 @@ class BiGLMEvalLM(HFMaskedLMEvalLM):
         if getattr(self, "load_notes", None):
             info["masked_lm_eval"]["load_notes"] = list(self.load_notes)
         return info
-
-
-def _max_length(model, tokenizer) -> int:
-    """The model's positions, capped by the tokenizer's limit when it states a real one
-    (RoBERTa's 514 positions hold 512 tokens)."""
-    limit = int(getattr(model.config, "max_position_embeddings", 512))
-    tok_limit = getattr(tokenizer, "model_max_length", None)
-    if isinstance(tok_limit, int) and 0 < tok_limit < 1_000_000:
-        limit = min(limit, tok_limit)
-    return limit
