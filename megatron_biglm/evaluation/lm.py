@@ -25,18 +25,20 @@ log = logging.getLogger(__name__)
 class MaskedLMEvalLM(LM):
     """lm-eval model for a masked LM.
 
-    scoring: beam | oneshot | pll | l2r (see `scoring/__init__.py` for costs);
+    scoring: beam | oneshot | pll | l2r | elbo (see `scoring/__init__.py` for costs);
+    elbo_samples, seed: Monte-Carlo draws per request of the elbo rule and their seed;
     beam: beam width of the beam rule; batch_size: rows per forward pass;
     prefix_reuse: auto | on | off (reuse context keys/values across choices and rounds);
     add_eos: close every input with EOS after the continuation slots (off in the reference)."""
 
     def __init__(self, adapter: MaskedLMAdapter, tokenizer, *, scoring: str = "beam", beam: int = 1,
                  batch_size: int = 16, prefix_reuse: str = "auto", add_eos: bool = False,
-                 progress: bool = True):
+                 progress: bool = True, elbo_samples: int = 128, seed: int = 0):
         super().__init__()
         self.adapter = adapter
         self.tokenizer = tokenizer
-        self.rule = make_rule(str(scoring), adapter.special.mask_id, int(beam))
+        self.rule = make_rule(str(scoring), adapter.special.mask_id, int(beam),
+                              samples=int(elbo_samples), seed=int(seed))
         self.batch_size = int(batch_size)
         self.prefix_reuse = _resolve_prefix_reuse(str(prefix_reuse), adapter)
         if add_eos and adapter.special.eos_id is None:

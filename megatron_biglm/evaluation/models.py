@@ -5,7 +5,8 @@ Model arguments (lm-eval `--model_args k=v,...`, or keyword arguments):
                       megatron checkpoint (root, iter_* folder or run directory, any TP/PP)
   tokenizer           tokenizer directory or object (default: same as the model; for a
                       megatron checkpoint the run's data.tokenizer)
-  scoring             beam (default) | oneshot | pll | l2r;  beam: beam width (default 1)
+  scoring             beam (default) | oneshot | pll | l2r | elbo;  beam: beam width (default 1)
+  elbo_samples, seed  Monte-Carlo draws per request of the elbo rule (default 128) and their seed
   batch_size          rows per forward pass (default 16; lm-eval's "auto" means 16)
   device, dtype       e.g. cpu / cuda:0, float32 / bfloat16 / float16 / float64 / auto
                       (megatron checkpoints: not float64; auto = the stored dtype)
@@ -80,7 +81,7 @@ class HFMaskedLMEvalLM(MaskedLMEvalLM):
                  device: str | None = None, dtype: str = "float32", split_attention=None,
                  prefix_cache=None, prefix_reuse=None, add_eos: bool = False,
                  max_length: int | None = None, trust_remote_code: bool = False,
-                 progress: bool = True, **unknown):
+                 progress: bool = True, elbo_samples: int = 128, seed: int = 0, **unknown):
         _refuse_unknown(unknown)
         source = pretrained if pretrained is not None else path
         if source is None:
@@ -97,7 +98,8 @@ class HFMaskedLMEvalLM(MaskedLMEvalLM):
             split_attention=tristate(split_attention, "split_attention")
             if split_attention is not None else self.default_split_attention,
             prefix_cache=tristate(prefix_cache, "prefix_cache"))
-        super().__init__(adapter, tok, scoring=scoring, beam=beam,
+        super().__init__(adapter, tok, scoring=scoring, beam=beam, elbo_samples=elbo_samples,
+                         seed=seed,
                          batch_size=batch_size_arg(batch_size),
                          prefix_reuse=tristate(prefix_reuse, "prefix_reuse"),
                          add_eos=bool(add_eos), progress=progress)
@@ -136,7 +138,7 @@ class BiGLMEvalLM(HFMaskedLMEvalLM):
                        device: str | None = None, dtype: str = "float32", split_attention=None,
                        prefix_cache=None, prefix_reuse=None, add_eos: bool = False,
                        max_length: int | None = None, trust_remote_code: bool = False,
-                       progress: bool = True, **unknown):
+                       progress: bool = True, elbo_samples: int = 128, seed: int = 0, **unknown):
         from megatron_biglm.inference.loading import load_megatron_checkpoint
         from megatron_biglm.inference.megatron_adapter import MegatronMaskedLMAdapter
 
@@ -159,6 +161,7 @@ class BiGLMEvalLM(HFMaskedLMEvalLM):
             prefix_cache=False)
         self.load_notes = loaded.notes
         MaskedLMEvalLM.__init__(self, adapter, loaded.tokenizer, scoring=scoring, beam=beam,
+                                elbo_samples=elbo_samples, seed=seed,
                                 batch_size=batch_size_arg(batch_size),
                                 prefix_reuse=tristate(prefix_reuse, "prefix_reuse"),
                                 add_eos=bool(add_eos), progress=progress)
