@@ -50,3 +50,17 @@ def test_unknown_path_and_unknown_option_are_clear(tmp_path, gen_export):
         MaskPredictGenerator.from_pretrained(tmp_path)
     with pytest.raises(TypeError, match="colour"):
         MaskPredictGenerator.from_pretrained(gen_export, colour="red")
+
+
+@pytest.mark.parametrize("settings", SETTINGS[:2], ids=["plain", "blocks-cached"])
+def test_bucketed_lengths_give_the_same_ids_on_both_backends(generators, gen_checkpoint, gen_export,
+                                                             settings):
+    config = GenerationConfig(**settings)
+    for plain, path in zip(generators, (gen_checkpoint, gen_export)):
+        bucketed = MaskPredictGenerator.from_pretrained(path, length_buckets="pow2")
+        assert bucketed.adapter.length_buckets is not None
+        got = bucketed.generate(PROMPTS, config, batch_size=2)
+        want = plain.generate(PROMPTS, config, batch_size=2)
+        assert [o.ids for o in got] == [o.ids for o in want]
+        for a, b in zip(got, want):
+            assert a.confidence == pytest.approx(b.confidence, abs=1e-5)

@@ -7,6 +7,8 @@ Model arguments (lm-eval `--model_args k=v,...`, or keyword arguments):
                       megatron checkpoint the run's data.tokenizer)
   scoring             beam (default) | oneshot | pll | l2r | elbo;  beam: beam width (default 1)
   elbo_samples, seed  Monte-Carlo draws per request of the elbo rule (default 128) and their seed
+  length_buckets      auto | off | pow2 | N: round padded lengths up (auto: multiples of 64 on
+                      GPU so compiled kernels do not recompile per length, off on CPU)
   batch_size          rows per forward pass (default 16; lm-eval's "auto" means 16)
   device, dtype       e.g. cpu / cuda:0, float32 / bfloat16 / float16 / float64 / auto
                       (megatron checkpoints: not float64; auto = the stored dtype)
@@ -24,6 +26,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+from megatron_biglm.inference.buckets import resolve_length_buckets
 from megatron_biglm.inference.hf_adapter import HFMaskedLMAdapter
 from megatron_biglm.inference.loading import (  # noqa: F401 - re-exported for callers
     hf_max_length, is_megatron_checkpoint, load_hf_masked_lm, resolve_device)
@@ -81,7 +84,8 @@ class HFMaskedLMEvalLM(MaskedLMEvalLM):
                  device: str | None = None, dtype: str = "float32", split_attention=None,
                  prefix_cache=None, prefix_reuse=None, add_eos: bool = False,
                  max_length: int | None = None, trust_remote_code: bool = False,
-                 progress: bool = True, elbo_samples: int = 128, seed: int = 0, **unknown):
+                 progress: bool = True, elbo_samples: int = 128, seed: int = 0,
+                 length_buckets="auto", **unknown):
         _refuse_unknown(unknown)
         source = pretrained if pretrained is not None else path
         if source is None:
@@ -98,6 +102,7 @@ class HFMaskedLMEvalLM(MaskedLMEvalLM):
             split_attention=tristate(split_attention, "split_attention")
             if split_attention is not None else self.default_split_attention,
             prefix_cache=tristate(prefix_cache, "prefix_cache"))
+        adapter.length_buckets = resolve_length_buckets(length_buckets, adapter.device)
         super().__init__(adapter, tok, scoring=scoring, beam=beam, elbo_samples=elbo_samples,
                          seed=seed,
                          batch_size=batch_size_arg(batch_size),
@@ -138,7 +143,8 @@ class BiGLMEvalLM(HFMaskedLMEvalLM):
                        device: str | None = None, dtype: str = "float32", split_attention=None,
                        prefix_cache=None, prefix_reuse=None, add_eos: bool = False,
                        max_length: int | None = None, trust_remote_code: bool = False,
-                       progress: bool = True, elbo_samples: int = 128, seed: int = 0, **unknown):
+                       progress: bool = True, elbo_samples: int = 128, seed: int = 0,
+                 length_buckets="auto", **unknown):
         from megatron_biglm.inference.loading import load_megatron_checkpoint
         from megatron_biglm.inference.megatron_adapter import MegatronMaskedLMAdapter
 
@@ -159,6 +165,7 @@ class BiGLMEvalLM(HFMaskedLMEvalLM):
             # The adapter's cache is exact, but lm-eval's `biglm` keeps the uncached megatron
             # path (and refuses prefix_cache=on above) until that behaviour is changed on purpose.
             prefix_cache=False)
+        adapter.length_buckets = resolve_length_buckets(length_buckets, adapter.device)
         self.load_notes = loaded.notes
         MaskedLMEvalLM.__init__(self, adapter, loaded.tokenizer, scoring=scoring, beam=beam,
                                 elbo_samples=elbo_samples, seed=seed,

@@ -57,6 +57,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--batch-size", type=int, default=8)
     p.add_argument("--device", help="default: cuda when available, else cpu")
     p.add_argument("--dtype", help="default: bfloat16 on GPU, float32 on CPU")
+    p.add_argument("--length-buckets", default="auto",
+                   help="round padded lengths up so compiled kernels see few shapes: auto "
+                        "(multiples of 64 on GPU, off on CPU), off, pow2 or N")
     p.add_argument("--no-progress", action="store_true")
     return p
 
@@ -122,7 +125,8 @@ def _generate(args, config, prompts, stderr):
 
     from .generator import MaskPredictGenerator
 
-    generator = MaskPredictGenerator.from_pretrained(args.model, device=args.device, dtype=args.dtype)
+    generator = MaskPredictGenerator.from_pretrained(args.model, device=args.device, dtype=args.dtype,
+                                                     length_buckets=args.length_buckets)
     batches = -(-len(prompts) // (1 if config.batch_invariant else args.batch_size))
     bar = tqdm(total=batches, desc="generating (batches)", file=stderr,
                disable=args.no_progress or len(prompts) == 1)

@@ -25,8 +25,20 @@ def default_dtype(device: str) -> str:
 
 def load_for_generation(path, *, device: str | None = None, dtype: str | None = None,
                         tokenizer=None, split_attention: str = "on", prefix_cache: str = "auto",
-                        max_length: int | None = None, trust_remote_code: bool = False):
-    """`(adapter, tokenizer)` for the model at `path` (see the module docstring)."""
+                        max_length: int | None = None, trust_remote_code: bool = False,
+                        length_buckets="auto"):
+    """`(adapter, tokenizer)` for the model at `path` (see the module docstring).
+    `length_buckets`: padded widths rounded up so compiled kernels see few shapes
+    (`inference.buckets`: "auto" = multiples of 64 on GPU, off on CPU; "pow2"; N; "off")."""
+    adapter, tok = _load(path, device, dtype, tokenizer, split_attention, prefix_cache, max_length,
+                         trust_remote_code)
+    from megatron_biglm.inference.buckets import resolve_length_buckets
+
+    adapter.length_buckets = resolve_length_buckets(length_buckets, adapter.device)
+    return adapter, tok
+
+
+def _load(path, device, dtype, tokenizer, split_attention, prefix_cache, max_length, trust_remote_code):
     from megatron_biglm.inference.loading import is_megatron_checkpoint, resolve_device
 
     device = resolve_device(device)
