@@ -89,6 +89,21 @@ def stage_export(out: Path, checkpoint: str) -> dict:
     return {"hf_dir": str(hf_dir), "parameters": summary.output_parameters, "fill_mask": {prompt: top}}
 
 
+GENERATE_PROMPTS = ("To be, or not to be, that is", "My lord, the king")
+
+
+def stage_generate(hf_dir: str, prompts=GENERATE_PROMPTS, length: int = 12, steps: int = 6) -> dict:
+    """Mask-Predict continuations of a few prompts from the exported model (greedy, fixed length)."""
+    from megatron_biglm.generation import GenerationConfig, MaskPredictGenerator
+
+    generator = MaskPredictGenerator.from_pretrained(hf_dir)
+    outputs = generator.generate(list(prompts), GenerationConfig(length=length, steps=steps))
+    result = {o.prompt: o.text for o in outputs}
+    for prompt, text in result.items():
+        log.info("generate (mask-predict, N=%d, T=%d): %r -> %r", length, steps, prompt, text)
+    return {"length": length, "steps": steps, "continuations": result}
+
+
 def stage_evaluate(out: Path, corpus: Path, hf_dir: str, n_questions: int) -> dict:
     from megatron_biglm.evaluation.cli import run_zero_shot
     from megatron_biglm.evaluation.next_line_task import write_next_line_task
@@ -125,6 +140,7 @@ def main(argv: list[str] | None = None) -> int:
     data_prefix = args.out / "data" / "shakespeare_text_document"
     pretrain = stage_pretrain(args.out, tok_dir, data_prefix, args.steps)
     export = stage_export(args.out, pretrain["checkpoint"])
+    generation = stage_generate(export["hf_dir"])
     evaluation = stage_evaluate(args.out, corpus, export["hf_dir"], args.eval_questions)
 
     result = {
@@ -135,6 +151,7 @@ def main(argv: list[str] | None = None) -> int:
         "skipped": summary["skipped"],
         "pretrain": pretrain,
         "export": export,
+        "generate": generation,
         "evaluate": evaluation,
         "seconds": round(time.time() - t0, 1),
     }

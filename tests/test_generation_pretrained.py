@@ -64,3 +64,11 @@ def test_bucketed_lengths_give_the_same_ids_on_both_backends(generators, gen_che
         assert [o.ids for o in got] == [o.ids for o in want]
         for a, b in zip(got, want):
             assert a.confidence == pytest.approx(b.confidence, abs=1e-5)
+
+
+def test_quickstart_generate_stage(gen_export):
+    from megatron_biglm.quickstart import stage_generate
+
+    out = stage_generate(str(gen_export), length=5, steps=2)
+    assert list(out["continuations"]) == ["To be, or not to be, that is", "My lord, the king"]
+    assert all(isinstance(t, str) and t for t in out["continuations"].values())
