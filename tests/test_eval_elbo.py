@@ -9,7 +9,8 @@ import random
 import statistics
 
 import pytest
-from eval_fixtures import bf_gold_logprobs, bf_oneshot, one_torch_thread, tiny_biglm  # noqa: F401
+from eval_fixtures import (bert_dir, bf_gold_logprobs, bf_oneshot, one_torch_thread,  # noqa: F401
+                           tiny_biglm, wordpiece_dir)
 
 from megatron_biglm.evaluation.runner import score_requests
 from megatron_biglm.evaluation.scoring import ScoreRequest, make_rule
@@ -88,3 +89,17 @@ def test_cached_equals_uncached_and_batching_does_not_matter(adapter):
 def test_bad_sample_count_is_refused():
     with pytest.raises(ValueError, match="positive integer"):
         make_rule("elbo", SPECIAL.mask_id, samples=0)
+
+
+def test_elbo_through_the_lm_eval_model(bert_dir):
+    from eval_fixtures import instances
+
+    from megatron_biglm.evaluation.models import HFMaskedLMEvalLM
+
+    lm = HFMaskedLMEvalLM(pretrained=str(bert_dir), scoring="elbo", elbo_samples=4, seed=1,
+                          progress=False)
+    pairs = [("the king", " is dead"), ("long", " live")]
+    first = lm.loglikelihood(instances(pairs))
+    assert first == lm.loglikelihood(instances(pairs))  # seeded: the same every call
+    info = lm.get_model_info()["masked_lm_eval"]
+    assert info["scoring"] == "elbo" and all(lp < 0 for lp, _ in first)
