@@ -47,7 +47,8 @@ def _iterate_forever_guard(loader, what: str):
     raise RuntimeError(f"{what} ran out of samples; this is a bug in the sample budget")
 
 
-def train(config_or_path, overrides=(), callbacks=(), forward_hook=None, recipe=None) -> TrainResult:
+def train(config_or_path, overrides=(), callbacks=(), forward_hook=None, recipe=None,
+          init_from=None) -> TrainResult:
     """Run (or resume) training as configured; return a summary on every rank.
 
     `recipe`: what is trained (datasets, forward/loss, metrics; training/recipe.py); None is
@@ -55,7 +56,11 @@ def train(config_or_path, overrides=(), callbacks=(), forward_hook=None, recipe=
     objects with `on_step(step, loop_state, ctx)` (ctx: training/loop.LoopContext: the live
     model, tokenizer, metrics), after each step; the config's `zero_shot_eval` adds one.
     `forward_hook`: wraps the loss computation for tests (e.g. to inject a NaN) as
-    `hook(step, loss_tensor) -> tensor`.
+    `hook(step, loss_tensor) -> tensor`. A callback with `on_save(loop_state, path)` hears of
+    each checkpoint once it is sealed (fine-tuning's `best` pointer).
+    `init_from`: a checkpoint of any kind (a pretraining run, an HF import) whose model weights
+    a run without checkpoints of its own starts from, with a fresh optimizer and schedule
+    (fine-tuning); once the run has saved, `checkpoint.load` (auto) resumes those instead.
     """
     import torch
 
@@ -88,10 +93,14 @@ def train(config_or_path, overrides=(), callbacks=(), forward_hook=None, recipe=
         root = cfg.checkpoint_dir
         # Every rank checks (shared filesystem), so a refusal stops all ranks, none hangs.
         start = checkpoint_dir.choose_start(root, cfg.checkpoint.load)
+        if start.path is None and init_from is not None and cfg.checkpoint.load == "auto":
+            start = _initial_weights(init_from)
         init_path = start.path if start.weights_only else None  # weights only: a start, not a resume
         load_path = None if start.weights_only else start.path
         if start.path is not None:
-            check_resume(read_train_state(start.path, signature), backend, start.path, info.dp)
+            saved_state = read_train_state(start.path, signature)  # refuses another model shape
+            if load_path is not None:
+                check_resume(saved_state, backend, start.path, info.dp)
             verified = (verify_checkpoint(start.path, collective=True).note() if cfg.checkpoint.verify else
                         f"checkpoint.verify=false: {start.path} was loaded without its CRC-32 check")
 
@@ -135,8 +144,12 @@ def train(config_or_path, overrides=(), callbacks=(), forward_hook=None, recipe=
             return itertools.cycle(loader) if len(loader) else iter(())
 
         def save(st):
-            return backend.save(root, st.iteration, model_chunks, optimizer, scheduler,
+            path = backend.save(root, st.iteration, model_chunks, optimizer, scheduler,
                                 {**checkpoint_state(st, stateful), "backend": backend.name}, cfg, signature)
+            for cb in callbacks:
+                if hasattr(cb, "on_save"):
+                    cb.on_save(st, path)
+            return path
 
         shape = shape_of(mc)
         callbacks = list(callbacks) + _configured_callbacks(cfg, data.tokenizer, recipe)
@@ -164,6 +177,15 @@ def train(config_or_path, overrides=(), callbacks=(), forward_hook=None, recipe=
         return result
     finally:
         backend.shutdown(info)
+
+
+def _initial_weights(init_from):
+    """The start point of a run that takes only the model weights of `init_from` (any
+    megatron-biglm checkpoint folder, checkpoint root or run directory)."""
+    from megatron_biglm.checkpoint.dirs import StartPoint
+    from megatron_biglm.checkpoint.run_checkpoint import locate
+
+    return StartPoint(locate(init_from), weights_only=True)
 
 
 def _configured_callbacks(cfg, tokenizer, recipe) -> list:

@@ -3,6 +3,8 @@
 Layout under `checkpoint.dir`:
 
     latest                  text: the name of the newest complete checkpoint
+    best                    text (fine-tuning): the checkpoint with the best validation metric;
+                            `keep_last` never deletes it
     iter_0000100/
         COMPLETE.json       manifest: iteration + every file's size, written last
         config.yaml         the resolved run config
@@ -28,6 +30,7 @@ from pathlib import Path
 
 MANIFEST = "COMPLETE.json"
 LATEST = "latest"
+BEST = "best"
 TRAIN_STATE = "train_state.json"
 #: `train_state.json` flag of a checkpoint that holds model weights only (no optimizer,
 #: scheduler or RNG state).
@@ -76,8 +79,10 @@ def seal(temp_dir: Path, iteration: int, keep_last: int | None = None) -> Path:
     for stale in root.glob(".tmp-*"):
         shutil.rmtree(stale, ignore_errors=True)
     if keep_last:
+        best = best_checkpoint_name(root)
         for old in complete_checkpoints(root)[:-keep_last]:
-            shutil.rmtree(old, ignore_errors=True)
+            if old.name != best:
+                shutil.rmtree(old, ignore_errors=True)
     return final
 
 
@@ -94,6 +99,24 @@ def _earlier(folder: Path) -> str:
     return (f"Point checkpoint.load at an earlier complete checkpoint: `checkpoint.load={prev}`" if prev
             else "Point checkpoint.load at an earlier complete checkpoint (none exists beside it), or "
                  "start fresh with checkpoint.load=none")
+
+
+def best_checkpoint_name(root: Path) -> str | None:
+    """The checkpoint name the `best` pointer holds (fine-tuning), or None."""
+    pointer = Path(root) / BEST
+    return pointer.read_text().strip() if pointer.is_file() else None
+
+
+def point_best(root: Path, iteration: int) -> Path:
+    """Point `best` at `iter_N` (atomic replace, single writer); the checkpoint must exist."""
+    root = Path(root)
+    target = root / iteration_name(iteration)
+    if not (target / MANIFEST).is_file():
+        raise CheckpointError(f"cannot mark {target} as best: it is not a complete checkpoint")
+    tmp = root / f".{BEST}.tmp"
+    tmp.write_text(target.name + "\n")
+    os.replace(tmp, root / BEST)
+    return target
 
 
 def verify(folder: Path) -> dict:

@@ -22,6 +22,7 @@ import yaml
 from megatron_biglm.common.config_fields import ConfigError
 
 from .sections import ModelSection, ObjectiveSection
+from .finetune_section import FinetuneConfig
 from .zero_shot_eval import ZeroShotEvalConfig
 
 
@@ -136,6 +137,7 @@ class RunConfig:
     logging: LoggingConfig = field(default_factory=LoggingConfig)
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
     zero_shot_eval: ZeroShotEvalConfig = field(default_factory=ZeroShotEvalConfig)
+    finetune: FinetuneConfig = field(default_factory=FinetuneConfig)
 
     @property
     def checkpoint_dir(self) -> Path:
@@ -204,6 +206,10 @@ def validate(config: RunConfig) -> None:
         _validate_deepspeed(config)
     if config.zero_shot_eval.problem():
         raise ConfigError(f"zero_shot_eval: {config.zero_shot_eval.problem()}")
+    config.finetune.check()
+    if config.finetune.enabled and config.parallelism.pipeline_model_parallel_size != 1:
+        raise ConfigError("fine-tuning validates with the whole model on each rank: set "
+                          "parallelism.pipeline_model_parallel_size=1 (tensor and data parallelism work)")
     if config.zero_shot_eval.enabled and config.parallelism.pipeline_model_parallel_size != 1:
         raise ConfigError("zero_shot_eval needs the whole model on each rank (pipeline_model_parallel_size=1); "
                           "evaluate the saved checkpoints instead")

@@ -95,3 +95,49 @@ def _ensure_rng_tracker() -> None:
 
     if not tensor_parallel.get_cuda_rng_tracker().is_initialized():
         tensor_parallel.model_parallel_cuda_manual_seed(0)
+
+
+# ---------------------------------------------------------------------- HF exports
+HF_DTYPES = ("auto", "float32", "float64", "bfloat16", "float16")
+
+
+def resolve_device(device: str | None) -> str:
+    """`device`, or CUDA when available; a CUDA request on a machine without CUDA runs on CPU
+    with a warning instead of failing (lm-eval's CLI asks for cuda:0 by default)."""
+    import logging
+
+    if device is None:
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    if str(device).startswith("cuda") and not torch.cuda.is_available():
+        logging.getLogger(__name__).warning(
+            "device %s requested but CUDA is not available: running on cpu", device)
+        return "cpu"
+    return str(device)
+
+
+def load_hf_masked_lm(path, *, device: str = "cpu", dtype: str = "float32",
+                      trust_remote_code: bool = False):
+    """`AutoModelForMaskedLM.from_pretrained(path)` on `device` in `dtype`, in eval mode."""
+    from transformers import AutoModelForMaskedLM
+
+    if dtype not in HF_DTYPES:
+        raise ValueError(f"dtype must be one of {HF_DTYPES}, got {dtype!r}")
+    torch_dtype = "auto" if dtype == "auto" else getattr(torch, dtype)
+    try:
+        model = AutoModelForMaskedLM.from_pretrained(str(path), dtype=torch_dtype,
+                                                     trust_remote_code=trust_remote_code)
+    except (OSError, ValueError) as exc:
+        raise ValueError(f"could not load a masked LM from {path}: {exc}\n  (an HF directory with "
+                         "config.json and weights is needed; models with their own code need "
+                         "trust_remote_code=true)") from exc
+    return model.to(device).eval()
+
+
+def hf_max_length(model, tokenizer) -> int:
+    """The model's positions, capped by the tokenizer's limit when it states a real one
+    (RoBERTa's 514 positions hold 512 tokens)."""
+    limit = int(getattr(model.config, "max_position_embeddings", 512))
+    tok_limit = getattr(tokenizer, "model_max_length", None)
+    if isinstance(tok_limit, int) and 0 < tok_limit < 1_000_000:
+        limit = min(limit, tok_limit)
+    return limit
