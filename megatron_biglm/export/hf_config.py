@@ -130,7 +130,7 @@ def architecture_from_hf_config(config, *, padded_vocab_size: int | None = None)
 
 
 def shape_from_biglm_config(model_config) -> BiGLMShape:
-    """The mapping shape of our `megatron_biglm.model.BiGLMModelConfig` (embeddings always tied)."""
+    """The mapping shape of our `megatron_biglm.model.BiGLMModelConfig`."""
     return BiGLMShape(
         num_layers=model_config.num_layers,
         hidden_size=model_config.hidden_size,
@@ -140,7 +140,7 @@ def shape_from_biglm_config(model_config) -> BiGLMShape:
         ffn_hidden_size=model_config.ffn_hidden_size,
         vocab_size=model_config.vocab_size,
         padded_vocab_size=model_config.padded_vocab_size,
-        tie_word_embeddings=True,
+        tie_word_embeddings=not model_config.untie_embeddings_and_output_weights,
     )
 
 
