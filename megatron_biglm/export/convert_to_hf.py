@@ -85,7 +85,7 @@ def to_hf(checkpoint_dir, output_dir, *, tokenizer: str | None = None, dtype: st
     if cast is None and len(stored) > 1:
         cast = torch.float32
         notes.append(f"the checkpoint mixes dtypes {stored}; exported as float32")
-    head = export_head(checkpoint.run_config)  # a fine-tuned head model: its class and rows
+    head = export_head(checkpoint)  # a fine-tuned head model: its class and rows
     table = head.table if head is not None else None
     report = ConversionReport()
     stream = megatron_to_hf(weights, shape, report=report, table=table)  # checks every key before reading

@@ -1,11 +1,11 @@
 """Which task head a fine-tuned run carries, and the HF form it exports as.
 
 A `head` or `span` fine-tune (`finetune.task` of that kind) trains `BiGLMHeadModel`: the
-trunk plus `task_head.*`. Export writes the trunk exactly as for the masked-LM model and the
+trunk plus `task_head.*`; the checkpoint's weights say which head it is. Export writes the trunk exactly as for the masked-LM model and the
 head as the matching EuroBERT class, so plain transformers loads it:
 
   classification -> EuroBertForSequenceClassification: the same pooling ("mean", or "first"
-      = HF's "bos"), dense, GELU, classifier; `num_labels`, `id2label` from the data set.
+      = HF's "bos"), dense, GELU, classifier; `num_labels` from the classifier's rows.
   span           -> EuroBertForTokenClassification with 2 labels, "start" and "end":
       transformers has no EuroBertForQuestionAnswering; its logits[..., 0] / [..., 1] are the
       start / end logits (our head is the same linear map; HF does not mask padding, so
@@ -43,19 +43,15 @@ class ExportHead:
             hf_config.problem_type = "single_label_classification"
 
 
-def export_head(run_config) -> ExportHead | None:
-    """The head of a fine-tuning run config, or None when it has the masked-LM head."""
-    finetune = getattr(run_config, "finetune", None)
-    if finetune is None or not finetune.enabled:
-        return None
-    from megatron_biglm.finetune.data_files import get_schema
-    from megatron_biglm.finetune.tasks import get_task
+def export_head(checkpoint) -> ExportHead | None:
+    """The task head a checkpoint holds (read off its `task_head.*` weights), or None when it
+    has the masked-LM head. Labels are named LABEL_0.. (the data set's label names live in
+    finetune/, above this floor; set `id2label` in config.json to name them)."""
+    from megatron_biglm.model.head_model import head_of_checkpoint
 
-    task = get_task(finetune.task)
-    if task.kind == "head":
-        labels = get_schema(task.dataset).label_names
-        return ExportHead("classification", {"num_labels": len(labels),
-                                             "pooling": str(finetune.get("pooling", "mean"))}, tuple(labels))
-    if task.kind == "span":
-        return ExportHead("span")
-    return None
+    found = head_of_checkpoint(checkpoint)
+    if found is None:
+        return None
+    head, options = found
+    labels = tuple(f"LABEL_{i}" for i in range(options.get("num_labels", 0)))
+    return ExportHead(head, options, labels)

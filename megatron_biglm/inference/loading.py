@@ -69,9 +69,8 @@ def load_megatron_checkpoint(path, *, tokenizer=None, device: str = "cpu",
     and find its tokenizer. Sets up a one-process group (gloo on CPU) when none exists."""
     from megatron_biglm.checkpoint.weights_only import load_model_weights
     from megatron_biglm.config.trained_checkpoint import open_checkpoint
-    from megatron_biglm.export.head_export import export_head
     from megatron_biglm.model import init_single_process, model_provider
-    from megatron_biglm.model.head_model import head_model_provider
+    from megatron_biglm.model.head_model import head_model_provider, head_of_checkpoint
 
     checkpoint = open_checkpoint(path)  # clear CheckpointError for missing/partial folders
     notes: list = []
@@ -79,12 +78,12 @@ def load_megatron_checkpoint(path, *, tokenizer=None, device: str = "cpu",
     params_dtype = _params_dtype(dtype, checkpoint)
     init_single_process(tp=1, pp=1)
     _ensure_rng_tracker()
-    head = export_head(checkpoint.run_config)
+    head = head_of_checkpoint(checkpoint)
     if head is None:
         model = model_provider(True, True, config=checkpoint.model_config, params_dtype=params_dtype)
     else:  # a fine-tuned classification / span model: the trunk and its task head
         tcfg = checkpoint.model_config.to_transformer_config(params_dtype=params_dtype)
-        model = head_model_provider(head.head, head.options)(True, True, checkpoint.model_config, tcfg)
+        model = head_model_provider(*head)(True, True, checkpoint.model_config, tcfg)
     load_model_weights(checkpoint.path, model)
     saved = checkpoint.run_config.parallelism
     notes.append(f"loaded {checkpoint.path} (saved at TP={saved.tensor_model_parallel_size}, "

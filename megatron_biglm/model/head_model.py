@@ -52,3 +52,24 @@ def head_model_provider(head: str, head_options: Optional[dict] = None):
                               pre_process=pre_process, post_process=post_process)
 
     return provider
+
+
+def head_of_weights(shapes, pooling: str = "mean") -> tuple[str, dict] | None:
+    """(head name, head options) of a checkpoint from its weight names -> shapes (TP=1), or
+    None for a masked-LM model. Read off the weights so a checkpoint tells what it holds
+    (`pooling` is not a weight: pass the run's `finetune.options.pooling`)."""
+    names = set(shapes)
+    if "task_head.dense.weight" in names:
+        return "classification", {"num_labels": int(shapes["task_head.classifier.weight"][0]), "pooling": pooling}
+    if "task_head.classifier.weight" in names:
+        return "span", {}
+    return None
+
+
+def head_of_checkpoint(checkpoint) -> tuple[str, dict] | None:
+    """`head_of_weights` for a `TrainedCheckpoint` (its dist weights and saved run config)."""
+    weights = checkpoint.weights()
+    finetune = getattr(checkpoint.run_config, "finetune", None)
+    pooling = str(finetune.get("pooling", "mean")) if finetune is not None else "mean"
+    return head_of_weights({name: weights.shape(name) for name in weights if name.startswith("task_head.")},
+                           pooling)
