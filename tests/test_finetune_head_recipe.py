@@ -59,6 +59,7 @@ def test_classification_head_ignores_padding_and_first_pooling_reads_position_0(
         build_head("classification", hidden_size=8, num_labels=3, pooling="last")
 
 
+@pytest.mark.slow  # a fresh transformers process
 def test_head_model_exports_as_sequence_classification_with_the_same_predictions(trained, tmp_path):
     from transformers import AutoTokenizer
 

@@ -77,7 +77,6 @@ def trained(tmp_path_factory):
     return task, run, json.loads((run / "results.json").read_text())
 
 
-@pytest.mark.slow  # ~75 s alone on 2 cores (4 epochs of 24 steps, n-best validation each epoch)
 def test_span_recipe_learns_the_marker_task(trained):
     _, _, results = trained
     assert results["select"]["metric"] == "f1"
@@ -98,7 +97,7 @@ def test_span_windows_need_the_stride(tmp_path):
     assert all(w.start_position == w.end_position == 0 for w in windows if not w.has_answer)
 
 
-@pytest.mark.slow
+@pytest.mark.slow  # a fresh transformers process
 def test_span_model_exports_as_token_classification_with_the_same_answers(trained, tmp_path):
     """transformers has no EuroBertForQuestionAnswering: the span head exports as
     EuroBertForTokenClassification with labels (start, end); at valid positions its logits
