@@ -11,6 +11,9 @@ saved with (`checkpoint.verify`; the trainer's manifest already refuses missing 
 files). The directory is written under a temporary name beside `output_dir`, read back and
 compared with the checkpoint, and only then renamed into place: a failed export leaves
 nothing that would load.
+
+A fine-tuned head model (classification, span) exports as its EuroBERT head class
+(`head_export.py`); everything else as EuroBertForMaskedLM.
 """
 from __future__ import annotations
 
@@ -28,6 +31,7 @@ from megatron_biglm.config.trained_checkpoint import open_checkpoint
 
 from .conversion_summary import ConversionSummary, VerificationError, compare_written, with_progress
 from .hf_config import architecture_from_hf_config, hf_config_from_biglm, shape_from_biglm_config
+from .head_export import export_head
 from .hf_files import DEFAULT_MAX_SHARD_BYTES, HFWeights, save_safetensors_stream
 from .model_card import model_card
 from megatron_biglm.data.tokenizer_check import load_export_tokenizer
@@ -83,8 +87,10 @@ def to_hf(checkpoint_dir, output_dir, *, tokenizer: str | None = None, dtype: st
     if cast is None and len(stored) > 1:
         cast = torch.float32
         notes.append(f"the checkpoint mixes dtypes {stored}; exported as float32")
+    head = export_head(checkpoint)  # a fine-tuned head model: its class and rows
+    table = head.table if head is not None else None
     report = ConversionReport()
-    stream = megatron_to_hf(weights, shape, report=report)  # checks every key before reading
+    stream = megatron_to_hf(weights, shape, report=report, table=table)  # checks every key before reading
     notes.append(verify_checkpoint(checkpoint.path).note() if verify else  # flipped bytes keep the size
                  f"--no-verify: {checkpoint.path} was exported without its CRC-32 check")
 
@@ -92,16 +98,18 @@ def to_hf(checkpoint_dir, output_dir, *, tokenizer: str | None = None, dtype: st
     temp = Path(tempfile.mkdtemp(prefix=f".{output_dir.name}.partial-", dir=output_dir.parent))
     try:
         files = save_safetensors_stream(
-            temp, with_progress(stream, len(hf_tensor_shapes(shape)), "megatron -> HF", progress),
+            temp, with_progress(stream, len(hf_tensor_shapes(shape, table)), "megatron -> HF", progress),
             max_shard_bytes=max_shard_bytes, dtype=cast)
         hf_config = hf_config_from_biglm(mc, tok, dtype=_dtype_name(out_dtype))
+        if head is not None:
+            head.configure(hf_config)
         hf_config.save_pretrained(temp)
         tok.save_pretrained(str(temp))
         written = HFWeights(temp)
-        parameters = sum(math.prod(s) for s in hf_tensor_shapes(shape).values())
+        parameters = sum(math.prod(s) for s in hf_tensor_shapes(shape, table).values())
         (temp / "README.md").write_text(model_card(checkpoint, parameters=parameters, tokenizer_source=tok_source,
                                                    dtype=_dtype_name(out_dtype)), encoding="utf-8")
-        comparison = compare_written(written, megatron_to_hf(checkpoint.weights(), shape))
+        comparison = compare_written(written, megatron_to_hf(checkpoint.weights(), shape, table=table))
         if cast is None and comparison.max_abs_diff != 0.0:
             raise VerificationError(f"the written weights differ from the checkpoint by up to "
                                     f"{comparison.max_abs_diff} (at {comparison.worst}); the export was discarded")

@@ -18,7 +18,7 @@ _PARAMS_DTYPE = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16"}
 
 @dataclass
 class LoadedMegatron:
-    model: object          # BiGLMModel, eval mode, on the requested device
+    model: object          # BiGLMModel (BiGLMHeadModel for a head fine-tune), eval mode, on the requested device
     tokenizer: object
     checkpoint: object     # megatron_biglm.config.trained_checkpoint.TrainedCheckpoint
     notes: list
@@ -72,6 +72,7 @@ def load_megatron_checkpoint(path, *, tokenizer=None, device: str = "cpu",
     from megatron_biglm.checkpoint.weights_only import load_model_weights
     from megatron_biglm.config.trained_checkpoint import open_checkpoint
     from megatron_biglm.model import init_single_process, model_provider
+    from megatron_biglm.model.head_model import head_model_provider, head_of_checkpoint
 
     checkpoint = open_checkpoint(path)  # clear CheckpointError for missing/partial folders
     notes: list = [verify_checkpoint(checkpoint.path).note() if verify else
@@ -80,7 +81,12 @@ def load_megatron_checkpoint(path, *, tokenizer=None, device: str = "cpu",
     params_dtype = _params_dtype(dtype, checkpoint)
     init_single_process(tp=1, pp=1)
     _ensure_rng_tracker()
-    model = model_provider(True, True, config=checkpoint.model_config, params_dtype=params_dtype)
+    head = head_of_checkpoint(checkpoint)
+    if head is None:
+        model = model_provider(True, True, config=checkpoint.model_config, params_dtype=params_dtype)
+    else:  # a fine-tuned classification / span model: the trunk and its task head
+        tcfg = checkpoint.model_config.to_transformer_config(params_dtype=params_dtype)
+        model = head_model_provider(*head)(True, True, checkpoint.model_config, tcfg)
     load_model_weights(checkpoint.path, model, verify=False)  # verified above
     saved = checkpoint.run_config.parallelism
     notes.append(f"loaded {checkpoint.path} (saved at TP={saved.tensor_model_parallel_size}, "
