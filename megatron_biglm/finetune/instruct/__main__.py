@@ -1,18 +1,13 @@
-"""Instruction data and instruction tuning from the command line.
+"""Instruction data from the command line (training: `python -m megatron_biglm.instruct_tune`).
 
     # FLAN / xP3 jsonl -> tokenized dataset (English, targets of at most 3 tokens: seed 001)
     python -m megatron_biglm.finetune.instruct build --input 'xp3/*.jsonl' --tokenizer TOK \
         --out data/instruct --max-length 256 --max-target-tokens 3 --language en
-
-    # instruction-tune (the epochs become schedule.train_steps)
-    python -m megatron_biglm.finetune.instruct train --config examples/configs/instruct/seed001.yaml \
-        --data data/instruct --epochs 1 [key=value ...]
 """
 from __future__ import annotations
 
 import argparse
 import json
-import math
 import sys
 
 
@@ -33,31 +28,6 @@ def _build(args) -> int:
     return 0
 
 
-def steps_for_epochs(samples: int, epochs: float, global_batch_size: int) -> int:
-    """ceil(epochs × samples / global batch): the last step tops up from the next epoch's order."""
-    return max(1, math.ceil(epochs * samples / global_batch_size))
-
-
-def _train(args) -> int:
-    from megatron_biglm.config import load_config
-    from megatron_biglm.train import train
-
-    from ..recipes.instruct import InstructRecipe
-    from .dataset import InstructionData
-
-    data = InstructionData.load(args.data)
-    cfg = load_config(args.config, list(args.overrides))
-    steps = steps_for_epochs(len(data), args.epochs, cfg.training.global_batch_size)
-    warmup = min(cfg.schedule.warmup_steps, steps - 1)
-    overrides = list(args.overrides) + [f"schedule.train_steps={steps}", f"schedule.warmup_steps={warmup}"]
-    recipe = InstructRecipe(None, None, {"data": args.data, "valid_data": args.valid_data})
-    print(f"{len(data)} samples x {args.epochs} epochs / batch {cfg.training.global_batch_size} = {steps} steps",
-          flush=True)
-    result = train(args.config, overrides, recipe=recipe)
-    print(json.dumps({"result": result.__dict__}), flush=True)
-    return 0
-
-
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -70,14 +40,8 @@ def main(argv=None) -> int:
     b.add_argument("--max-target-tokens", type=int, default=None, help="seed 001: 3")
     b.add_argument("--language", nargs="*", default=["en"], help="kept languages (none: no filter)")
     b.add_argument("--strict", action="store_true", help="stop at the first bad row")
-    t = sub.add_parser("train", help="instruction-tune through the training loop")
-    t.add_argument("--config", required=True)
-    t.add_argument("--data", required=True, help="a dataset written by `build`")
-    t.add_argument("--valid-data", default=None)
-    t.add_argument("--epochs", type=float, default=1.0)
-    t.add_argument("overrides", nargs="*")
     args = parser.parse_args(argv)
-    return _build(args) if args.command == "build" else _train(args)
+    return _build(args)
 
 
 if __name__ == "__main__":
