@@ -117,3 +117,24 @@ def test_build_cli(tokenizer, rows_file, tmp_path, capsys):
     assert "wrote 4 samples" in out and "target_too_long 1" in out and "no_language_field 2" in out
     meta = json.loads((tmp_path / "ds" / "meta.json").read_text())
     assert meta["template"] == TEMPLATE_SPEC and meta["report"]["rows_kept"] == 4
+
+
+@pytest.mark.slow  # ~10-30 s: model build, 4 steps, a checkpoint
+def test_instruct_tune_entry_point_trains_a_few_steps(tokenizer, rows_file, tmp_path, capsys):
+    """`python -m megatron_biglm.instruct_tune`: epochs -> train_steps, the recipe through train()."""
+    from megatron_biglm.finetune.instruct import build_instruction_data
+    from megatron_biglm.instruct_tune import main
+
+    tokenizer.save_pretrained(str(tmp_path / "tok"))
+    data, _ = build_instruction_data([rows_file], tokenizer, template=TEMPLATE_SPEC, max_length=32)
+    data.save(tmp_path / "ds")
+    overrides = {"run_dir": tmp_path / "run", "data.tokenizer": tmp_path / "tok", "data.seq_length": 32,
+                 "model.preset": "tiny", "model.num_layers": 1, "model.hidden_size": 32, "model.ffn_hidden_size": 64,
+                 "model.vocab_size": len(tokenizer), "training.micro_batch_size": 2, "training.global_batch_size": 2,
+                 "training.precision": "fp32", "logging.tensorboard": False, "logging.progress": "plain",
+                 "logging.log_interval": 1}
+    assert main(["--config", "examples/configs/instruct/seed001.yaml", "--data", str(tmp_path / "ds"),
+                 "--epochs", "1.5"] + [f"{k}={v}" for k, v in overrides.items()]) == 0
+    out = capsys.readouterr().out
+    assert "5 samples x 1.5 epochs / global batch 2 = 4 steps" in out
+    assert (tmp_path / "run" / "train_done.json").is_file()
