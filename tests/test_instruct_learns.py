@@ -8,20 +8,23 @@ The answer is read as a prompt in the instruction template: the target is one `<
 (split at it, as in training), the prediction the argmax over the vocabulary there. Chance:
 one of the 12 content words (1/12), or 1/5 for a model that knows the answer is in the list.
 
-Variant `mlm` (split 0): measured, the same single-family copy task reaches 100 % after
-~250 steps with mlm and ~650 with biglm (split at the target start) on this tiny model, so
-mlm keeps the test inside its CPU budget; the biglm split is checked in
-test_instruct_masking.py.
+Measured (2-layer, 64-wide model, batch 32): held-out accuracy 0.00 before and 0.86 after
+1500 steps at lr 2e-3 (the loss leaves its plateau at ~800 steps; 600 steps at 1e-3 gave
+0.03, 1000 at 2e-3 gave 0.29). ~1 min alone on one thread, ~4 min on a loaded machine.
+Variant `mlm` (split 0): a single copy family reached 100 % after ~250 steps with mlm and
+~650 with biglm (split at the target start) on this tiny model, so mlm keeps the test inside
+its CPU budget; the biglm split itself is checked in test_instruct_masking.py.
 """
 from __future__ import annotations
 
+import numpy as np
 import pytest
 import torch
 
 import instruct_synthetic as syn
 from finetune_fixtures import word_tokenizer
 
-STEPS, BATCH, SEQ, LR = 600, 32, 32, 1e-3
+STEPS, BATCH, SEQ, LR = 1500, 32, 32, 2e-3
 
 
 def accuracy(module, tokenizer, rows) -> float:
@@ -57,7 +60,8 @@ def run(tmp_path, steps: int = STEPS, lr: float = LR, variant: str = "mlm", held
     data, report = build_instruction_data([path], tokenizer, template=syn.TEMPLATE, max_length=SEQ, languages=None)
     assert report.rows_kept == 4000 and tokenizer.unk_token_id not in data.tokens
     held = syn.held_out_rows(held_out, seed=1)
-    seen = [syn.example("say", "last", __import__("numpy").random.default_rng(2)) for _ in range(100)]
+    rng = np.random.default_rng(2)
+    seen = [syn.example("say", "last", rng) for _ in range(100)]
     result = {}
 
     class Probe(InstructRecipe):
@@ -94,4 +98,5 @@ def test_instruction_tuned_model_answers_a_held_out_task(tmp_path):
     print(f"held-out accuracy: base {result['base']:.3f}, instruction-tuned {result['tuned']:.3f}; "
           f"seen family {result['seen']:.3f}")
     assert result["base"] <= 0.2           # chance: 1/12 over the content words
-    assert result["tuned"] >= 0.6          # zero-shot, on a combination never trained on
+    assert result["tuned"] >= 0.5          # zero-shot, on a combination never trained on
+    assert result["seen"] >= 0.8           # a trained family (sanity: the run learned at all)
