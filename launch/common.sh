@@ -6,6 +6,7 @@
 #   MASTER_PORT   29500                           PYTHON      python with the package installed
 #   EXTRA_ARGS    more key=value overrides        REQUEUE     1: requeue after a signal-stop
 #   DRY_RUN=1     print the resolved environment and command; run nothing
+#   ENTRY         the module torchrun runs (megatron_biglm.train; launch/finetune.sh: megatron_biglm.finetune)
 # Extra key=value arguments given to the script are appended as overrides too.
 set -euo pipefail
 
@@ -19,6 +20,7 @@ set -euo pipefail
 : "${PYTHON:=python}"
 : "${REQUEUE:=1}"
 : "${EXTRA_ARGS:=}"
+: "${ENTRY:=megatron_biglm.train}"
 : "${RUN_DIR:=$REPO/runs/$RUN_NAME}"
 : "${CONFIG:=$REPO/examples/configs/$CONFIG_NAME}"
 
@@ -67,7 +69,7 @@ OVERRIDES+=($EXTRA_ARGS "$@")
 TORCHRUN=("$PYTHON" -m torch.distributed.run
   --nnodes="$NODES" --nproc-per-node="$GPUS_PER_NODE"
   --rdzv-id="$JOB_ID" --rdzv-backend=c10d --rdzv-endpoint="$MASTER_ADDR:$MASTER_PORT"
-  -m megatron_biglm.train --config "$CONFIG" "${OVERRIDES[@]}")
+  -m "$ENTRY" --config "$CONFIG" "${OVERRIDES[@]}")
 LAUNCH=(srun --ntasks-per-node=1 --kill-on-bad-exit=1 --cpu-bind=none "${TORCHRUN[@]}")
 
 if [[ "${DRY_RUN:-0}" == "1" ]]; then

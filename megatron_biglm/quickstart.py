@@ -135,6 +135,21 @@ def stage_export(out: Path, checkpoint: str, held_out: list[str], n_fill: int) -
             "fill_mask_held_out": report}
 
 
+GENERATE_PROMPTS = ("To be, or not to be, that is", "My lord, the king")
+
+
+def stage_generate(hf_dir: str, prompts=GENERATE_PROMPTS, length: int = 12, steps: int = 6) -> dict:
+    """Mask-Predict continuations of a few prompts from the exported model (greedy, fixed length)."""
+    from megatron_biglm.generation import GenerationConfig, MaskPredictGenerator
+
+    generator = MaskPredictGenerator.from_pretrained(hf_dir)
+    outputs = generator.generate(list(prompts), GenerationConfig(length=length, steps=steps))
+    result = {o.prompt: o.text for o in outputs}
+    for prompt, text in result.items():
+        log.info("generate (mask-predict, N=%d, T=%d): %r -> %r", length, steps, prompt, text)
+    return {"length": length, "steps": steps, "continuations": result}
+
+
 def stage_evaluate(out: Path, held_out: list[str], hf_dir: str, n_questions: int) -> dict:
     import tempfile
 
@@ -203,6 +218,7 @@ def main(argv: list[str] | None = None) -> int:
     pretrain["curves"] = str(stage_curves(args.out, unigram))
     held_out = held_out_documents(corpus)
     export = timed("export", stage_export, args.out, pretrain["checkpoint"], held_out, args.fill_mask_lines)
+    generation = timed("generate", stage_generate, export["hf_dir"])
     evaluation = timed("evaluate", stage_evaluate, args.out, held_out, export["hf_dir"], args.eval_questions)
 
     result = {
@@ -213,6 +229,7 @@ def main(argv: list[str] | None = None) -> int:
         "skipped": summary["skipped"],
         "pretrain": pretrain,
         "export": export,
+        "generate": generation,
         "evaluate": evaluation,
         "curves": pretrain["curves"],
         "stage_seconds": seconds,

@@ -47,7 +47,8 @@ def _iterate_forever_guard(loader, what: str):
     raise RuntimeError(f"{what} ran out of samples; this is a bug in the sample budget")
 
 
-def train(config_or_path, overrides=(), callbacks=(), forward_hook=None, recipe=None) -> TrainResult:
+def train(config_or_path, overrides=(), callbacks=(), forward_hook=None, recipe=None,
+          init_from=None) -> TrainResult:
     """Run (or resume) training as configured; return a summary on every rank.
 
     `recipe`: what is trained (datasets, forward/loss, metrics; training/recipe.py); None is
@@ -55,17 +56,23 @@ def train(config_or_path, overrides=(), callbacks=(), forward_hook=None, recipe=
     objects with `on_step(step, loop_state, ctx)` (ctx: training/loop.LoopContext: the live
     model, tokenizer, metrics), after each step; the config's `zero_shot_eval` adds one.
     `forward_hook`: wraps the loss computation for tests (e.g. to inject a NaN) as
-    `hook(step, loss_tensor) -> tensor`.
+    `hook(step, loss_tensor) -> tensor`. A callback with `on_save(loop_state, path)` hears of
+    each checkpoint once it is sealed (fine-tuning's `best` pointer).
+    `init_from`: a checkpoint of any kind (a pretraining run, an HF import) whose model weights
+    a run without checkpoints of its own starts from, with a fresh optimizer and schedule
+    (fine-tuning); once the run has saved, `checkpoint.load` (auto) resumes those instead.
     """
     import torch
 
     from megatron_biglm.checkpoint import dirs as checkpoint_dir
     from megatron_biglm.checkpoint.signature import model_signature, read_train_state
+    from megatron_biglm.checkpoint.verify import verify_checkpoint
     from megatron_biglm.config import check_batch_arithmetic, load_config, save_resolved
     from megatron_biglm.data.pretrain_data import make_loader
     from megatron_biglm.training import build, distributed, loop
     from megatron_biglm.training.backends import check_resume, select_backend
-    from megatron_biglm.training.flops import ModelShape, default_peak_tflops
+    from megatron_biglm.model.shape import shape_of
+    from megatron_biglm.training.flops import default_peak_tflops
     from megatron_biglm.training.loop_state import checkpoint_state, restore_state
     from megatron_biglm.training.metrics import MetricsLogger
     from megatron_biglm.training.nonfinite import NonFiniteGuard
@@ -86,10 +93,16 @@ def train(config_or_path, overrides=(), callbacks=(), forward_hook=None, recipe=
         root = cfg.checkpoint_dir
         # Every rank checks (shared filesystem), so a refusal stops all ranks, none hangs.
         start = checkpoint_dir.choose_start(root, cfg.checkpoint.load)
+        if start.path is None and init_from is not None and cfg.checkpoint.load == "auto":
+            start = _initial_weights(init_from)
         init_path = start.path if start.weights_only else None  # weights only: a start, not a resume
         load_path = None if start.weights_only else start.path
         if start.path is not None:
-            check_resume(read_train_state(start.path, signature), backend, start.path, info.dp)
+            saved_state = read_train_state(start.path, signature)  # refuses another model shape
+            if load_path is not None:
+                check_resume(saved_state, backend, start.path, info.dp)
+            verified = (verify_checkpoint(start.path, collective=True).note() if cfg.checkpoint.verify else
+                        f"checkpoint.verify=false: {start.path} was loaded without its CRC-32 check")
 
         model_chunks, optimizer = backend.build(cfg, mc, precision, num_micro, init_weights=init_path,
                                                 provider=recipe.model_provider)
@@ -109,7 +122,7 @@ def train(config_or_path, overrides=(), callbacks=(), forward_hook=None, recipe=
         if info.is_logger:
             save_resolved(cfg, Path(cfg.run_dir) / "config.yaml")
             print("resolved config:\n" + cfg.to_yaml(), flush=True)
-            for note in metrics.notes + ([start.note] if start.note else []):
+            for note in metrics.notes + ([start.note] if start.note else []) + ([verified] if start.path else []):
                 metrics.message(note)
             metrics.message(
                 f"{backend.name} backend; world {info.world_size} = TP {info.tp} × PP {info.pp} × DP {info.dp}; "
@@ -131,13 +144,14 @@ def train(config_or_path, overrides=(), callbacks=(), forward_hook=None, recipe=
             return itertools.cycle(loader) if len(loader) else iter(())
 
         def save(st):
-            return backend.save(root, st.iteration, model_chunks, optimizer, scheduler,
+            path = backend.save(root, st.iteration, model_chunks, optimizer, scheduler,
                                 {**checkpoint_state(st, stateful), "backend": backend.name}, cfg, signature)
+            for cb in callbacks:
+                if hasattr(cb, "on_save"):
+                    cb.on_save(st, path)
+            return path
 
-        shape = ModelShape(num_layers=mc.num_layers, hidden_size=mc.hidden_size,
-                           num_attention_heads=mc.num_attention_heads, num_query_groups=mc.query_groups,
-                           ffn_hidden_size=mc.ffn_hidden_size, vocab_size=mc.padded_vocab_size,
-                           kv_channels=mc.head_dim)
+        shape = shape_of(mc)
         callbacks = list(callbacks) + _configured_callbacks(cfg, data.tokenizer, recipe)
         with GracefulStop() as stop:
             comps = loop.Components(
@@ -163,6 +177,15 @@ def train(config_or_path, overrides=(), callbacks=(), forward_hook=None, recipe=
         return result
     finally:
         backend.shutdown(info)
+
+
+def _initial_weights(init_from):
+    """The start point of a run that takes only the model weights of `init_from` (any
+    megatron-biglm checkpoint folder, checkpoint root or run directory)."""
+    from megatron_biglm.checkpoint.dirs import StartPoint
+    from megatron_biglm.checkpoint.run_checkpoint import locate
+
+    return StartPoint(locate(init_from), weights_only=True)
 
 
 def _configured_callbacks(cfg, tokenizer, recipe) -> list:

@@ -25,3 +25,12 @@ def corpus_jsonl(tmp_path_factory):
     path = tmp_path_factory.mktemp("corpus") / "shakespeare.jsonl"
     sample_corpus.write_jsonl(path, max_plays=3)
     return path
+
+
+@pytest.fixture(scope="session")
+def tokenizer_dir(corpus_jsonl, tmp_path_factory):
+    """A 400-entry byte-level BPE trained on the corpus (megatron pads it to 512), trained once
+    and shared by the conversion, export and evaluation tests."""
+    from convert_fixtures import train_tokenizer
+
+    return train_tokenizer(corpus_jsonl, tmp_path_factory.mktemp("tok"))

@@ -19,6 +19,15 @@ def train_tokenizer(corpus_jsonl, out_dir: Path, vocab: int = TOKENIZER_VOCAB) -
     return train_bpe_tokenizer([str(corpus_jsonl)], vocab, out_dir)
 
 
+def random_eurobert_source(tokenizer_dir: Path, tmp_path_factory, seed: int) -> Path:
+    """A native EuroBERT written by transformers with random weights, sized to the tokenizer."""
+    from transformers import AutoTokenizer
+
+    vocab = len(AutoTokenizer.from_pretrained(str(tokenizer_dir)))
+    return write_random_eurobert(tmp_path_factory.mktemp("src") / "hf", vocab_size=vocab,
+                                 tokenizer_dir=tokenizer_dir, seed=seed)
+
+
 def write_random_eurobert(out_dir: Path, *, vocab_size: int, tokenizer_dir: Path | None = None,
                           seed: int = 0, dtype: torch.dtype = torch.float32, rope_theta: float = 50000.0,
                           hidden_size: int = 64, num_attention_heads: int = 4, num_key_value_heads: int = 2,

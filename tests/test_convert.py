@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from convert_fixtures import fixed_batch, hf_state, train_tokenizer, write_random_eurobert
+from convert_fixtures import fixed_batch, hf_state, random_eurobert_source, train_tokenizer, write_random_eurobert
 from megatron_biglm.export.convert_cli import main as cli_main
 from megatron_biglm.export.convert_from_hf import from_hf
 from megatron_biglm.export.convert_to_hf import ConversionError, to_hf
@@ -25,18 +25,9 @@ from megatron_biglm.checkpoint.dirs import CheckpointError
 
 
 @pytest.fixture(scope="module")
-def tokenizer_dir(corpus_jsonl, tmp_path_factory):
-    return train_tokenizer(corpus_jsonl, tmp_path_factory.mktemp("tok"))
-
-
-@pytest.fixture(scope="module")
 def source_dir(tokenizer_dir, tmp_path_factory):
     """A native EuroBERT written by transformers, with our tokenizer (vocab 400, padded 512)."""
-    from transformers import AutoTokenizer
-
-    vocab = len(AutoTokenizer.from_pretrained(str(tokenizer_dir)))
-    return write_random_eurobert(tmp_path_factory.mktemp("src") / "hf", vocab_size=vocab,
-                                 tokenizer_dir=tokenizer_dir, seed=1)
+    return random_eurobert_source(tokenizer_dir, tmp_path_factory, seed=1)
 
 
 @pytest.fixture(scope="module")
@@ -158,7 +149,7 @@ def test_export_refuses_missing_truncated_and_corrupt_shards(imported, tmp_path,
         code, err = _cli(capsys, "to-hf", "--checkpoint", str(copy), "--output", str(tmp_path / f"hf_{damage}"))
         assert code == 1, err
         expected = {"missing": f"file dist/{shard.name} is missing", "truncated": f"file dist/{shard.name} has",
-                    "flipped": f"{shard.name} is corrupt: the stored bytes of "}[damage]
+                    "flipped": f"{shard.name}, the stored bytes of "}[damage]
         assert expected in err, err
         assert ("CRC-32" in err) if damage == "flipped" else ("earlier complete checkpoint" in err)
         assert not (tmp_path / f"hf_{damage}").exists()

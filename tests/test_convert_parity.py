@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from convert_fixtures import fixed_batch, hf_state, train_tokenizer, write_random_eurobert
+from convert_fixtures import fixed_batch, hf_state, write_random_eurobert
 from megatron_biglm.export.convert_from_hf import from_hf
 from megatron_biglm.export.convert_to_hf import to_hf
 from megatron_biglm.export.split_attention import forward_with_split
@@ -130,11 +130,6 @@ def test_trained_checkpoint_exports_with_logit_parity(train_data, tmp_path, tp, 
     assert "| preset | `tiny` |" in card and '"variant": "biglm"' in card and '"alpha": 0.2' in card
     if (tp, pp) == (1, 1):
         _check_fill_mask(tmp_path / "hf")
-
-
-@pytest.fixture(scope="module")
-def tokenizer_dir(corpus_jsonl, tmp_path_factory):
-    return train_tokenizer(corpus_jsonl, tmp_path_factory.mktemp("tok"))
 
 
 @pytest.mark.slow

@@ -94,10 +94,16 @@ def test_rolling_loglikelihood_predicts_each_token_once(biglm_dir):
     assert windowed < 0 and windowed != pytest.approx(rolled, abs=1e-6)
 
 
-def test_generate_until_says_what_is_missing(bert_dir):
+def test_generate_until_runs_and_refuses_unknown_kwargs(bert_dir):
+    from megatron_biglm.generation import GenerationConfigError
+
     lm = HFMaskedLMEvalLM(pretrained=str(bert_dir), progress=False)
-    with pytest.raises(NotImplementedError, match="Mask-Predict"):
-        lm.generate_until(instances([("Hello", {"until": ["\n"]})], "generate_until"))
+    (text,) = lm.generate_until(instances([("Hello", {"until": ["\n"], "max_gen_toks": 3,
+                                                       "steps": 2})], "generate_until"))
+    assert isinstance(text, str) and "\n" not in text
+    with pytest.raises(GenerationConfigError, match="num_beams"):
+        lm.generate_until(instances([("Hello", {"max_gen_toks": 3, "num_beams": 2})],
+                                    "generate_until"))
 
 
 class _IgnoresMasks(torch.nn.Module):

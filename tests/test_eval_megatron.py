@@ -13,7 +13,7 @@ import shutil
 
 import pytest
 import torch
-from convert_fixtures import train_tokenizer, write_random_eurobert
+from convert_fixtures import random_eurobert_source
 from eval_fixtures import corpus_texts, instances, one_torch_thread, write_task_data  # noqa: F401
 
 from megatron_biglm.evaluation.models import BiGLMEvalLM
@@ -26,17 +26,8 @@ RULES = [("beam", 1), ("beam", 3), ("oneshot", 1), ("pll", 1), ("l2r", 1)]
 
 
 @pytest.fixture(scope="module")
-def tokenizer_dir(corpus_jsonl, tmp_path_factory):
-    return train_tokenizer(corpus_jsonl, tmp_path_factory.mktemp("tok"))
-
-
-@pytest.fixture(scope="module")
 def source_dir(tokenizer_dir, tmp_path_factory):
-    from transformers import AutoTokenizer
-
-    vocab = len(AutoTokenizer.from_pretrained(str(tokenizer_dir)))
-    return write_random_eurobert(tmp_path_factory.mktemp("src") / "hf", vocab_size=vocab,
-                                 tokenizer_dir=tokenizer_dir, seed=3)
+    return random_eurobert_source(tokenizer_dir, tmp_path_factory, seed=3)
 
 
 @pytest.fixture(scope="module")

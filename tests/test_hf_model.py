@@ -71,13 +71,6 @@ def random_hf_model(shape: BiGLMShape, seed: int, attn: str = "eager", **config_
 
 
 @pytest.fixture(scope="module")
-def tokenizer_dir(corpus_jsonl, tmp_path_factory):
-    from megatron_biglm.data.tokenizer import train_bpe_tokenizer
-
-    return train_bpe_tokenizer([str(corpus_jsonl)], 400, tmp_path_factory.mktemp("tok"))
-
-
-@pytest.fixture(scope="module")
 def exported_dir(tokenizer_dir, tmp_path_factory):
     """An HF directory written the way the exporter writes it: streamed, sharded, + tokenizer."""
     from transformers import AutoTokenizer

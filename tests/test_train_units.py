@@ -9,7 +9,8 @@ import signal
 import numpy as np
 import pytest
 
-from megatron_biglm.training.flops import (ModelShape, attended_pairs, expected_pair_fraction,
+from megatron_biglm.model.shape import BiGLMShape
+from megatron_biglm.training.flops import (attended_pairs, expected_pair_fraction,
                                            forward_flops, mfu, train_step_flops)
 from megatron_biglm.training.loop_state import LoopState, checkpoint_state, restore_state
 from megatron_biglm.training.metrics import MetricsLogger, read_metrics
@@ -43,8 +44,8 @@ def test_expected_pair_fraction_by_monte_carlo():
 
 
 def test_forward_flops_matches_matmul_count():
-    shape = ModelShape(num_layers=2, hidden_size=64, num_attention_heads=4, num_query_groups=2,
-                       ffn_hidden_size=160, vocab_size=1000)
+    shape = BiGLMShape(num_layers=2, hidden_size=64, num_attention_heads=4, num_query_groups=2,
+                       head_dim=16, ffn_hidden_size=160, vocab_size=1000)
     T, pairs = 32, 600
     d = 16
     qkv = 2 * 64 * (4 * d + 2 * 2 * d)

@@ -10,18 +10,10 @@ import weakref
 import pytest
 import torch
 
-from megatron_biglm.export import (
-    BiGLMShape,
-    ConversionReport,
-    WeightMappingError,
-    hf_tensor_shapes,
-    hf_to_megatron,
-    megatron_tensor_shapes,
-    megatron_to_hf,
-    merge_tp_shards,
-    split_for_tp,
-    tp_partition_dim,
-)
+from megatron_biglm.export import BiGLMShape, ConversionReport, WeightMappingError
+from megatron_biglm.export import hf_tensor_shapes, megatron_tensor_shapes
+from megatron_biglm.export import hf_to_megatron, megatron_to_hf
+from megatron_biglm.export import merge_tp_shards, split_for_tp, tp_partition_dim
 from megatron_biglm.export.weight_mapping import fc1_to_hf, qkv_from_hf, qkv_to_hf
 
 SHAPES = [

@@ -3,6 +3,8 @@
 Layout under `checkpoint.dir`:
 
     latest                  text: the name of the newest complete checkpoint
+    best                    text (fine-tuning): the checkpoint with the best validation metric;
+                            `keep_last` never deletes it
     iter_0000100/
         COMPLETE.json       manifest: iteration + every file's size, written last
         config.yaml         the resolved run config
@@ -28,6 +30,7 @@ from pathlib import Path
 
 MANIFEST = "COMPLETE.json"
 LATEST = "latest"
+BEST = "best"
 TRAIN_STATE = "train_state.json"
 #: `train_state.json` flag of a checkpoint that holds model weights only (no optimizer,
 #: scheduler or RNG state).
@@ -76,9 +79,44 @@ def seal(temp_dir: Path, iteration: int, keep_last: int | None = None) -> Path:
     for stale in root.glob(".tmp-*"):
         shutil.rmtree(stale, ignore_errors=True)
     if keep_last:
+        best = best_checkpoint_name(root)
         for old in complete_checkpoints(root)[:-keep_last]:
-            shutil.rmtree(old, ignore_errors=True)
+            if old.name != best:
+                shutil.rmtree(old, ignore_errors=True)
     return final
+
+
+def previous_checkpoint(folder: Path) -> Path | None:
+    """The newest complete checkpoint older than `folder` beside it (where to go when `folder`
+    is damaged), or None."""
+    folder = Path(folder)
+    older = [p for p in complete_checkpoints(folder.parent) if p.name < folder.name]
+    return older[-1] if older else None
+
+
+def _earlier(folder: Path) -> str:
+    prev = previous_checkpoint(folder)
+    return (f"Point checkpoint.load at an earlier complete checkpoint: `checkpoint.load={prev}`" if prev
+            else "Point checkpoint.load at an earlier complete checkpoint (none exists beside it), or "
+                 "start fresh with checkpoint.load=none")
+
+
+def best_checkpoint_name(root: Path) -> str | None:
+    """The checkpoint name the `best` pointer holds (fine-tuning), or None."""
+    pointer = Path(root) / BEST
+    return pointer.read_text().strip() if pointer.is_file() else None
+
+
+def point_best(root: Path, iteration: int) -> Path:
+    """Point `best` at `iter_N` (atomic replace, single writer); the checkpoint must exist."""
+    root = Path(root)
+    target = root / iteration_name(iteration)
+    if not (target / MANIFEST).is_file():
+        raise CheckpointError(f"cannot mark {target} as best: it is not a complete checkpoint")
+    tmp = root / f".{BEST}.tmp"
+    tmp.write_text(target.name + "\n")
+    os.replace(tmp, root / BEST)
+    return target
 
 
 def verify(folder: Path) -> dict:
@@ -90,7 +128,7 @@ def verify(folder: Path) -> dict:
     if not mpath.is_file():
         raise CheckpointError(
             f"checkpoint {folder} is incomplete: it has no {MANIFEST} (the save was interrupted). "
-            f"Point checkpoint.load at an earlier complete checkpoint, or remove this directory.")
+            f"{_earlier(folder)}, or remove this directory.")
     try:
         manifest = json.loads(mpath.read_text())
     except json.JSONDecodeError as exc:
@@ -98,13 +136,11 @@ def verify(folder: Path) -> dict:
     for rel, size in manifest["files"].items():
         path = folder / rel
         if not path.is_file():
-            raise CheckpointError(f"checkpoint {folder} is truncated: file {rel} is missing. "
-                                  f"Point checkpoint.load at an earlier complete checkpoint.")
+            raise CheckpointError(f"checkpoint {folder} is truncated: file {rel} is missing. {_earlier(folder)}.")
         actual = path.stat().st_size
         if actual != size:
             raise CheckpointError(f"checkpoint {folder} is truncated: file {rel} has {actual} bytes, "
-                                  f"the manifest says {size}. Point checkpoint.load at an earlier "
-                                  f"complete checkpoint.")
+                                  f"the manifest says {size}. {_earlier(folder)}.")
     return manifest
 
 

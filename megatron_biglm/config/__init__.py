@@ -23,11 +23,12 @@ from .run_config import (
     validate,
 )
 from .sections import ModelSection, ObjectiveSection
+from .finetune_section import FinetuneConfig
 from .zero_shot_eval import ZeroShotEvalConfig
 
 __all__ = [
     "ConfigError", "RunConfig", "DataConfig", "OptimizerConfig", "ScheduleConfig", "ParallelismConfig",
     "DeepSpeedConfig", "TrainingConfig", "LoggingConfig", "CheckpointConfig", "ModelSection",
     "ObjectiveSection", "load_config", "load_yaml_tree", "parse_override", "expand_env", "validate",
-    "check_batch_arithmetic", "save_resolved", "ZeroShotEvalConfig",
+    "check_batch_arithmetic", "save_resolved", "ZeroShotEvalConfig", "FinetuneConfig",
 ]

@@ -22,6 +22,7 @@ import yaml
 from megatron_biglm.common.config_fields import ConfigError
 
 from .sections import ModelSection, ObjectiveSection
+from .finetune_section import FinetuneConfig
 from .zero_shot_eval import ZeroShotEvalConfig
 
 
@@ -112,12 +113,15 @@ class CheckpointConfig:
     """`dir` defaults to `{run_dir}/checkpoints`. `load`: `auto` resumes from `dir/latest`
     if present, `none` starts fresh, anything else is a checkpoint directory to start from.
     A weights-only checkpoint (an HF import) starts from its weights with a fresh optimizer at
-    step 0, until the run has saved checkpoints of its own, which a re-run then resumes."""
+    step 0, until the run has saved checkpoints of its own, which a re-run then resumes.
+    `verify`: CRC-check every stored item (optimizer state included) before loading
+    (checkpoint/verify.py); false skips that pass for storage one trusts (sizes are still checked)."""
     dir: Optional[str] = None
     save_interval: int = 1000
     save_at_end: bool = True
     load: str = "auto"
     keep_last: Optional[int] = None
+    verify: bool = True
 
 
 @dataclass
@@ -133,6 +137,7 @@ class RunConfig:
     logging: LoggingConfig = field(default_factory=LoggingConfig)
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
     zero_shot_eval: ZeroShotEvalConfig = field(default_factory=ZeroShotEvalConfig)
+    finetune: FinetuneConfig = field(default_factory=FinetuneConfig)
 
     @property
     def checkpoint_dir(self) -> Path:
@@ -201,6 +206,10 @@ def validate(config: RunConfig) -> None:
         _validate_deepspeed(config)
     if config.zero_shot_eval.problem():
         raise ConfigError(f"zero_shot_eval: {config.zero_shot_eval.problem()}")
+    config.finetune.check()
+    if config.finetune.enabled and config.parallelism.pipeline_model_parallel_size != 1:
+        raise ConfigError("fine-tuning validates with the whole model on each rank: set "
+                          "parallelism.pipeline_model_parallel_size=1 (tensor and data parallelism work)")
     if config.zero_shot_eval.enabled and config.parallelism.pipeline_model_parallel_size != 1:
         raise ConfigError("zero_shot_eval needs the whole model on each rank (pipeline_model_parallel_size=1); "
                           "evaluate the saved checkpoints instead")

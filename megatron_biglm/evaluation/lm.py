@@ -22,27 +22,23 @@ from .scoring import ScoreRequest, make_rule
 
 log = logging.getLogger(__name__)
 
-_GENERATION_MISSING = (
-    "generate_until is not supported yet for masked LMs: it needs the Mask-Predict generator "
-    "(megatron_biglm.generation), which does not exist yet. Evaluate loglikelihood tasks "
-    "(multiple_choice, loglikelihood, loglikelihood_rolling) instead.")
-
-
 class MaskedLMEvalLM(LM):
     """lm-eval model for a masked LM.
 
-    scoring: beam | oneshot | pll | l2r (see `scoring/__init__.py` for costs);
+    scoring: beam | oneshot | pll | l2r | elbo (see `scoring/__init__.py` for costs);
+    elbo_samples, seed: Monte-Carlo draws per request of the elbo rule and their seed;
     beam: beam width of the beam rule; batch_size: rows per forward pass;
     prefix_reuse: auto | on | off (reuse context keys/values across choices and rounds);
     add_eos: close every input with EOS after the continuation slots (off in the reference)."""
 
     def __init__(self, adapter: MaskedLMAdapter, tokenizer, *, scoring: str = "beam", beam: int = 1,
                  batch_size: int = 16, prefix_reuse: str = "auto", add_eos: bool = False,
-                 progress: bool = True):
+                 progress: bool = True, elbo_samples: int = 128, seed: int = 0):
         super().__init__()
         self.adapter = adapter
         self.tokenizer = tokenizer
-        self.rule = make_rule(str(scoring), adapter.special.mask_id, int(beam))
+        self.rule = make_rule(str(scoring), adapter.special.mask_id, int(beam),
+                              samples=int(elbo_samples), seed=int(seed))
         self.batch_size = int(batch_size)
         self.prefix_reuse = _resolve_prefix_reuse(str(prefix_reuse), adapter)
         if add_eos and adapter.special.eos_id is None:
@@ -52,6 +48,9 @@ class MaskedLMEvalLM(LM):
         self.truncated_contexts = 0
         self.scored_requests = 0
         self.forward_passes = 0
+        self.generated_requests = 0
+        self.capped_generations = 0
+        self._generator = None
 
     @property
     def device(self):
@@ -124,7 +123,47 @@ class MaskedLMEvalLM(LM):
         return totals
 
     def generate_until(self, requests, disable_tqdm: bool = False) -> list[str]:
-        raise NotImplementedError(_GENERATION_MISSING)
+        """Mask-Predict continuations of each context (`megatron_biglm.generation`), with the
+        request's generation kwargs mapped by `generation_kwargs.py` (an unknown kwarg is an
+        error). Requests with the same kwargs are generated together, in batches."""
+        from tqdm.auto import tqdm
+
+        from megatron_biglm.generation import MaskPredictGenerator
+
+        from .generation_kwargs import generation_config_from_kwargs
+
+        if self._generator is None:
+            self._generator = MaskPredictGenerator(self.adapter, self.tokenizer,
+                                                   use_cache=self.prefix_reuse)
+        groups: dict[str, list[int]] = {}
+        configs = {}
+        for k, req in enumerate(requests):
+            gen_kwargs = req.args[1] if len(req.args) > 1 else {}
+            config, capped = generation_config_from_kwargs(gen_kwargs or {},
+                                                           max_length=self.adapter.max_length)
+            key = repr(config)
+            configs[key] = config
+            groups.setdefault(key, []).append(k)
+            self.capped_generations += int(capped)
+        out: list[str] = [""] * len(requests)
+        bar = tqdm(total=len(requests), disable=disable_tqdm or not self.progress,
+                   desc="generate_until (mask-predict)")
+        for key, members in groups.items():
+            contexts = [requests[k].args[0] for k in members]
+            start = bar.n
+            results = self._generator.generate(
+                contexts, configs[key], batch_size=self.batch_size,
+                progress=lambda done, total, start=start: bar.update(start + done - bar.n))
+            for k, result in zip(members, results):
+                out[k] = result.text
+                self.truncated_contexts += int(result.prompt_tokens_dropped > 0)
+                self.cache_hook.add_partial("generate_until", requests[k].args, result.text)
+        bar.close()
+        self.generated_requests += len(requests)
+        if self.capped_generations:
+            log.warning("%d generation requests asked for more tokens than the model's %d positions "
+                        "hold; max_gen_toks was capped", self.capped_generations, self.adapter.max_length)
+        return out
 
     def get_model_info(self) -> dict[str, Any]:
         """Merged by lm-eval into `results["config"]`: how the masked LM was scored."""
@@ -133,7 +172,9 @@ class MaskedLMEvalLM(LM):
             "prefix_reuse": self.prefix_reuse, "add_eos": bool(self.tail),
             "batch_size": self.batch_size, "scored_requests": self.scored_requests,
             "forward_passes": self.forward_passes,
-            "truncated_contexts": self.truncated_contexts, **self.adapter.describe()}}
+            "truncated_contexts": self.truncated_contexts,
+            "generated_requests": self.generated_requests,
+            "capped_generations": self.capped_generations, **self.adapter.describe()}}
 
     def _score(self, built: list[ScoreRequest], disable_tqdm: bool):
         results = score_requests(self.adapter, built, self.rule, batch_size=self.batch_size,

@@ -5,7 +5,10 @@ Model arguments (lm-eval `--model_args k=v,...`, or keyword arguments):
                       megatron checkpoint (root, iter_* folder or run directory, any TP/PP)
   tokenizer           tokenizer directory or object (default: same as the model; for a
                       megatron checkpoint the run's data.tokenizer)
-  scoring             beam (default) | oneshot | pll | l2r;  beam: beam width (default 1)
+  scoring             beam (default) | oneshot | pll | l2r | elbo;  beam: beam width (default 1)
+  elbo_samples, seed  Monte-Carlo draws per request of the elbo rule (default 128) and their seed
+  length_buckets      auto | off | pow2 | N: round padded lengths up (auto: multiples of 64 on
+                      GPU so compiled kernels do not recompile per length, off on CPU)
   batch_size          rows per forward pass (default 16; lm-eval's "auto" means 16)
   device, dtype       e.g. cpu / cuda:0, float32 / bfloat16 / float16 / float64 / auto
                       (megatron checkpoints: not float64; auto = the stored dtype)
@@ -15,6 +18,8 @@ Model arguments (lm-eval `--model_args k=v,...`, or keyword arguments):
   add_eos             close inputs with EOS/SEP after the continuation (default false)
   max_length          override the model's maximum input length
   trust_remote_code   for HF models that ship their own code (default false)
+  verify              megatron checkpoints: CRC-check every stored item first (default true;
+                      false skips it for storage one trusts)
 """
 from __future__ import annotations
 
@@ -23,8 +28,11 @@ import os
 from pathlib import Path
 from typing import Any
 
+from megatron_biglm.common.config_fields import coerce
+from megatron_biglm.inference.buckets import resolve_length_buckets
 from megatron_biglm.inference.hf_adapter import HFMaskedLMAdapter
-from megatron_biglm.inference.loading import is_megatron_checkpoint
+from megatron_biglm.inference.loading import (  # noqa: F401 - re-exported for callers
+    hf_max_length, is_megatron_checkpoint, load_hf_masked_lm, resolve_device)
 from megatron_biglm.inference.protocol import inference_token_ids
 
 from .lm import MaskedLMEvalLM
@@ -32,7 +40,6 @@ from .lm import MaskedLMEvalLM
 log = logging.getLogger(__name__)
 
 DEFAULT_BATCH_SIZE = 16
-_DTYPES = ("auto", "float32", "float64", "bfloat16", "float16")
 
 
 def tristate(value: Any, name: str) -> str:
@@ -54,38 +61,6 @@ def batch_size_arg(value: Any) -> int:
     if size < 1:
         raise ValueError(f"batch_size must be a positive integer, got {value!r}")
     return size
-
-
-def resolve_device(device: str | None) -> str:
-    """`device`, or CUDA when available; lm-eval's CLI asks for cuda:0 by default, so a CUDA
-    request on a machine without CUDA runs on CPU with a warning instead of failing."""
-    import torch
-
-    if device is None:
-        return "cuda" if torch.cuda.is_available() else "cpu"
-    if str(device).startswith("cuda") and not torch.cuda.is_available():
-        log.warning("device %s requested but CUDA is not available: running on cpu", device)
-        return "cpu"
-    return str(device)
-
-
-def load_hf_masked_lm(path, *, device: str = "cpu", dtype: str = "float32",
-                      trust_remote_code: bool = False):
-    """`AutoModelForMaskedLM.from_pretrained(path)` on `device` in `dtype`, in eval mode."""
-    import torch
-    from transformers import AutoModelForMaskedLM
-
-    if dtype not in _DTYPES:
-        raise ValueError(f"dtype must be one of {_DTYPES}, got {dtype!r}")
-    torch_dtype = "auto" if dtype == "auto" else getattr(torch, dtype)
-    try:
-        model = AutoModelForMaskedLM.from_pretrained(str(path), dtype=torch_dtype,
-                                                     trust_remote_code=trust_remote_code)
-    except (OSError, ValueError) as exc:
-        raise ValueError(f"could not load a masked LM from {path}: {exc}\n  (an HF directory with "
-                         "config.json and weights is needed; models with their own code need "
-                         "trust_remote_code=true)") from exc
-    return model.to(device).eval()
 
 
 def _refuse_unknown(unknown: dict) -> None:
@@ -112,7 +87,8 @@ class HFMaskedLMEvalLM(MaskedLMEvalLM):
                  device: str | None = None, dtype: str = "float32", split_attention=None,
                  prefix_cache=None, prefix_reuse=None, add_eos: bool = False,
                  max_length: int | None = None, trust_remote_code: bool = False,
-                 progress: bool = True, **unknown):
+                 progress: bool = True, elbo_samples: int = 128, seed: int = 0,
+                 length_buckets="auto", **unknown):
         _refuse_unknown(unknown)
         source = pretrained if pretrained is not None else path
         if source is None:
@@ -125,11 +101,13 @@ class HFMaskedLMEvalLM(MaskedLMEvalLM):
         tok = load_tokenizer_for(tokenizer if tokenizer is not None else source)
         special = inference_token_ids(tok)
         adapter = HFMaskedLMAdapter(
-            model, special, max_length=max_length or _max_length(model, tok),
+            model, special, max_length=max_length or hf_max_length(model, tok),
             split_attention=tristate(split_attention, "split_attention")
             if split_attention is not None else self.default_split_attention,
             prefix_cache=tristate(prefix_cache, "prefix_cache"))
-        super().__init__(adapter, tok, scoring=scoring, beam=beam,
+        adapter.length_buckets = resolve_length_buckets(length_buckets, adapter.device)
+        super().__init__(adapter, tok, scoring=scoring, beam=beam, elbo_samples=elbo_samples,
+                         seed=seed,
                          batch_size=batch_size_arg(batch_size),
                          prefix_reuse=tristate(prefix_reuse, "prefix_reuse"),
                          add_eos=bool(add_eos), progress=progress)
@@ -168,7 +146,8 @@ class BiGLMEvalLM(HFMaskedLMEvalLM):
                        device: str | None = None, dtype: str = "float32", split_attention=None,
                        prefix_cache=None, prefix_reuse=None, add_eos: bool = False,
                        max_length: int | None = None, trust_remote_code: bool = False,
-                       progress: bool = True, **unknown):
+                       progress: bool = True, elbo_samples: int = 128, seed: int = 0,
+                 length_buckets="auto", verify=True, **unknown):
         from megatron_biglm.inference.loading import load_megatron_checkpoint
         from megatron_biglm.inference.megatron_adapter import MegatronMaskedLMAdapter
 
@@ -179,7 +158,7 @@ class BiGLMEvalLM(HFMaskedLMEvalLM):
                              "for prefix reuse, or drop prefix_cache")
         split = tristate(split_attention, "split_attention") if split_attention is not None else "on"
         loaded = load_megatron_checkpoint(source, tokenizer=tokenizer, device=resolve_device(device),
-                                          dtype=str(dtype))
+                                          dtype=str(dtype), verify=coerce(verify, bool, "verify", error=ValueError))
         model_max = int(loaded.checkpoint.model_config.seq_length)
         adapter = MegatronMaskedLMAdapter(
             loaded.model, inference_token_ids(loaded.tokenizer),
@@ -189,8 +168,10 @@ class BiGLMEvalLM(HFMaskedLMEvalLM):
             # The adapter's cache is exact, but lm-eval's `biglm` keeps the uncached megatron
             # path (and refuses prefix_cache=on above) until that behaviour is changed on purpose.
             prefix_cache=False)
+        adapter.length_buckets = resolve_length_buckets(length_buckets, adapter.device)
         self.load_notes = loaded.notes
         MaskedLMEvalLM.__init__(self, adapter, loaded.tokenizer, scoring=scoring, beam=beam,
+                                elbo_samples=elbo_samples, seed=seed,
                                 batch_size=batch_size_arg(batch_size),
                                 prefix_reuse=tristate(prefix_reuse, "prefix_reuse"),
                                 add_eos=bool(add_eos), progress=progress)
@@ -202,13 +183,3 @@ class BiGLMEvalLM(HFMaskedLMEvalLM):
         if getattr(self, "load_notes", None):
             info["masked_lm_eval"]["load_notes"] = list(self.load_notes)
         return info
-
-
-def _max_length(model, tokenizer) -> int:
-    """The model's positions, capped by the tokenizer's limit when it states a real one
-    (RoBERTa's 514 positions hold 512 tokens)."""
-    limit = int(getattr(model.config, "max_position_embeddings", 512))
-    tok_limit = getattr(tokenizer, "model_max_length", None)
-    if isinstance(tok_limit, int) and 0 < tok_limit < 1_000_000:
-        limit = min(limit, tok_limit)
-    return limit

@@ -14,7 +14,7 @@ from .hf_config import (
     shape_from_biglm_config,
 )
 from .hf_files import CheckpointFileError, HFWeights, save_safetensors_stream
-from .shape import BiGLMShape
+from megatron_biglm.model.shape import BiGLMShape
 from .split_attention import forward_with_split, split_attention_mask
 from .tp_shards import merge_tp_shards, split_for_tp, tp_partition_dim
 from .weight_mapping import (

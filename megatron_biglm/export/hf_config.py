@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .shape import BiGLMShape
+from megatron_biglm.model.shape import BiGLMShape, shape_of
 
 MIN_TRANSFORMERS = "5.3.0"
 
@@ -130,18 +130,8 @@ def architecture_from_hf_config(config, *, padded_vocab_size: int | None = None)
 
 
 def shape_from_biglm_config(model_config) -> BiGLMShape:
-    """The mapping shape of our `megatron_biglm.model.BiGLMModelConfig` (embeddings always tied)."""
-    return BiGLMShape(
-        num_layers=model_config.num_layers,
-        hidden_size=model_config.hidden_size,
-        num_attention_heads=model_config.num_attention_heads,
-        num_query_groups=model_config.query_groups,
-        head_dim=model_config.head_dim,
-        ffn_hidden_size=model_config.ffn_hidden_size,
-        vocab_size=model_config.vocab_size,
-        padded_vocab_size=model_config.padded_vocab_size,
-        tie_word_embeddings=True,
-    )
+    """The mapping shape of our `megatron_biglm.model.BiGLMModelConfig`."""
+    return shape_of(model_config)
 
 
 def hf_config_from_biglm(model_config, tokenizer, *, dtype: str | None = None):

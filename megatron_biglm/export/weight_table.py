@@ -28,7 +28,7 @@ from typing import Callable, Dict, Sequence, Tuple
 
 import torch
 
-from .shape import BiGLMShape
+from megatron_biglm.model.shape import BiGLMShape
 
 Tensors = Tuple[torch.Tensor, ...]
 Shapes = Tuple[Tuple[int, ...], ...]

@@ -3,6 +3,9 @@ T iterations, with exact prefix K/V reuse, block-wise decoding and a length beam
 
     from megatron_biglm.generation import MaskPredictGenerator, GenerationConfig
     outputs = MaskPredictGenerator(adapter, tokenizer).generate(["Once upon"], GenerationConfig(length=16))
+    gen = MaskPredictGenerator.from_pretrained("runs/quickstart/hf")  # HF export or megatron checkpoint
+
+`loading.py` picks the backend from the path; `cli.py` is `tools/generate.py`.
 """
 from .config import GenerationConfig, GenerationConfigError
 from .generator import MaskPredictGenerator

@@ -58,6 +58,18 @@ class MaskPredictGenerator:
         adapter, tokenizer = loader(path, **loader_kwargs)
         return cls(adapter, tokenizer)
 
+    @classmethod
+    def from_pretrained(cls, path, *, device: str | None = None, dtype: str | None = None,
+                        use_cache: bool | None = None, **load_options) -> "MaskPredictGenerator":
+        """An HF export directory or a megatron checkpoint (root, `iter_*`, run directory),
+        behind one API (see `generation.loading`). `dtype` None: bfloat16 on GPU, float32 on
+        CPU. `load_options`: tokenizer, split_attention, prefix_cache, max_length,
+        trust_remote_code; anything else is an error."""
+        from .loading import load_for_generation
+
+        adapter, tokenizer = load_for_generation(path, device=device, dtype=dtype, **load_options)
+        return cls(adapter, tokenizer, use_cache=use_cache)
+
     # ------------------------------------------------------------------ public
     def generate(self, prompts: Sequence[str], config: GenerationConfig | None = None, *,
                  batch_size: int = 8, progress: Callable[[int, int], None] | None = None,

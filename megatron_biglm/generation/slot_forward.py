@@ -24,6 +24,9 @@ from typing import Any, Sequence
 
 import torch
 
+from megatron_biglm.inference.buckets import bucket_width
+from megatron_biglm.inference.engine import pad
+
 
 def padding_id(special) -> int:
     """The id that fills padding: PAD, else EOS, else MASK (padding is never attended to nor
@@ -54,7 +57,7 @@ class SlotForward:
     def set_prefixes(self, prefixes: Sequence[Sequence[int]]) -> None:
         self._prefixes = [list(p) for p in prefixes]
         if self.use_cache:
-            ids, lengths = self._pad(self._prefixes)
+            ids, lengths = pad(self._prefixes, self.pad_id, self.device, adapter=self.adapter)
             self._state = self.adapter.encode_prefix(ids, lengths)
             self.prefix_passes += 1
 
@@ -63,7 +66,8 @@ class SlotForward:
         if not self.use_cache:
             raise ValueError("blocks='cached' (block-causal) needs an adapter with an exact prefix "
                              "cache and extend_prefix; use blocks='refresh' with this adapter")
-        ids, lengths = self._pad(blocks)
+        room = int(self.adapter.max_length) - max(len(self._prefixes[r]) for r in rows)
+        ids, lengths = pad(blocks, self.pad_id, self.device, adapter=self.adapter, room=room)
         index = torch.tensor(list(rows), dtype=torch.long, device=self.device)
         try:
             self._state = self.adapter.extend_prefix(self._state, index, ids, lengths)
@@ -77,13 +81,17 @@ class SlotForward:
         """Logits `[a, w, V]` of the slots `[a, w]` (right-padded to `widths`) after prefixes `rows`."""
         a, w = slots.shape
         suffix_lengths = torch.tensor(list(widths), dtype=torch.long, device=self.device)
+        prefix_lengths = [len(self._prefixes[r]) for r in rows]
         if self.use_cache:
             index = torch.tensor(list(rows), dtype=torch.long, device=self.device)
             positions = torch.arange(w, device=self.device)[None].expand(a, -1)
+            width = bucket_width(self.adapter, w, int(self.adapter.max_length) - max(prefix_lengths))
+            if width > w:  # bucketed: padding columns, never attended to nor read
+                slots = torch.cat([slots, slots.new_full((a, width - w), self.pad_id)], dim=1)
             return self.adapter.logits_with_prefix(self._state, index, slots, suffix_lengths, positions)
-        prefix_lengths = [len(self._prefixes[r]) for r in rows]
         total = [p + n for p, n in zip(prefix_lengths, widths)]
-        ids = torch.full((a, max(total)), self.pad_id, dtype=torch.long, device=self.device)
+        ids = torch.full((a, bucket_width(self.adapter, max(total))), self.pad_id, dtype=torch.long,
+                         device=self.device)
         for i, r in enumerate(rows):
             p = prefix_lengths[i]
             ids[i, :p] = torch.tensor(self._prefixes[r], dtype=torch.long, device=self.device)
@@ -91,10 +99,3 @@ class SlotForward:
         split = torch.tensor(prefix_lengths, dtype=torch.long, device=self.device)
         positions = (split[:, None] + torch.arange(w, device=self.device)[None]).clamp(max=ids.shape[1] - 1)
         return self.adapter.logits(ids, split + suffix_lengths, split, positions)
-
-    def _pad(self, rows: Sequence[Sequence[int]]) -> tuple[torch.Tensor, torch.Tensor]:
-        lengths = [len(r) for r in rows]
-        ids = torch.full((len(rows), max(lengths)), self.pad_id, dtype=torch.long, device=self.device)
-        for i, r in enumerate(rows):
-            ids[i, :len(r)] = torch.tensor(list(r), dtype=torch.long, device=self.device)
-        return ids, torch.tensor(lengths, dtype=torch.long, device=self.device)

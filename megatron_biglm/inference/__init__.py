@@ -10,7 +10,8 @@ export, evaluation or generation; masks come from
   megatron_adapter.py  our `BiGLMModel` in-process (split native; cache via `model.kv_cache`)
   callable_adapter.py  a plain `forward(ids, allowed)` function
   engine.py            grouping by prefix, padded batches, `PrefixCache`, `run_rows`
-  loading.py           a megatron checkpoint loaded at TP=1/PP=1 for inference
+  buckets.py           padded lengths rounded up to buckets (few shapes for compiled kernels)
+  loading.py           a megatron checkpoint loaded at TP=1/PP=1 for inference; HF masked LMs
 
 `TokenIds` (the one special-token record, defined in `megatron_biglm.data.token_ids`) is
 re-exported here. Submodules are imported on use: nothing heavy happens at package import.

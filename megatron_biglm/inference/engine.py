@@ -24,6 +24,7 @@ from typing import Callable, Hashable, Sequence, TypeVar
 
 import torch
 
+from .buckets import bucket_width
 from .protocol import MaskedLMAdapter
 
 T = TypeVar("T")
@@ -44,9 +45,15 @@ class Row:
 Reduce = Callable[[torch.Tensor, list[int]], list[T]]
 
 
-def pad(seqs: Sequence[Sequence[int]], value: int, device) -> tuple[torch.Tensor, torch.Tensor]:
-    """Right-padded `[n, max(1, longest)]` long tensor and the lengths `[n]`."""
+def pad(seqs: Sequence[Sequence[int]], value: int, device, *,
+        adapter: MaskedLMAdapter | None = None, room: int | None = None
+        ) -> tuple[torch.Tensor, torch.Tensor]:
+    """Right-padded `[n, max(1, longest)]` long tensor and the lengths `[n]`; with `adapter`,
+    the width is bucketed by its `length_buckets` (see `buckets.py`), within `room` positions
+    (default: the adapter's max_length)."""
     width = max(1, max((len(s) for s in seqs), default=0))
+    if adapter is not None:
+        width = bucket_width(adapter, width, room)
     ids = torch.full((len(seqs), width), value, dtype=torch.long)
     for r, s in enumerate(seqs):
         ids[r, :len(s)] = torch.tensor(list(s), dtype=torch.long)
@@ -82,7 +89,7 @@ class PrefixCache:
     def encode(cls, adapter: MaskedLMAdapter, prefixes: Sequence[tuple[int, ...]]) -> "PrefixCache":
         """Encode each distinct prefix once (in first-seen order)."""
         distinct = list(dict.fromkeys(tuple(p) for p in prefixes))
-        ids, lengths = pad(distinct, adapter.special.pad_id, adapter.device)
+        ids, lengths = pad(distinct, adapter.special.pad_id, adapter.device, adapter=adapter)
         return cls(adapter.encode_prefix(ids, lengths), {p: k for k, p in enumerate(distinct)})
 
     def rows(self, prefixes: Sequence[tuple[int, ...]], device) -> torch.Tensor:
@@ -121,7 +128,8 @@ def run_rows(adapter: MaskedLMAdapter, rows: Sequence[Row], reduce: Reduce, *, b
 
 def _forward_full(adapter: MaskedLMAdapter, rows: list[Row]) -> torch.Tensor:
     dev = adapter.device
-    ids, lengths = pad([r.prefix + r.suffix for r in rows], adapter.special.pad_id, dev)
+    ids, lengths = pad([r.prefix + r.suffix for r in rows], adapter.special.pad_id, dev,
+                       adapter=adapter)
     split = (torch.tensor([len(r.prefix) for r in rows], device=dev)
              if adapter.split_attention else None)
     positions, _ = pad([[len(r.prefix) + p for p in r.positions] for r in rows], 0, dev)
@@ -130,7 +138,9 @@ def _forward_full(adapter: MaskedLMAdapter, rows: list[Row]) -> torch.Tensor:
 
 def _forward_cached(adapter: MaskedLMAdapter, cache: PrefixCache, rows: list[Row]) -> torch.Tensor:
     dev = adapter.device
-    suffix, suffix_lengths = pad([r.suffix for r in rows], adapter.special.pad_id, dev)
+    room = adapter.max_length - max(len(r.prefix) for r in rows)
+    suffix, suffix_lengths = pad([r.suffix for r in rows], adapter.special.pad_id, dev,
+                                 adapter=adapter, room=room)
     positions, _ = pad([r.positions for r in rows], 0, dev)
     return adapter.logits_with_prefix(cache.state, cache.rows([r.prefix for r in rows], dev),
                                       suffix, suffix_lengths, positions)

@@ -64,21 +64,24 @@ def _tokenizer(checkpoint, override, notes: list):
 
 
 def load_megatron_checkpoint(path, *, tokenizer=None, device: str = "cpu",
-                             dtype: str = "float32") -> LoadedMegatron:
+                             dtype: str = "float32", verify: bool = True) -> LoadedMegatron:
     """Build the model at TP=1/PP=1 in this process, load the checkpoint's weights into it
-    and find its tokenizer. Sets up a one-process group (gloo on CPU) when none exists."""
+    and find its tokenizer. Sets up a one-process group (gloo on CPU) when none exists.
+    `verify`: CRC-check every stored item first (checkpoint/verify.py); False skips it."""
+    from megatron_biglm.checkpoint.verify import verify_checkpoint
     from megatron_biglm.checkpoint.weights_only import load_model_weights
     from megatron_biglm.config.trained_checkpoint import open_checkpoint
     from megatron_biglm.model import init_single_process, model_provider
 
     checkpoint = open_checkpoint(path)  # clear CheckpointError for missing/partial folders
-    notes: list = []
+    notes: list = [verify_checkpoint(checkpoint.path).note() if verify else
+                   f"verify=false: {checkpoint.path} was loaded without its CRC-32 check"]
     tok = _tokenizer(checkpoint, tokenizer, notes)
     params_dtype = _params_dtype(dtype, checkpoint)
     init_single_process(tp=1, pp=1)
     _ensure_rng_tracker()
     model = model_provider(True, True, config=checkpoint.model_config, params_dtype=params_dtype)
-    load_model_weights(checkpoint.path, model)
+    load_model_weights(checkpoint.path, model, verify=False)  # verified above
     saved = checkpoint.run_config.parallelism
     notes.append(f"loaded {checkpoint.path} (saved at TP={saved.tensor_model_parallel_size}, "
                  f"PP={saved.pipeline_model_parallel_size}) at TP=1, PP=1, {params_dtype}")
@@ -92,3 +95,49 @@ def _ensure_rng_tracker() -> None:
 
     if not tensor_parallel.get_cuda_rng_tracker().is_initialized():
         tensor_parallel.model_parallel_cuda_manual_seed(0)
+
+
+# ---------------------------------------------------------------------- HF exports
+HF_DTYPES = ("auto", "float32", "float64", "bfloat16", "float16")
+
+
+def resolve_device(device: str | None) -> str:
+    """`device`, or CUDA when available; a CUDA request on a machine without CUDA runs on CPU
+    with a warning instead of failing (lm-eval's CLI asks for cuda:0 by default)."""
+    import logging
+
+    if device is None:
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    if str(device).startswith("cuda") and not torch.cuda.is_available():
+        logging.getLogger(__name__).warning(
+            "device %s requested but CUDA is not available: running on cpu", device)
+        return "cpu"
+    return str(device)
+
+
+def load_hf_masked_lm(path, *, device: str = "cpu", dtype: str = "float32",
+                      trust_remote_code: bool = False):
+    """`AutoModelForMaskedLM.from_pretrained(path)` on `device` in `dtype`, in eval mode."""
+    from transformers import AutoModelForMaskedLM
+
+    if dtype not in HF_DTYPES:
+        raise ValueError(f"dtype must be one of {HF_DTYPES}, got {dtype!r}")
+    torch_dtype = "auto" if dtype == "auto" else getattr(torch, dtype)
+    try:
+        model = AutoModelForMaskedLM.from_pretrained(str(path), dtype=torch_dtype,
+                                                     trust_remote_code=trust_remote_code)
+    except (OSError, ValueError) as exc:
+        raise ValueError(f"could not load a masked LM from {path}: {exc}\n  (an HF directory with "
+                         "config.json and weights is needed; models with their own code need "
+                         "trust_remote_code=true)") from exc
+    return model.to(device).eval()
+
+
+def hf_max_length(model, tokenizer) -> int:
+    """The model's positions, capped by the tokenizer's limit when it states a real one
+    (RoBERTa's 514 positions hold 512 tokens)."""
+    limit = int(getattr(model.config, "max_position_embeddings", 512))
+    tok_limit = getattr(tokenizer, "model_max_length", None)
+    if isinstance(tok_limit, int) and 0 < tok_limit < 1_000_000:
+        limit = min(limit, tok_limit)
+    return limit

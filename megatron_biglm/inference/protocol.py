@@ -38,12 +38,16 @@ class MaskedLMAdapter(ABC):
       split_attention: True when `split` is honoured (see module docstring); False means the
         model runs full attention whatever `split` says, and prefix reuse is then impossible.
       prefix_cache: True when `encode_prefix`/`logits_with_prefix` are implemented and exact.
+      length_buckets: padded widths are rounded up by this policy (`buckets.LengthBuckets`)
+        before they reach the model, so compiled kernels see few shapes; None pads to the
+        longest row. Set by the caller (loading, lm-eval's `length_buckets` model arg).
     """
 
     special: TokenIds
     max_length: int
     split_attention: bool = False
     prefix_cache: bool = False
+    length_buckets: Any = None
 
     @property
     @abstractmethod

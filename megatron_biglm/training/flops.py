@@ -19,28 +19,13 @@ work, not model work, so it is not counted (the usual MFU definition).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Iterable, Optional
+
+from megatron_biglm.model.shape import BiGLMShape
 
 # Dense bf16 peak per device (TFLOP/s), for the default MFU denominator.
 PEAK_TFLOPS_BF16 = {"A100": 312.0, "H100": 989.0, "H200": 989.0, "H800": 989.0, "A800": 312.0,
                     "L40S": 362.0, "A10": 125.0}
-
-
-@dataclass
-class ModelShape:
-    num_layers: int
-    hidden_size: int
-    num_attention_heads: int
-    num_query_groups: int
-    ffn_hidden_size: int
-    vocab_size: int
-    kv_channels: Optional[int] = None
-    gated_linear_unit: bool = True
-
-    @property
-    def head_dim(self) -> int:
-        return self.kv_channels or self.hidden_size // self.num_attention_heads
 
 
 def attended_pairs(seq_length: int, splits: Optional[Iterable[int]]) -> int:
@@ -52,20 +37,20 @@ def attended_pairs(seq_length: int, splits: Optional[Iterable[int]]) -> int:
     return sum(s * s + (L - s) * L for s in (int(s) for s in splits))
 
 
-def forward_flops(shape: ModelShape, tokens: int, pairs: int, predicted_tokens: Optional[int] = None) -> float:
+def forward_flops(shape: BiGLMShape, tokens: int, pairs: int, predicted_tokens: Optional[int] = None) -> float:
     """Forward FLOPs for `tokens` tokens whose attention scores `pairs` (query, key) pairs.
     `predicted_tokens`: rows that go through the output layer (BiGLM's sparse prediction
     projects only masked positions); None = all tokens."""
     h, d, nq, nkv = shape.hidden_size, shape.head_dim, shape.num_attention_heads, shape.num_query_groups
     per_token_layer = (2 * h * (nq + 2 * nkv) * d + 2 * nq * d * h
-                       + 2 * h * shape.ffn_hidden_size * (3 if shape.gated_linear_unit else 2))
+                       + 2 * h * shape.ffn_hidden_size * 3)
     attention = 4 * nq * d * pairs
     dense = shape.num_layers * per_token_layer * tokens
     out_rows = tokens if predicted_tokens is None else predicted_tokens
-    return float(dense + shape.num_layers * attention + 2 * h * shape.vocab_size * out_rows)
+    return float(dense + shape.num_layers * attention + 2 * h * shape.padded_vocab_size * out_rows)
 
 
-def train_step_flops(shape: ModelShape, seq_length: int, num_samples: int, splits=None,
+def train_step_flops(shape: BiGLMShape, seq_length: int, num_samples: int, splits=None,
                      predicted_tokens: Optional[int] = None) -> float:
     """Model FLOPs of one training step over `num_samples` sequences (fwd + bwd = 3× fwd).
     `splits` (one per sample) gives the real attention cost; None counts full L² attention."""

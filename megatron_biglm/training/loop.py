@@ -24,7 +24,8 @@ from dataclasses import dataclass, field
 import torch
 
 from megatron_biglm.checkpoint.rng import preserved_rng
-from megatron_biglm.training.flops import ModelShape, mfu, train_step_flops
+from megatron_biglm.model.shape import BiGLMShape
+from megatron_biglm.training.flops import mfu, train_step_flops
 from megatron_biglm.training.loop_state import LoopState  # noqa: F401 - re-exported: loop.LoopState
 from megatron_biglm.training.recipe import Recipe
 from megatron_biglm.training.step import evaluate, train_step
@@ -44,7 +45,7 @@ class Components:
     valid_iter_fn: object | None   # () -> iterator of micro-batches
     save_fn: object                # (LoopState) -> Path
     stop: object                   # GracefulStop
-    model_shape: ModelShape
+    model_shape: BiGLMShape
     num_microbatches: int
     recipe: Recipe
     peak_tflops: float | None = None

@@ -16,6 +16,7 @@ from typing import Mapping, Sequence
 import torch
 
 from megatron_biglm.data.token_ids import TokenIds
+from megatron_biglm.inference.engine import pad
 
 from ..row_report import SOURCE_TOO_LONG, RowReport
 
@@ -63,9 +64,6 @@ class HeadEncoder:
 
 def collate(examples: Sequence[HeadExample], pad_id: int) -> dict[str, torch.Tensor]:
     """input_ids [B, T] right-padded, lengths [B], labels [B] (-1 where unlabeled)."""
-    width = max(e.length for e in examples)
-    input_ids = torch.full((len(examples), width), pad_id, dtype=torch.long)
-    for i, e in enumerate(examples):
-        input_ids[i, :e.length] = torch.tensor(e.input_ids)
-    return {"input_ids": input_ids, "lengths": torch.tensor([e.length for e in examples]),
+    input_ids, lengths = pad([e.input_ids for e in examples], pad_id, "cpu")
+    return {"input_ids": input_ids, "lengths": lengths,
             "labels": torch.tensor([-1 if e.label is None else e.label for e in examples])}

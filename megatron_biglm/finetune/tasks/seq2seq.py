@@ -20,6 +20,7 @@ from typing import Sequence
 import torch
 
 from megatron_biglm.data.token_ids import TokenIds
+from megatron_biglm.inference.engine import pad
 
 from ..row_report import EMPTY_TARGET, SOURCE_TOO_LONG, RowReport
 
@@ -88,10 +89,7 @@ class Seq2SeqEncoder:
 
 def collate(examples: Sequence[Seq2SeqExample], pad_id: int) -> dict[str, torch.Tensor]:
     """input_ids [B, T] right-padded, lengths [B], split [B], target_lengths [B]."""
-    width = max(e.length for e in examples)
-    input_ids = torch.full((len(examples), width), pad_id, dtype=torch.long)
-    for i, e in enumerate(examples):
-        input_ids[i, :e.length] = torch.tensor(e.input_ids)
-    return {"input_ids": input_ids, "lengths": torch.tensor([e.length for e in examples]),
+    input_ids, lengths = pad([e.input_ids for e in examples], pad_id, "cpu")
+    return {"input_ids": input_ids, "lengths": lengths,
             "split": torch.tensor([e.split for e in examples]),
             "target_lengths": torch.tensor([e.target_length for e in examples])}

@@ -28,6 +28,7 @@ from typing import Mapping, Sequence
 import torch
 
 from megatron_biglm.data.token_ids import TokenIds
+from megatron_biglm.inference.engine import pad
 
 from ..row_report import ANSWER_NOT_IN_CONTEXT, SOURCE_TOO_LONG, RowReport
 
@@ -141,11 +142,8 @@ def window_bounds(n_tokens: int, room: int, overlap: int) -> list[tuple[int, int
 
 def collate(windows: Sequence[SquadWindow], pad_id: int) -> dict[str, torch.Tensor]:
     """input_ids [B, T] right-padded, lengths [B], start/end positions [B], has_answer [B]."""
-    width = max(w.length for w in windows)
-    input_ids = torch.full((len(windows), width), pad_id, dtype=torch.long)
-    for i, w in enumerate(windows):
-        input_ids[i, :w.length] = torch.tensor(w.input_ids)
-    return {"input_ids": input_ids, "lengths": torch.tensor([w.length for w in windows]),
+    input_ids, lengths = pad([w.input_ids for w in windows], pad_id, "cpu")
+    return {"input_ids": input_ids, "lengths": lengths,
             "start_positions": torch.tensor([w.start_position for w in windows]),
             "end_positions": torch.tensor([w.end_position for w in windows]),
             "has_answer": torch.tensor([w.has_answer for w in windows])}

@@ -36,6 +36,7 @@ from typing import Mapping, Sequence
 import torch
 
 from megatron_biglm.data.token_ids import TokenIds
+from megatron_biglm.inference.engine import pad
 
 from ..row_report import SOURCE_TOO_LONG, RowReport
 from .text_fit import fit_template, template_fields
@@ -184,13 +185,10 @@ def predict_labels(logits: torch.Tensor, mask_positions: torch.Tensor,
 def collate(examples: Sequence[VerbalizerExample], pad_id: int) -> dict[str, torch.Tensor]:
     """Right-padded batch: input_ids [B, T], lengths [B], split [B], mask_positions [B, K],
     labels [B] (-1 where unlabeled)."""
-    width = max(len(e.input_ids) for e in examples)
-    input_ids = torch.full((len(examples), width), pad_id, dtype=torch.long)
-    for i, e in enumerate(examples):
-        input_ids[i, :len(e.input_ids)] = torch.tensor(e.input_ids)
+    input_ids, lengths = pad([e.input_ids for e in examples], pad_id, "cpu")
     return {
         "input_ids": input_ids,
-        "lengths": torch.tensor([len(e.input_ids) for e in examples]),
+        "lengths": lengths,
         "split": torch.tensor([e.split for e in examples]),
         "mask_positions": torch.tensor([e.mask_positions for e in examples]),
         "labels": torch.tensor([-1 if e.label is None else e.label for e in examples]),

@@ -1,9 +1,10 @@
-"""The architecture numbers a megatron <-> HF weight mapping needs, and nothing else.
+"""The one model-shape record: the sizes that decide tensor layouts, FLOPs and HF configs.
 
-Why a separate record: the mapping must run from a megatron checkpoint's config, from our
-`BiGLMModelConfig`, or from a foreign HF config (a native EuroBERT of matching shape), so it
-takes this small frozen record instead of any of those classes. It is validated once here, so
-a malformed shape fails before any tensor is read.
+Why a separate record: the weight mapping must run from a megatron checkpoint's config, from
+our `BiGLMModelConfig`, or from a foreign HF config (a native EuroBERT of matching shape), and
+the FLOPs count needs the same numbers, so all of them take this small frozen record instead of
+any of those classes. It is validated once here, so a malformed shape fails before any tensor
+is read. `BiGLMModelConfig` gives its own through `shape_of`.
 """
 from __future__ import annotations
 
@@ -59,3 +60,18 @@ class BiGLMShape:
     def kv_size(self) -> int:
         """Rows of the key (or value) projection (one head per query group)."""
         return self.num_query_groups * self.head_dim
+
+
+def shape_of(model_config) -> BiGLMShape:
+    """The shape of our `BiGLMModelConfig` (embeddings tied unless the config says otherwise)."""
+    return BiGLMShape(
+        num_layers=model_config.num_layers,
+        hidden_size=model_config.hidden_size,
+        num_attention_heads=model_config.num_attention_heads,
+        num_query_groups=model_config.query_groups,
+        head_dim=model_config.head_dim,
+        ffn_hidden_size=model_config.ffn_hidden_size,
+        vocab_size=model_config.vocab_size,
+        padded_vocab_size=model_config.padded_vocab_size,
+        tie_word_embeddings=not getattr(model_config, "untie_embeddings_and_output_weights", False),
+    )

@@ -1,0 +1,87 @@
+"""The `finetune:` section of a run config: what task a fine-tuning run learns and how long.
+
+Plain settings only (config/ sits below finetune/, which owns tasks and recipes). A run
+config with `finetune.task` set is run by `python -m megatron_biglm.finetune`, which turns
+the epochs into `schedule.train_steps` once it knows the training set's size:
+
+    steps_per_epoch = ceil(train examples / training.global_batch_size)   (rounded UP: the
+        last step of an epoch tops up with the first examples of that epoch's shuffle)
+    schedule.train_steps  = epochs * steps_per_epoch
+    schedule.warmup_steps = round(warmup_fraction * train_steps)
+    validation (and a checkpoint) every `validate_every_steps` steps, or every epoch when 0,
+    and at the last step.
+
+`data` maps split names to local files (jsonl/parquet, a path, glob or list); a split left
+out is read from the HF hub when `hub` is true. `select_metric` defaults to the task's
+`select` (e.g. CB: macro_f1), measured on `select_split` (default: the task's first
+evaluation split, e.g. MNLI's validation_matched). `test_split`, when given, is scored at
+every validation and reported for the best one. `template` / `label_words` replace the
+task's verbalizer prompt; `loss_over` is `labels` (softmax over the verbalizer) or `vocab`.
+`init_from`: a checkpoint (pretraining run, `from-hf` import) whose model weights a fresh
+fine-tune starts from (fresh optimizer and schedule). `options`: recipe-specific settings
+(e.g. span QA's `doc_stride`, seq2seq's `max_target_length`), read by the task kind's recipe.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal, Optional
+
+from megatron_biglm.common.config_fields import ConfigError
+
+
+@dataclass
+class FinetuneConfig:
+    task: Optional[str] = None
+    data: dict = field(default_factory=dict)
+    hub: bool = False
+    max_length: int = 256
+    epochs: int = 3
+    warmup_fraction: float = 0.06
+    schedule: Literal["linear", "wsd"] = "linear"
+    validate_every_steps: int = 0
+    select_metric: Optional[str] = None
+    select_split: Optional[str] = None
+    test_split: Optional[str] = None
+    template: Optional[str] = None
+    label_words: Optional[list] = None
+    loss_over: Literal["labels", "vocab"] = "labels"
+    fill_short_labels_with: Optional[int] = None
+    init_from: Optional[str] = None
+    eval_batch_size: int = 16
+    options: dict = field(default_factory=dict)
+
+    @property
+    def enabled(self) -> bool:
+        return bool(self.task)
+
+    def get(self, key: str, default: Any = None) -> Any:
+        """A recipe option: `options[key]` if set, else this section's field, else `default`."""
+        if key in self.options:
+            return self.options[key]
+        return getattr(self, key, default)
+
+    def problem(self) -> str | None:
+        """What is wrong with these settings, or None."""
+        if not self.enabled:
+            return None
+        if self.epochs < 1:
+            return f"finetune.epochs must be >= 1, got {self.epochs}"
+        if not 0 <= self.warmup_fraction < 1:
+            return f"finetune.warmup_fraction must be in [0, 1), got {self.warmup_fraction}"
+        if self.validate_every_steps < 0:
+            return f"finetune.validate_every_steps must be >= 0 (0: every epoch), got {self.validate_every_steps}"
+        if self.max_length < 8:
+            return f"finetune.max_length={self.max_length} is too short for a prompt"
+        if (self.template is None) != (self.label_words is None) and self.template is not None:
+            return "finetune.template needs finetune.label_words (one word per label index)"
+        if self.label_words is not None and not all(isinstance(w, str) for w in self.label_words):
+            return (f"finetune.label_words must be strings, got {self.label_words}: quote them "
+                    f"(YAML reads yes/no/true/false unquoted as booleans), e.g. ['yes', 'no']")
+        if self.eval_batch_size < 1:
+            return f"finetune.eval_batch_size must be >= 1, got {self.eval_batch_size}"
+        return None
+
+    def check(self) -> None:
+        problem = self.problem()
+        if problem:
+            raise ConfigError(problem)

@@ -1,0 +1,82 @@
+"""From a run config with a `finetune:` section to what `train()` runs: the recipe (picked
+by the task's kind), the schedule in steps, and the validation callback.
+
+The epochs become steps here because only the encoded training set says how many examples
+there are (rounding: see `config/finetune_section.py`). What is derived is returned as
+`key=value` overrides, so the run's saved config.yaml holds the steps it really ran.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from megatron_biglm.config import ConfigError, load_config
+
+from .recipes import recipe_for
+from .tasks import get_task
+from .validation import TaskValidator
+
+
+@dataclass
+class FinetunePlan:
+    recipe: object
+    overrides: list[str]
+    validator: TaskValidator
+    steps_per_epoch: int
+    train_steps: int
+    init_from: str | None
+    notes: list[str] = field(default_factory=list)
+
+
+def derived_schedule(n_train: int, options, global_batch_size: int, n_valid: int) -> dict:
+    """The schedule keys the epochs decide (see the module doc)."""
+    steps_per_epoch = math.ceil(n_train / global_batch_size)
+    train_steps = options.epochs * steps_per_epoch
+    interval = options.validate_every_steps or steps_per_epoch
+    warmup = int(round(options.warmup_fraction * train_steps))
+    return {
+        "data.seq_length": options.max_length,
+        "schedule.style": options.schedule,
+        "schedule.train_steps": train_steps,
+        "schedule.warmup_steps": min(warmup, train_steps - 1),
+        "training.eval_interval": interval,
+        "training.eval_iters": max(1, math.ceil(n_valid / global_batch_size)),
+        "checkpoint.save_interval": interval,
+        "checkpoint.save_at_end": True,
+    }
+
+
+def plan_finetune(config_or_path, overrides=()) -> FinetunePlan:
+    from megatron_biglm.data.tokenizer import load_tokenizer
+
+    cfg = load_config(config_or_path, list(overrides))
+    options = cfg.finetune
+    if not options.enabled:
+        raise ConfigError("this config has no finetune.task; name one (e.g. finetune.task=mnli) or use "
+                          "megatron_biglm.train for pretraining")
+    if not cfg.data.tokenizer:
+        raise ConfigError("fine-tuning needs data.tokenizer (the pretrained model's tokenizer)")
+    try:
+        task = get_task(options.task)
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
+    tokenizer = load_tokenizer(cfg.data.tokenizer)
+    try:
+        recipe = recipe_for(task, tokenizer, options)
+    except ValueError as exc:
+        raise ConfigError(f"finetune.task={options.task}: {exc}") from None
+    recipe.prepare(cfg)
+    gbs = cfg.training.global_batch_size
+    n_valid = len(recipe.eval_examples[recipe.select_split])
+    derived = derived_schedule(len(recipe.train_examples), options, gbs, n_valid)
+    steps = derived["schedule.train_steps"]
+    validator = TaskValidator(recipe, interval=derived["training.eval_interval"],
+                              steps_per_epoch=recipe.steps_per_epoch(gbs), train_steps=steps,
+                              run_dir=cfg.run_dir, checkpoint_root=cfg.checkpoint_dir,
+                              data_summary=recipe.row_summaries())
+    notes = [f"{name}: {line}" for name, line in recipe.row_summaries().items()]
+    notes.append(f"{len(recipe.train_examples)} training examples / global batch {gbs} = "
+                 f"{recipe.steps_per_epoch(gbs)} steps per epoch (rounded up) x {options.epochs} epochs = "
+                 f"{steps} steps; validation every {derived['training.eval_interval']} steps")
+    return FinetunePlan(recipe, list(overrides) + [f"{k}={v}" for k, v in derived.items()], validator,
+                        recipe.steps_per_epoch(gbs), steps, options.init_from, notes)

@@ -1,0 +1,155 @@
+"""`FinetuneRecipe`: what every fine-tuning recipe shares, on top of the training `Recipe`.
+
+Built as `RecipeClass(task, tokenizer, options)` (`options`: the run config's `finetune:`
+section, `config.finetune_section.FinetuneConfig`; recipe-specific keys via
+`options.get(key, default)`). `prepare(config)` reads and encodes every split once (before the
+schedule exists: the epochs become steps from the training set's size); `build_data` then
+serves the encoded examples to the loop:
+
+  * train: `EpochSamples`: global sample i -> epoch i // (steps_per_epoch * global_batch),
+    a fresh permutation of the examples per epoch (seeded by data.seed and the epoch); the
+    last step of an epoch tops up with the first examples of that epoch's permutation.
+    A pure function of i, so `consumed_samples` resumes it exactly.
+  * valid: the selection split, wrapped round to whole global batches, for the loop's
+    validation loss.
+
+A subclass sets `collate(examples) -> batch`, `forward`, `loss_tokens` (the `Recipe` seam)
+and `evaluate_split(model, name, examples, device) -> {metric: value}` (must contain the
+task's select metric); `encode(rows, report, training)` defaults to `tasks.encode_rows`.
+The validation history (per-validation metrics, the best so far) is this recipe's training
+state: it is saved in every checkpoint and restored on resume, so a resumed run's
+results.json equals an uninterrupted run's.
+"""
+from __future__ import annotations
+
+import math
+from typing import Sequence
+
+import numpy as np
+import torch
+
+from megatron_biglm.training.recipe import Recipe, RecipeData
+
+from ..data_files import load_split
+from ..row_report import RowReport
+from ..tasks import encode_rows
+
+
+class EpochSamples(torch.utils.data.Dataset):
+    """`total` samples drawn epoch by epoch from `examples` (see the module doc)."""
+
+    def __init__(self, examples: Sequence, samples_per_epoch: int, total: int, seed: int):
+        if not examples:
+            raise ValueError("no training examples left after the checks (see the row report above)")
+        self.examples, self.per_epoch, self.total, self.seed = list(examples), samples_per_epoch, total, seed
+        self._perm: dict[int, np.ndarray] = {}
+
+    def __len__(self) -> int:
+        return self.total
+
+    def __getitem__(self, i: int):
+        epoch, within = divmod(int(i), self.per_epoch)
+        if epoch not in self._perm:
+            self._perm[epoch] = np.random.default_rng([self.seed, epoch]).permutation(len(self.examples))
+        return self.examples[int(self._perm[epoch][within % len(self.examples)])]
+
+
+class Wrapped(torch.utils.data.Dataset):
+    """`examples` repeated round to `length` items (whole global batches for the loop)."""
+
+    def __init__(self, examples: Sequence, length: int):
+        self.examples, self.length = list(examples), length
+
+    def __len__(self) -> int:
+        return self.length
+
+    def __getitem__(self, i: int):
+        return self.examples[int(i) % len(self.examples)]
+
+
+class FinetuneRecipe(Recipe):
+    name = "finetune"
+
+    def __init__(self, task, tokenizer, options):
+        self.task, self.tokenizer, self.options = task, tokenizer, options
+        self.train_examples: list = []
+        self.eval_examples: dict[str, list] = {}   # split name -> examples (selection split first)
+        self.eval_rows: dict[str, list] = {}
+        self.reports: dict[str, RowReport] = {}
+        self.history: list[dict] = []               # one record per validation
+        self.use_split = True
+
+    # ---- data -------------------------------------------------------------------------
+    @property
+    def select_split(self) -> str:
+        return self.options.select_split or self.task.eval_splits[0]
+
+    @property
+    def select_metric(self) -> str:
+        return self.options.select_metric or self.task.select
+
+    def eval_split_names(self) -> list[str]:
+        names = [self.select_split] + [s for s in self.task.eval_splits if s != self.select_split]
+        return names
+
+    def rows(self, split: str, *, require_labels: bool = True) -> tuple[list[dict], RowReport]:
+        from megatron_biglm.config import ConfigError
+
+        files = self.options.data.get(split)
+        if not files and not self.options.hub:
+            raise ConfigError(f"task {self.task.name}: no data for split {split!r}; set finetune.data.{split}="
+                              f"FILES (jsonl/parquet in the {self.task.dataset} schema), or finetune.hub=true")
+        return load_split(self.task.dataset, files=files, split=split, require_labels=require_labels)
+
+    def encode(self, rows: list[dict], report: RowReport, training: bool) -> list:
+        return encode_rows(self.task, rows, self.tokenizer, max_length=self.options.max_length,
+                           report=report, **self.encoder_options(training))
+
+    def encoder_options(self, training: bool) -> dict:  # noqa: ARG002 - per kind
+        return {}
+
+    def prepare(self, config) -> None:
+        """Read and encode the training split and every evaluation split (once)."""
+        self.use_split = config.objective.resolved.restricts_attention
+        rows, report = self.rows(self.task.train_split)
+        self.train_examples = self.encode(rows, report, training=True)
+        self.reports[self.task.train_split] = report
+        names = self.eval_split_names()
+        if self.options.test_split:
+            names.append(self.options.test_split)
+        for name in names:
+            rows, report = self.rows(name)
+            self.eval_rows[name] = rows
+            self.eval_examples[name] = self.encode(rows, report, training=False)
+            self.reports[name] = report
+        if not self.train_examples:
+            raise ValueError(f"task {self.task.name}: no training examples ({report.summary_line()})")
+
+    def row_summaries(self) -> dict[str, str]:
+        return {name: report.summary_line() for name, report in self.reports.items()}
+
+    def steps_per_epoch(self, global_batch_size: int) -> int:
+        return math.ceil(len(self.train_examples) / global_batch_size)
+
+    def build_data(self, config, model_config, dp_size: int) -> RecipeData:  # noqa: ARG002
+        if not self.train_examples:
+            self.prepare(config)
+        gbs = config.training.global_batch_size
+        per_epoch = self.steps_per_epoch(gbs) * gbs
+        train = EpochSamples(self.train_examples, per_epoch, config.schedule.train_steps * gbs, config.data.seed)
+        valid = self.eval_examples.get(self.select_split) or None
+        valid = Wrapped(valid, math.ceil(len(valid) / gbs) * gbs) if valid else None
+        return RecipeData(train=train, valid=valid, tokenizer=self.tokenizer, collate_fn=self.collate)
+
+    def collate(self, examples: Sequence) -> dict:
+        raise NotImplementedError
+
+    # ---- validation -------------------------------------------------------------------
+    def evaluate_split(self, model, name: str, examples: list, device) -> dict[str, float]:
+        raise NotImplementedError
+
+    def state_dict(self) -> dict:
+        return {"history": self.history} if self.history else {}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.history = list(state.get("history", []))

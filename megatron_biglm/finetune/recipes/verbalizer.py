@@ -1,0 +1,99 @@
+"""Prompted classification (the paper's MNLI setting, seed 001's prompted paradigm): the
+masked-LM head predicts the label word at the `<mask>` slot(s) of a prompt.
+
+An example is `[BOS] prompt [MASK]*K rest [EOS]` (`tasks/verbalizer.py`); `split` is the
+first mask slot, so the prompt rows never see the answer slots, as in pretraining (0, full
+attention, when the run's objective has no split restriction, e.g. an `mlm` baseline).
+Label l scores sum_k log p(token_{l,k} at slot k); the loss is the cross-entropy of the gold
+label over these scores (`finetune.loss_over: labels`) or the full-vocabulary NLL of its
+tokens (`vocab`), one term per example, averaged over the global batch's examples. The
+prediction is the argmax over labels; validation scores it with the task's metrics
+(`metrics.task_scores`: accuracy, CB's macro-F1).
+
+Template and label words come from the task (`tasks/prompts.py`) unless the config sets
+`finetune.template` and `finetune.label_words`.
+"""
+from __future__ import annotations
+
+import dataclasses
+from functools import partial
+from typing import Sequence
+
+import torch
+
+from megatron_biglm.training.recipe import LOSS_KEY
+
+from ..metrics import task_scores
+from ..tasks import VerbalizerPrompt, label_scores
+from ..tasks.verbalizer import VerbalizerEncoder
+from .base import FinetuneRecipe
+
+
+class VerbalizerRecipe(FinetuneRecipe):
+    name = "verbalizer"
+    metric_names = ("accuracy",)
+
+    def __init__(self, task, tokenizer, options):
+        if options.template is not None:
+            prompt = VerbalizerPrompt(options.template, tuple(str(w) for w in options.label_words))
+            task = dataclasses.replace(task, prompt=prompt, fields=prompt.fields)
+        super().__init__(task, tokenizer, options)
+        self.encoder = VerbalizerEncoder(tokenizer, task.prompt, options.max_length,
+                                         fill_short_labels_with=options.fill_short_labels_with)
+        self.slot_targets = self.encoder.slot_targets
+        self.pad_id = self.encoder.ids.pad_id if self.encoder.ids.pad_id is not None else self.encoder.ids.eos_id
+
+    def encoder_options(self, training: bool) -> dict:  # noqa: ARG002
+        return {"fill_short_labels_with": self.options.fill_short_labels_with}
+
+    def collate(self, examples: Sequence) -> dict:
+        """Right-padded to `finetune.max_length` (one shape for every batch)."""
+        width = self.options.max_length
+        tokens = torch.full((len(examples), width), self.pad_id, dtype=torch.long)
+        for i, e in enumerate(examples):
+            tokens[i, :len(e.input_ids)] = torch.tensor(e.input_ids)
+        split = [e.split if self.use_split else 0 for e in examples]
+        return {"tokens": tokens, "valid_lengths": torch.tensor([len(e.input_ids) for e in examples]),
+                "split": torch.tensor(split), "mask_positions": torch.tensor([e.mask_positions for e in examples]),
+                "labels": torch.tensor([-1 if e.label is None else e.label for e in examples])}
+
+    def logits(self, model, batch: dict, device) -> torch.Tensor:
+        return model(batch["tokens"].to(device), split=batch["split"],
+                     valid_lengths=batch["valid_lengths"].to(device), runtime_gather_output=True)
+
+    def forward(self, model, batch: dict, device):
+        return self.logits(model, batch, device), partial(self._loss, batch)
+
+    def _loss(self, batch: dict, logits: torch.Tensor):
+        scores = label_scores(logits, batch["mask_positions"].to(logits.device), self.slot_targets)
+        labels = batch["labels"].to(logits.device)
+        if bool((labels < 0).any()):
+            raise ValueError("an unlabeled example reached the training loss")
+        if self.options.loss_over == "labels":
+            per_example = torch.nn.functional.cross_entropy(scores, labels, reduction="none")
+        else:
+            per_example = -scores.gather(1, labels.unsqueeze(1)).squeeze(1)
+        loss_sum = per_example.sum()
+        count = torch.tensor(labels.numel(), dtype=torch.int, device=logits.device)
+        correct = (scores.argmax(-1) == labels).sum().float().detach()
+        return loss_sum, count, {LOSS_KEY: torch.stack([loss_sum.detach(), count.float()]),
+                                 "accuracy": torch.stack([correct, count.float()])}
+
+    def loss_tokens(self, batch: dict) -> int:
+        return int(batch["labels"].numel())
+
+    @torch.no_grad()
+    def predict(self, model, examples: Sequence, device, batch_size: int) -> list[int]:
+        out: list[int] = []
+        for start in range(0, len(examples), batch_size):
+            batch = self.collate(examples[start:start + batch_size])
+            logits = self.logits(model, batch, device)
+            scores = label_scores(logits, batch["mask_positions"].to(logits.device), self.slot_targets)
+            out.extend(int(x) for x in scores.argmax(-1).tolist())
+        return out
+
+    def evaluate_split(self, model, name: str, examples: list, device) -> dict[str, float]:  # noqa: ARG002
+        predictions = self.predict(model, examples, device, self.options.eval_batch_size)
+        references = [e.label for e in examples]
+        return task_scores(self.task.metrics, predictions, references,
+                           classes=list(range(len(self.task.prompt.label_words))))

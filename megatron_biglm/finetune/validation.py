@@ -1,0 +1,108 @@
+"""Validation with the task's metric, best-checkpoint selection and results.json.
+
+`TaskValidator` is a loop callback (training/loop.py): every `interval` steps (an epoch by
+default) and at the last step, the live model predicts every evaluation split (and the
+test split, if any) through the recipe's `evaluate_split`, the record goes to the recipe's
+history (saved in the checkpoint of that step, so a resume continues it), to metrics.jsonl
+(`kind: finetune_valid`) and to results.json. A checkpoint is saved at each validation
+step (the entry point sets `checkpoint.save_interval` to the interval); once it is sealed,
+`on_save` points `best` (beside `latest`) at the best validation's checkpoint, which
+`checkpoint.keep_last` never deletes. Best = highest `select_metric` on `select_split`;
+a tie keeps the earlier one.
+
+results.json holds only what the history determines (no times), so a run killed and
+resumed writes the same file as an uninterrupted one.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import torch
+
+from megatron_biglm.checkpoint.dirs import best_checkpoint_name, iteration_name, point_best
+
+RESULTS_FILE = "results.json"
+
+
+def _is_rank0() -> bool:
+    return not torch.distributed.is_initialized() or torch.distributed.get_rank() == 0
+
+
+def best_record(history: list[dict], split: str, metric: str) -> dict | None:
+    best = None
+    for record in history:
+        value = record["valid"][split][metric]
+        if best is None or value > best["valid"][split][metric]:
+            best = record
+    return best
+
+
+class TaskValidator:
+    def __init__(self, recipe, *, interval: int, steps_per_epoch: int, train_steps: int, run_dir,
+                 checkpoint_root, data_summary: dict | None = None):
+        self.recipe, self.interval, self.steps_per_epoch = recipe, interval, steps_per_epoch
+        self.train_steps, self.run_dir, self.root = train_steps, Path(run_dir), Path(checkpoint_root)
+        self.data_summary = data_summary or {}
+
+    def due(self, step: int) -> bool:
+        return step % self.interval == 0 or step == self.train_steps
+
+    def on_step(self, step: int, loop_state, ctx) -> None:  # noqa: ARG002
+        if not self.due(step):
+            return
+        r = self.recipe
+        record = {"step": step, "epoch": round(step / self.steps_per_epoch, 4), "valid": {}, "test": None}
+        chunk = ctx.model_chunks[0]
+        chunk.eval()
+        try:
+            for name in r.eval_split_names():
+                record["valid"][name] = r.evaluate_split(chunk, name, r.eval_examples[name], ctx.info.device)
+            if r.options.test_split:
+                name = r.options.test_split
+                record["test"] = {name: r.evaluate_split(chunk, name, r.eval_examples[name], ctx.info.device)}
+        finally:
+            chunk.train()
+        if r.select_metric not in record["valid"][r.select_split]:
+            raise ValueError(f"finetune.select_metric={r.select_metric!r} is not among the metrics "
+                             f"{sorted(record['valid'][r.select_split])} of task {r.task.name}")
+        r.history = [h for h in r.history if h["step"] < step] + [record]
+        flat = {f"{split}/{k}": v for split, scores in record["valid"].items() for k, v in scores.items()}
+        flat.update({f"test/{k}": v for scores in (record["test"] or {}).values() for k, v in scores.items()})
+        ctx.metrics.log({"kind": "finetune_valid", "step": step, "epoch": record["epoch"], **flat})
+        if _is_rank0():
+            self.write_results()
+
+    def on_save(self, loop_state, path) -> None:  # noqa: ARG002
+        best = best_record(self.recipe.history, self.recipe.select_split, self.recipe.select_metric)
+        if best is None or not _is_rank0():
+            return
+        name = iteration_name(best["step"])
+        if best_checkpoint_name(self.root) != name and (self.root / name).is_dir():
+            point_best(self.root, best["step"])
+
+    def results(self) -> dict:
+        r = self.recipe
+        best = best_record(r.history, r.select_split, r.select_metric)
+        return {
+            "task": r.task.name, "kind": r.task.kind,
+            "select": {"split": r.select_split, "metric": r.select_metric},
+            "steps_per_epoch": self.steps_per_epoch, "train_steps": self.train_steps,
+            "finished": bool(r.history) and r.history[-1]["step"] == self.train_steps,
+            "validations": r.history,
+            "best_step": best["step"] if best else None,
+            "best_epoch": best["epoch"] if best else None,
+            "best_metric": best["valid"][r.select_split][r.select_metric] if best else None,
+            "best_checkpoint": iteration_name(best["step"]) if best else None,
+            "best_valid": best["valid"] if best else None,
+            "test": best["test"] if best else None,
+            "data": self.data_summary,
+        }
+
+    def write_results(self) -> Path:
+        path = self.run_dir / RESULTS_FILE
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(".json.tmp")
+        tmp.write_text(json.dumps(self.results(), indent=1))
+        tmp.replace(path)
+        return path

@@ -1,0 +1,64 @@
+"""Fine-tune: `python -m megatron_biglm.finetune --config examples/configs/finetune/TASK.yaml
+[key=value ...]` (also under torchrun, and from SLURM via launch/finetune.sh).
+
+The same `train()` as pretraining (one loop, backends, checkpoints, resume, SIGTERM, NaN
+guard, logs) with the task's recipe (finetune/recipes/, picked by the task's kind) and the
+validation callback (finetune/validation.py). Writes `results.json` in the run directory
+and the `best` pointer beside `latest` in the checkpoint directory.
+
+Start points: `finetune.init_from=CKPT` takes the weights of any checkpoint (a pretraining
+run, or a `tools/convert_checkpoint.py from-hf` import of an HF export or a public
+EuroBERT) with a fresh optimizer and schedule; `checkpoint.load=IMPORT` does the same for a
+weights-only import. Re-running the same command resumes the fine-tune's own checkpoints.
+
+This module sits on the top floor (it wires finetune/ into train.py);
+`megatron_biglm/finetune/__main__.py` only runs it, so that `-m megatron_biglm.finetune` works.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+import warnings
+
+
+def finetune(config_or_path, overrides=(), callbacks=()) -> dict:
+    """Run (or resume) a fine-tune; return the results (what results.json holds) and the
+    `TrainResult` under "train"."""
+    from megatron_biglm.finetune.plan import plan_finetune
+    from megatron_biglm.train import train
+
+    plan = plan_finetune(config_or_path, overrides)
+    for note in plan.notes:
+        print(f"finetune: {note}", flush=True)
+    result = train(config_or_path, plan.overrides, callbacks=[plan.validator, *callbacks],
+                   recipe=plan.recipe, init_from=plan.init_from)
+    out = plan.validator.results()
+    out["train"] = result.__dict__
+    return out
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--config", required=True, help="run config YAML with a finetune: section "
+                                                        "(see examples/configs/finetune/)")
+    parser.add_argument("overrides", nargs="*", help="section.key=value overrides, e.g. finetune.epochs=3")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s: %(message)s")
+    warnings.filterwarnings("ignore", message="Transformer Engine and Apex are not installed")
+    from megatron_biglm.checkpoint.dirs import CheckpointError
+    from megatron_biglm.config import ConfigError
+    from megatron_biglm.training.nonfinite import TooManyNonFinite
+    try:
+        result = finetune(args.config, args.overrides)
+    except (ConfigError, CheckpointError, TooManyNonFinite) as exc:
+        print(f"error: {exc}", file=sys.stderr, flush=True)
+        return 2 if not isinstance(exc, TooManyNonFinite) else 3
+    summary = {k: result[k] for k in ("task", "best_epoch", "best_metric", "best_checkpoint", "test", "finished")}
+    print(json.dumps({"finetune": summary, "stopped_by": result["train"]["stopped_by"]}), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,60 @@
+"""A synthetic prompted-classification task for the fine-tuning entry point: "does the
+sequence contain `cat`?" in the RTE schema (premise: 6 random words, hypothesis: "cat",
+label 0 = entailment = yes). Learnable by a tiny model in a few hundred steps on CPU;
+chance is 50 % (balanced), so >= 95 % means the label was read off the mask slot."""
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+
+from finetune_fixtures import word_tokenizer
+
+WORDS = ["red", "blue", "green", "dog", "fish", "bird", "tree", "sun", "moon", "rock", "sand", "snow"]
+TEMPLATE = "{premise} . {hypothesis} ? <mask>"
+
+
+def rows(n: int, seed: int) -> list[dict]:
+    rng = random.Random(seed)
+    out = []
+    for i in range(n):
+        words = [rng.choice(WORDS) for _ in range(6)]
+        label = i % 2
+        if label == 0:
+            words[rng.randrange(6)] = "cat"
+        out.append({"premise": " ".join(words), "hypothesis": "cat", "label": label, "idx": i})
+    rng.shuffle(out)
+    return out
+
+
+def write_task(folder: Path, n_train: int = 192, n_valid: int = 64, n_test: int = 64) -> dict:
+    """jsonl splits and a word-level tokenizer under `folder`; the config keys that use them."""
+    folder.mkdir(parents=True, exist_ok=True)
+    files = {}
+    for split, n, seed in (("train", n_train, 1), ("validation", n_valid, 2), ("test", n_test, 3)):
+        path = folder / f"{split}.jsonl"
+        path.write_text("".join(json.dumps(r) + "\n" for r in rows(n, seed)))
+        files[split] = str(path)
+    tok = word_tokenizer([" ".join(WORDS + ["cat", ".", "?", "yes", "no"])])
+    tok.save_pretrained(str(folder / "tokenizer"))
+    return {"tokenizer": str(folder / "tokenizer"), "files": files}
+
+
+def finetune_overrides(task: dict, run_dir: Path, **extra) -> list[str]:
+    """A 2-layer, 64-wide model, prompts of 16 tokens, 4 epochs of 12 steps."""
+    over = {
+        "run_dir": str(run_dir),
+        "model.preset": "tiny", "model.num_layers": 2, "model.hidden_size": 64, "model.ffn_hidden_size": 192,
+        "model.vocab_size": 64, "data.tokenizer": task["tokenizer"],
+        "optimizer.lr": 3e-3, "optimizer.min_lr": 0.0,
+        "training.micro_batch_size": 16, "training.global_batch_size": 16, "training.precision": "fp32",
+        "logging.log_interval": 4, "logging.tensorboard": False, "logging.progress": "plain",
+        "finetune.task": "rte", "finetune.template": f"'{TEMPLATE}'", "finetune.label_words": "['yes', 'no']",
+        "finetune.max_length": 16, "finetune.epochs": 4, "finetune.warmup_fraction": 0.1,
+        "finetune.schedule": "linear", "finetune.test_split": "test", "finetune.eval_batch_size": 32,
+        **{f"finetune.data.{k}": v for k, v in (("train", task["files"]["train"]),
+                                                  ("validation", task["files"]["validation"]),
+                                                  ("test", task["files"]["test"]))},
+    }
+    over.update(extra)
+    return [f"{k}={v}" for k, v in over.items()]

@@ -1,0 +1,31 @@
+"""The fine-tuning example configs encode the paper's settings (Table 3) and name real tasks."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from megatron_biglm.config import load_config
+from megatron_biglm.finetune.tasks import get_task
+
+FOLDER = Path(__file__).resolve().parents[1] / "examples" / "configs" / "finetune"
+TASKS = ["mnli", "boolq", "cb", "copa", "rte", "wic", "squad", "xsum", "msqg"]
+
+
+@pytest.mark.parametrize("name", TASKS)
+def test_config_loads_and_names_its_task(name):
+    cfg = load_config(FOLDER / f"{name}.yaml")
+    task = get_task(cfg.finetune.task)
+    assert task.name == name and cfg.finetune.validate_every_steps == 0  # validation every epoch
+    assert cfg.checkpoint.keep_last == 1 and cfg.finetune.init_from
+    splits = [task.train_split, *task.eval_splits]
+    assert sorted(cfg.finetune.data) == sorted(splits), "one file per split the task reads"
+
+
+def test_paper_epochs_and_metrics():
+    epochs = {n: load_config(FOLDER / f"{n}.yaml").finetune.epochs for n in TASKS}
+    assert (epochs["mnli"], epochs["squad"], epochs["xsum"], epochs["msqg"]) == (5, 5, 50, 50)
+    mnli = load_config(FOLDER / "mnli.yaml")
+    assert mnli.finetune.select_split == "validation_matched"
+    assert get_task("mnli").eval_splits == ("validation_matched", "validation_mismatched")
+    assert get_task("cb").select == "macro_f1"
