@@ -10,8 +10,8 @@ one of the 12 content words (1/12), or 1/5 for a model that knows the answer is 
 
 Measured (2-layer, 64-wide model, batch 32): held-out accuracy 0.00 before and 0.86 after
 1500 steps at lr 2e-3 (the loss leaves its plateau at ~800 steps; 600 steps at 1e-3 gave
-0.03, 1000 at 2e-3 gave 0.29); the seen family "say the last word" 0.88. The run took 263 s
-of wall time on the shared 2-core machine while other jobs ran.
+0.03, 1000 at 2e-3 gave 0.29); the seen family "say the last word" 0.88. The test takes ~75 s
+of CPU (one thread); 243 s of wall time on the shared 2-core machine while other jobs ran.
 Variant `mlm` (split 0): a single copy family reached 100 % after ~250 steps with mlm and
 ~650 with biglm (split at the target start) on this tiny model, so mlm keeps the test inside
 its CPU budget; the biglm split itself is checked in test_instruct_masking.py.
