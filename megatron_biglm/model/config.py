@@ -57,6 +57,9 @@ class BiGLMModelConfig:
     attention_dropout: float = 0.0
     attention_backend: str = "auto"
     make_vocab_size_divisible_by: int = 128
+    # CMLM length head (heads.py `length`): classifies the target length 0..length_head_max from
+    # the mean-pooled prefix; 0 = no head (the model and its state dict are unchanged).
+    length_head_max: int = 0
     name: Optional[str] = None  # informational (preset name)
 
     def __post_init__(self):
@@ -65,6 +68,10 @@ class BiGLMModelConfig:
             value = getattr(self, key)
             if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
                 raise ModelConfigError(f"model.{key} must be a positive integer, got {value!r}")
+        if isinstance(self.length_head_max, bool) or not isinstance(self.length_head_max, int) \
+                or self.length_head_max < 0:
+            raise ModelConfigError(f"model.length_head_max must be an integer >= 0 (0: no length "
+                                   f"head), got {self.length_head_max!r}")
         if self.num_query_groups is not None and (
             not isinstance(self.num_query_groups, int) or self.num_query_groups <= 0
         ):
