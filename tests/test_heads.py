@@ -70,7 +70,11 @@ def test_registry_builds_known_heads_and_refuses_unknown_or_duplicate_names():
         register_head(HeadSpec("masked_lm", MaskedLMHead, owns_weights=False, doc=""))
     with pytest.raises(ValueError, match="pooling mode"):
         PoolingHead("max")
-    assert not any(spec.owns_weights for spec in HEADS.values())  # the table has no head rows yet
+    from megatron_biglm.export.weight_table import sidecar_file
+
+    # the one head with weights so far, the length head, is exported to its own file
+    assert {name for name, spec in HEADS.items() if spec.owns_weights} == {"length"}
+    assert sidecar_file("length_head.weight") is not None
 
 
 # ---------------------------------------------------------------- heads on a real model

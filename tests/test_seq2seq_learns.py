@@ -100,3 +100,19 @@ def test_reverse_task_learned_and_decoded_by_mask_predict(train_data, tmp_path):
     print(f"held-out: length head accuracy {length_acc:.3f}, Mask-Predict exact match {exact}")
     assert length_acc >= 0.9
     assert exact[1] >= 0.9
+
+    # the HF export carries the head in length_head.safetensors: same lengths, same ids
+    from transformers import AutoModelForMaskedLM
+
+    from megatron_biglm.export.convert_to_hf import to_hf
+    from megatron_biglm.inference.hf_adapter import HFMaskedLMAdapter
+    from megatron_biglm.inference.length_head_file import load_length_head
+
+    to_hf(run / "checkpoints", tmp_path / "hf", progress=False)
+    hf = HFMaskedLMAdapter(AutoModelForMaskedLM.from_pretrained(str(tmp_path / "hf"), dtype=torch.float32),
+                           inference_token_ids(tok), length_head=load_length_head(tmp_path / "hf"))
+    lengths = torch.tensor([len(p) for p in prefixes])
+    assert torch.equal(hf.predict_lengths(ids, lengths, 3), adapter.predict_lengths(ids, lengths, 3))
+    config = GenerationConfig(steps=4)
+    assert [o.ids for o in MaskPredictGenerator(hf, tok).generate(prompts[:20], config)] == \
+        [o.ids for o in generator.generate(prompts[:20], config)]
