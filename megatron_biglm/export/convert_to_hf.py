@@ -100,6 +100,7 @@ def to_hf(checkpoint_dir, output_dir, *, tokenizer: str | None = None, dtype: st
         files = save_safetensors_stream(
             temp, with_progress(stream, len(hf_tensor_shapes(shape, table)), "megatron -> HF", progress),
             max_shard_bytes=max_shard_bytes, dtype=cast)
+        notes += save_sidecars(temp, weights, report, cast)
         hf_config = hf_config_from_biglm(mc, tok, dtype=_dtype_name(out_dtype))
         if head is not None:
             head.configure(hf_config)
@@ -132,6 +133,25 @@ def to_hf(checkpoint_dir, output_dir, *, tokenizer: str | None = None, dtype: st
         notes=notes)
     logger.info("%s", summary.format())
     return summary
+
+
+def save_sidecars(folder: Path, weights, report: ConversionReport, cast) -> list[str]:
+    """Write the heads EuroBERT cannot hold (`weight_table.SIDECAR_HEADS`, e.g. the CMLM length
+    head) to their own safetensors files, under their megatron names; notes for the summary."""
+    from safetensors.torch import save_file
+
+    from .weight_table import sidecar_file
+
+    files: dict[str, dict] = {}
+    for key in report.ignored:
+        name = sidecar_file(key)
+        if name:
+            tensor = weights[key]
+            files.setdefault(name, {})[key] = (tensor.to(cast) if cast is not None else tensor).contiguous().clone()
+    for name, tensors in files.items():
+        save_file(tensors, str(folder / name), metadata={"format": "pt", "source": "megatron-biglm"})
+    return [f"{name}: {', '.join(sorted(t))} (read by megatron_biglm.inference; plain transformers "
+            "ignores it)" for name, t in files.items()]
 
 
 def make_shareable(folder: Path) -> None:

@@ -9,7 +9,7 @@ Why per tensor: converters stream a checkpoint tensor by tensor, so a TP=2 check
 * `linear_fc1` with SwiGLU is the trap: each rank holds ``[gate_r; up_r]``, not a contiguous
   slice of ``[gate; up]`` (megatron's `apply_swiglu_sharded_factory` stores it that way).
 * row-parallel (`linear_proj`, `linear_fc2`): dim 1.
-* norms and task heads (`task_head.*`, a few small linear layers): replicated; merging checks the copies are identical instead of picking one blindly.
+* norms, the length head and task heads (`task_head.*`, a few small linear layers): replicated; merging checks the copies are identical instead of picking one blindly.
 """
 from __future__ import annotations
 
@@ -20,7 +20,8 @@ import torch
 _DIM0 = ("embedding.word_embeddings.weight", "output_layer.weight",
          "self_attention.linear_qkv.weight", "mlp.linear_fc1.weight")
 _DIM1 = ("self_attention.linear_proj.weight", "mlp.linear_fc2.weight")
-_REPLICATED = ("layernorm.weight", "layer_norm_weight")  # input_/pre_mlp_/final_layernorm, TE fused
+# input_/pre_mlp_/final_layernorm, TE fused; the CMLM length head (a plain Linear on every rank)
+_REPLICATED = ("layernorm.weight", "layer_norm_weight", "length_head.weight", "length_head.bias")
 _REPLICATED_HEADS = ("task_head.",)  # classification / span heads: plain (replicated) linear layers
 
 

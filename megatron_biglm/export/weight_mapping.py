@@ -24,7 +24,7 @@ import torch
 
 from megatron_biglm.model.shape import BiGLMShape
 from .weight_table import (HF_EMBEDDING, MEGATRON_EMBEDDING, NORM_NAMINGS, WEIGHT_TABLE,
-                           expand_table, fc1_from_hf, fc1_to_hf, qkv_from_hf, qkv_to_hf)
+                           expand_table, fc1_from_hf, fc1_to_hf, qkv_from_hf, qkv_to_hf, sidecar_file)
 
 __all__ = [
     "NORM_NAMINGS", "WeightMappingError", "ConversionReport", "qkv_to_hf", "qkv_from_hf",
@@ -159,6 +159,8 @@ def megatron_to_hf(state: Mapping[str, torch.Tensor], shape: BiGLMShape, *,
             return "no weights (_extra_state / rotary buffer)"
         if key == _MEGATRON_OUTPUT and shape.tie_word_embeddings:
             return "tied copy of the word embeddings"
+        if sidecar_file(key):
+            return f"a head EuroBERT cannot hold: exported to {sidecar_file(key)}"
         return None
 
     _check_keys(state.keys(), expected, ignorable, "megatron", report)

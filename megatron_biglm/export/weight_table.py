@@ -198,6 +198,18 @@ def head_table(head: str, **options) -> Tuple[MappingRow, ...]:
     raise ValueError(f"no weight-table rows for head {head!r}; heads with weights: classification, span")
 
 
+#: Heads that HF `EuroBertForMaskedLM` cannot hold natively. Their tensors keep their megatron
+#: names and go to a separate safetensors file in the export directory, which our inference
+#: loading reads (`inference.length_head_file`); plain transformers ignores the file.
+#: name prefix -> file name.
+SIDECAR_HEADS: Dict[str, str] = {"length_head.": "length_head.safetensors"}
+
+
+def sidecar_file(name: str) -> str | None:
+    """The sidecar file a megatron tensor `name` is exported to, or None (main weights)."""
+    return next((f for prefix, f in SIDECAR_HEADS.items() if name.startswith(prefix)), None)
+
+
 @dataclass(frozen=True)
 class MappedGroup:
     """One row instantiated for a shape (and a layer): concrete names and shapes."""

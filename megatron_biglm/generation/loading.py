@@ -62,13 +62,15 @@ def _hf(path, device, dtype, tokenizer, split_attention, prefix_cache, max_lengt
     from megatron_biglm.inference.hf_adapter import HFMaskedLMAdapter
     from megatron_biglm.inference.loading import hf_max_length, load_hf_masked_lm
     from megatron_biglm.inference.protocol import inference_token_ids
+    from megatron_biglm.inference.length_head_file import load_length_head
 
     model = load_hf_masked_lm(path, device=device, dtype=dtype, trust_remote_code=trust_remote_code)
     tok = tokenizer if tokenizer is not None and not isinstance(tokenizer, (str, os.PathLike)) \
         else AutoTokenizer.from_pretrained(str(tokenizer or path))
     adapter = HFMaskedLMAdapter(model, inference_token_ids(tok),
                                 max_length=max_length or hf_max_length(model, tok),
-                                split_attention=split_attention, prefix_cache=prefix_cache)
+                                split_attention=split_attention, prefix_cache=prefix_cache,
+                                length_head=load_length_head(path, device=next(model.parameters()).device))
     return adapter, tok
 
 

@@ -41,10 +41,11 @@ class _PrefixState:
 
 class HFMaskedLMAdapter(MaskedLMAdapter):
     """`split_attention` / `prefix_cache`: "auto" (use when the probe passes), "on" (fail
-    loudly if it does not), "off"."""
+    loudly if it does not), "off". `length_head`: the export's CMLM length head
+    (`length_head_file.load_length_head`), which adds `predict_lengths`."""
 
     def __init__(self, model, special: TokenIds, *, max_length: int | None = None,
-                 split_attention: str = "auto", prefix_cache: str = "auto"):
+                 split_attention: str = "auto", prefix_cache: str = "auto", length_head=None):
         for name, value in (("split_attention", split_attention), ("prefix_cache", prefix_cache)):
             if value not in _CHOICES:
                 raise ValueError(f"{name} must be one of {_CHOICES}, got {value!r}")
@@ -58,6 +59,22 @@ class HFMaskedLMAdapter(MaskedLMAdapter):
         self.split_mode, self.split_note = self._resolve_split(split_attention)
         self.split_attention = self.split_mode != "none"
         self.prefix_cache, self.cache_note = self._resolve_cache(prefix_cache)
+        self.length_head = length_head
+        if length_head is not None:  # from the export's length_head.safetensors (length_head_file)
+            self.predict_lengths = self._predict_lengths
+
+    def _predict_lengths(self, prefix_ids, prefix_lengths, k: int) -> torch.Tensor:
+        """The length head's top-k target lengths `[g, k]` (best first, >= 1) from the mean of
+        the prefix's final hidden states (prefix rows see the prefix only: full attention)."""
+        base = getattr(self.model, "base_model", None)
+        if not isinstance(base, torch.nn.Module) or base is self.model:
+            raise ValueError(f"{type(self.model).__name__} has no base model to read hidden states from")
+        padding = (torch.arange(prefix_ids.shape[1], device=prefix_ids.device)[None]
+                   < prefix_lengths[:, None]).long()
+        with torch.no_grad():
+            hidden = base(input_ids=prefix_ids, attention_mask=padding)[0]  # [g, p, h], after the norm
+            logits = self.length_head(None, hidden.transpose(0, 1), prefix_lengths=prefix_lengths)
+        return self.length_head.predict(logits, k)
 
     @property
     def device(self) -> torch.device:

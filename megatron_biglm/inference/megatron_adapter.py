@@ -13,6 +13,7 @@ Exact prefix key/value reuse (`encode_prefix` / `logits_with_prefix` / `extend_p
 through the model's `kv_cache` hook (`megatron_biglm.model.kv_cache`): the prefix's post-RoPE
 keys/values are recorded per layer, and suffix (or block) rows run alone against them. Offered
 at TP=1 only (the cache holds one rank's heads; TP>1 is untested) and with split attention.
+A model with the CMLM length head (`model.length_head_max > 0`) also gets `predict_lengths`.
 Pipeline parallelism is not supported here (one chunk must hold the whole model); tensor
 parallelism works for `logits` when every TP rank calls the adapter (the head gathers the
 vocabulary).
@@ -48,6 +49,17 @@ class MegatronMaskedLMAdapter(MaskedLMAdapter):
         self.max_length = int(max_length)
         self.split_attention = bool(split_attention)
         self.prefix_cache = bool(prefix_cache and self.split_attention and _tp_size() == 1)
+        if getattr(model, "length_head", None) is not None:
+            # only then: generation treats the attribute's presence as "the model has a head"
+            self.predict_lengths = self._predict_lengths
+
+    def _predict_lengths(self, prefix_ids, prefix_lengths, k: int) -> torch.Tensor:
+        """The length head's top-k target lengths `[g, k]` (best first, >= 1) for right-padded
+        prefixes `[BOS] + source`: the generator's length-predictor hook."""
+        with torch.no_grad():
+            hidden = self.model(prefix_ids, valid_lengths=prefix_lengths, return_hidden=True)
+            logits = self.model.length_head(self.model, hidden.transpose(0, 1), prefix_lengths=prefix_lengths)
+        return self.model.length_head.predict(logits, k)
 
     @property
     def device(self) -> torch.device:

@@ -16,6 +16,8 @@ embedding, pipeline-stage handling, sharded state dicts). Only `forward` differs
   [b, s] fp32, 0 where loss_mask is 0. Without labels: logits [b, s, vocab/tp] (or the
   hidden states [b, s, h] with `return_hidden`). Both come from the masked-LM head
   (`heads.py`, `loss.py`).
+- `length_prefix` [b] (needs `model.length_head_max > 0`): also return the length head's
+  logits [b, max + 1] from the mean of the prefix rows [0, length_prefix): `(output, logits)`.
 - Not the last pipeline stage: the hidden states [s, b, h] for the next stage.
 - `kv_cache` (inference, TP=1/PP=1; see `kv_cache.py`): a `KVCacheForward` that records the
   layers' keys/values; with cached rows (`kv_cache.past`) the input rows continue them (RoPE
@@ -76,6 +78,12 @@ class BiGLMModel(GPTModel):
             self.output_layer.sequence_parallel = False
         # The masked-LM head (see heads.py): no weights of its own, it uses output_layer.
         self.lm_head = build_head("masked_lm")
+        # The optional CMLM length head (weights `length_head.*`): only when configured, so a
+        # model without it keeps exactly its state dict.
+        if self.post_process and model_config.length_head_max > 0:
+            self.length_head = build_head("length", hidden_size=config.hidden_size,
+                                          max_length=model_config.length_head_max,
+                                          init_std=config.init_method_std)
 
     def forward(
         self,
@@ -90,6 +98,7 @@ class BiGLMModel(GPTModel):
         return_hidden: bool = False,
         runtime_gather_output: Optional[bool] = None,
         kv_cache: Optional[KVCacheForward] = None,
+        length_prefix: Optional[torch.Tensor] = None,
     ) -> torch.Tensor:
         if position_ids is not None:
             raise ValueError(
@@ -122,8 +131,14 @@ class BiGLMModel(GPTModel):
             hidden = gather_from_sequence_parallel_region(hidden, tensor_parallel_output_grad=False)
         if return_hidden:
             return hidden.transpose(0, 1).contiguous()
-        return self.lm_head(self, hidden, labels=labels, loss_mask=loss_mask,
-                            runtime_gather_output=runtime_gather_output)
+        output = self.lm_head(self, hidden, labels=labels, loss_mask=loss_mask,
+                              runtime_gather_output=runtime_gather_output)
+        if length_prefix is None:
+            return output
+        if getattr(self, "length_head", None) is None:
+            raise ValueError("length_prefix asks for the length head, but this model has none; "
+                             "set model.length_head_max > 0 (the longest target to classify)")
+        return output, self.length_head(self, hidden, prefix_lengths=length_prefix.to(hidden.device))
 
     def output_projection_weight(self) -> Optional[torch.Tensor]:
         """The weight to pass `output_layer` (the tied word embedding), or None when the

@@ -62,6 +62,9 @@ class BiGLMModelConfig:
     # untied lm_head); megatron-lm's `--untie-embeddings-and-output-weights`, the inverse of
     # GPTModel's `share_embeddings_and_output_weights`.
     untie_embeddings_and_output_weights: bool = False
+    # CMLM length head (heads.py `length`): classifies the target length 0..length_head_max from
+    # the mean-pooled prefix; 0 = no head (the model and its state dict are unchanged).
+    length_head_max: int = 0
     name: Optional[str] = None  # informational (preset name)
 
     def __post_init__(self):
@@ -70,6 +73,10 @@ class BiGLMModelConfig:
             value = getattr(self, key)
             if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
                 raise ModelConfigError(f"model.{key} must be a positive integer, got {value!r}")
+        if isinstance(self.length_head_max, bool) or not isinstance(self.length_head_max, int) \
+                or self.length_head_max < 0:
+            raise ModelConfigError(f"model.length_head_max must be an integer >= 0 (0: no length "
+                                   f"head), got {self.length_head_max!r}")
         if self.num_query_groups is not None and (
             not isinstance(self.num_query_groups, int) or self.num_query_groups <= 0
         ):

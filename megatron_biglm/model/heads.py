@@ -2,8 +2,9 @@
 
 The trunk (`BiGLMModel`: embedding, layers, final norm) is shared by every task; a head reads
 its hidden states `[s, b, h]` (full sequence, gathered under sequence parallelism) and returns
-the task's output. Today's head is the masked-LM one. The coming ones (length prediction, span
-start/end, sequence classification, pooled embeddings) are new entries of `HEADS`, each with a
+the task's output: the masked-LM head, pooling, and the optional CMLM `length` head (built by
+BiGLMModel when `model.length_head_max > 0`). Span start/end and sequence classification are
+further entries of `HEADS`, each with a
 `HeadSpec`; a head that owns weights also adds its rows to `export/weight_mapping.py`'s table.
 
 The masked-LM head owns no weights: it projects through megatron's `output_layer` with the
@@ -126,6 +127,38 @@ class SpanHead(torch.nn.Module):
         return logits
 
 
+class LengthHead(torch.nn.Module):
+    """CMLM's length prediction (Ghazvininejad et al., 2019): the target length as a class
+    0..max_length, from the mean of the prefix's final hidden states over [0, split).
+
+    Why the prefix mean rather than CMLM's extra LENGTH token: BiGLM's prefix rows never see the
+    target, so their pooled state is the same in training (full sequence, split attention) and
+    at decoding time (the prefix alone), and no input token is added. Weights: `weight`
+    [max_length + 1, h] and `bias` (state-dict names `length_head.weight` / `.bias`),
+    replicated under tensor parallelism. Returns fp32 logits [b, max_length + 1]."""
+
+    def __init__(self, hidden_size: int, max_length: int, init_std: float = 0.02):
+        super().__init__()
+        if max_length < 1:
+            raise ValueError(f"a length head needs max_length >= 1, got {max_length}")
+        self.max_length = int(max_length)
+        self.weight = torch.nn.Parameter(torch.empty(max_length + 1, hidden_size))
+        self.bias = torch.nn.Parameter(torch.zeros(max_length + 1))
+        torch.nn.init.normal_(self.weight, std=init_std)
+
+    def forward(self, model, hidden: torch.Tensor, *, prefix_lengths: torch.Tensor) -> torch.Tensor:
+        """hidden [s, b, h] (the model's layout), prefix_lengths [b] in 1..s -> logits [b, max+1]."""
+        pooled = pool_hidden(hidden.transpose(0, 1), prefix_lengths, "mean")
+        return torch.nn.functional.linear(pooled, self.weight.to(pooled.dtype),
+                                          self.bias.to(pooled.dtype)).float()
+
+    def predict(self, logits: torch.Tensor, k: int) -> torch.Tensor:
+        """The top-k lengths [b, k], best first, never below 1 (a target has a token)."""
+        logits = logits.clone()
+        logits[:, 0] = float("-inf")
+        return logits.topk(min(k, self.max_length), dim=-1).indices
+
+
 HEADS: Dict[str, HeadSpec] = {}
 
 
@@ -156,3 +189,6 @@ register_head(HeadSpec(
 register_head(HeadSpec(
     name="span", build=SpanHead, owns_weights=True,
     doc="extractive QA: start/end logits per position (EuroBertForTokenClassification, 2 labels)"))
+register_head(HeadSpec(
+    name="length", build=LengthHead, owns_weights=True,
+    doc="CMLM length classes 0..max_length from the mean-pooled prefix [0, split)"))
