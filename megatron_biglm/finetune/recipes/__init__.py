@@ -1,0 +1,1 @@
+"""Training recipes of the fine-tuning tasks (`training.recipe.Recipe` subclasses)."""
