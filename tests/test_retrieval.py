@@ -174,3 +174,26 @@ def test_dp2_gathers_negatives_with_gradients_and_matches_world_1(train_data, tm
     assert sorted(one) == list(range(1, DP_STEPS + 1))
     for step, (loss, grad_norm) in one.items():
         assert two[str(step)] == pytest.approx([loss, grad_norm], rel=1e-4), step
+
+
+def test_eval_retrieval_cli_writes_table_json_and_reuses_the_corpus_cache(tmp_path, capsys):
+    from benchmarks.bench_retrieval import _model_dir
+    from megatron_biglm.export.sentence_transformers_dir import build_st_directory
+    from megatron_biglm.finetune.retrieval.eval_cli import main
+    from megatron_biglm.finetune.retrieval.stdlib_set import build_stdlib_set
+
+    st_dir = build_st_directory(_model_dir(tmp_path, 1, 64), tmp_path / "st")
+    beir = build_stdlib_set(tmp_path / "set", limit=80)["beir_dir"]
+    with open(Path(beir) / "qrels" / "test.tsv", "a") as fh:
+        fh.write("q:orphan\td:x\t0\n")  # no relevant document: skipped and counted
+    args = ["--model", str(st_dir), "--data", beir, "--output", str(tmp_path / "r.json"),
+            "--cache-dir", str(tmp_path / "cache"), "--quiet"]
+    assert main(args) == 0
+    res = json.loads((tmp_path / "r.json").read_text())
+    row = res["datasets"]["stdlib_test"]
+    assert set(res["average"]) == {"ndcg@10", "recall@100", "mrr@10"}
+    assert 0 <= row["ndcg@10"] <= 1 and row["skipped_queries"] == 1 and not row["corpus_cache_hit"]
+    assert "average" in capsys.readouterr().out
+    assert main(args) == 0
+    again = json.loads((tmp_path / "r.json").read_text())["datasets"]["stdlib_test"]
+    assert again["corpus_cache_hit"] and again["ndcg@10"] == pytest.approx(row["ndcg@10"], abs=1e-6)
