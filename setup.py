@@ -33,6 +33,8 @@ setup(
         "gpu": ["flash-attn", "transformer-engine[pytorch]"],
         "deepspeed": ["deepspeed>=0.19"],  # tested: 0.19.8; CPU installs: DS_BUILD_OPS=0 (no op builds)
         "eval": ["lm-eval>=0.4.5", "rouge-score", "sacrebleu", "nltk"],
+        # retrieval: the sentence-transformers export and BEIR metrics (trec_eval through pytrec_eval)
+        "retrieval": ["sentence-transformers>=5", "pytrec-eval-terrier>=0.5.6"],
         "dev": ["pytest", "pytest-timeout", "scipy", "matplotlib", "tensorboard"],
     },
     entry_points={

@@ -2,6 +2,7 @@
 
     to-hf   --checkpoint CKPT_DIR --output HF_DIR [--tokenizer DIR] [--dtype bf16] [--max-shard-size 2GB] [--no-verify]
     from-hf --hf HF_DIR --output CKPT_DIR [--tp N] [--pp M]
+    to-st   --checkpoint CKPT_DIR --output ST_DIR [--pooling mean|cls|last] [--no-normalize]
 
 Exit status 0 on success (the verified summary is printed), 1 on a refused input (the
 message says what is wrong and what to do), 2 on bad arguments.
@@ -49,7 +50,14 @@ def build_parser() -> argparse.ArgumentParser:
     from_hf.add_argument("--tp", type=int, default=1, help="tensor-parallel size to save at")
     from_hf.add_argument("--pp", type=int, default=1, help="pipeline-parallel size to save at")
     from_hf.add_argument("--no-verify", action="store_true", help=argparse.SUPPRESS)  # spawned ranks
-    for p in (to_hf, from_hf):
+    to_st = sub.add_parser("to-st", help="megatron-biglm checkpoint -> sentence-transformers directory")
+    to_st.add_argument("--checkpoint", required=True, help="iter_N folder, a checkpoint dir or a run dir")
+    to_st.add_argument("--output", required=True, help="new sentence-transformers directory")
+    to_st.add_argument("--pooling", choices=["mean", "cls", "first", "last"], default="mean",
+                       help="pooling over the valid tokens (default mean)")
+    to_st.add_argument("--no-normalize", action="store_true", help="no L2 normalisation module")
+    to_st.add_argument("--tokenizer", help="tokenizer dir to ship (default: the run's data.tokenizer)")
+    for p in (to_hf, from_hf, to_st):
         p.add_argument("--quiet", action="store_true", help="no progress bar")
     return parser
 
@@ -86,12 +94,20 @@ def main(argv=None) -> int:
             summary = to_hf(args.checkpoint, args.output, tokenizer=args.tokenizer, dtype=args.dtype,
                             max_shard_bytes=args.max_shard_size, progress=not args.quiet,
                             verify=not args.no_verify)
+        elif args.command == "to-st":
+            from .sentence_transformers_dir import to_st
+
+            out = to_st(args.checkpoint, args.output, pooling=args.pooling, normalize=not args.no_normalize,
+                        tokenizer=args.tokenizer, progress=not args.quiet)
+            print(f"wrote sentence-transformers model {out} (pooling {args.pooling}, "
+                  f"{'no ' if args.no_normalize else ''}normalisation)", flush=True)
+            summary = None
         else:
             from .convert_from_hf import from_hf
 
             summary = from_hf(args.hf, args.output, tp=args.tp, pp=args.pp, progress=not args.quiet,
                               verify=not args.no_verify)
-    except refused as exc:
+    except (*refused, FileExistsError) as exc:
         print(f"error: {exc}", file=sys.stderr, flush=True)
         return 1
     if summary is not None:

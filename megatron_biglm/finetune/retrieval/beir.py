@@ -1,0 +1,156 @@
+"""BEIR-format evaluation: read a folder, encode (with a disk cache), exact search, score.
+
+A BEIR folder holds corpus.jsonl ({"_id", "title"?, "text"}), queries.jsonl ({"_id", "text"})
+and qrels/<split>.tsv (query-id, corpus-id, score; a header row). As in BEIR, a document is
+"title text" when it has a title, and queries with no relevant document in the qrels are
+skipped and counted. Search is exact (all query x document scores, top 100 kept). The metrics
+come from pytrec_eval (trec_eval): ndcg_cut_10, recall_100, and recip_rank on the run cut
+to the top 10 per query (= MRR@10).
+
+The corpus embeddings are cached on disk under a key of (model id, corpus content hash,
+embedding settings), so a second evaluation of the same model on the same corpus encodes
+only the queries.
+"""
+from __future__ import annotations
+
+import csv
+import hashlib
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+import torch
+
+METRICS = ("ndcg@10", "recall@100", "mrr@10")
+
+
+class BeirFormatError(ValueError):
+    """A BEIR folder is missing a file or holds a malformed row; the message names it."""
+
+
+@dataclass
+class BeirSet:
+    name: str
+    corpus: dict            # doc id -> text
+    queries: dict           # query id -> text (only those with a relevant document)
+    qrels: dict             # query id -> {doc id: relevance}
+    skipped_queries: int = 0
+    notes: list = field(default_factory=list)
+
+
+def _jsonl(path: Path) -> list[dict]:
+    if not path.is_file():
+        raise BeirFormatError(f"{path} is missing: a BEIR folder holds corpus.jsonl, queries.jsonl "
+                              "and qrels/<split>.tsv")
+    rows = []
+    with open(path, encoding="utf-8") as fh:
+        for number, line in enumerate(fh, start=1):
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise BeirFormatError(f"{path}:{number}: invalid JSON ({exc.msg})") from None
+            if not isinstance(row, dict) or "_id" not in row or "text" not in row:
+                raise BeirFormatError(f'{path}:{number}: a row needs "_id" and "text"')
+            rows.append(row)
+    return rows
+
+
+def read_qrels(path: Path) -> dict:
+    if not path.is_file():
+        raise BeirFormatError(f"{path} is missing: pass --split with a file under qrels/")
+    qrels: dict = {}
+    with open(path, encoding="utf-8") as fh:
+        for number, row in enumerate(csv.reader(fh, delimiter="\t"), start=1):
+            if not row or (number == 1 and not row[-1].strip().lstrip("-").isdigit()):
+                continue  # blank line or header
+            if len(row) < 3:
+                raise BeirFormatError(f"{path}:{number}: expected query-id, corpus-id, score")
+            qrels.setdefault(row[0], {})[row[1]] = int(row[2])
+    return qrels
+
+
+def load_beir(folder, split: str = "test") -> BeirSet:
+    folder = Path(folder)
+    corpus = {str(r["_id"]): (f"{r['title']} {r['text']}" if r.get("title") else r["text"])
+              for r in _jsonl(folder / "corpus.jsonl")}
+    queries = {str(r["_id"]): r["text"] for r in _jsonl(folder / "queries.jsonl")}
+    qrels = read_qrels(folder / "qrels" / f"{split}.tsv")
+    result = BeirSet(folder.name, corpus, {}, {})
+    for qid, rels in qrels.items():
+        if qid not in queries:
+            result.notes.append(f"qrels query {qid} is not in queries.jsonl")
+            result.skipped_queries += 1
+        elif not any(v > 0 for v in rels.values()):
+            result.skipped_queries += 1
+        else:
+            result.queries[qid], result.qrels[qid] = queries[qid], rels
+    if not result.queries:
+        raise BeirFormatError(f"{folder}: no query of qrels/{split}.tsv has a relevant document")
+    return result
+
+
+def corpus_key(model_id: str, corpus: dict, settings: str = "") -> str:
+    digest = hashlib.sha256()
+    for doc_id in sorted(corpus):
+        digest.update(doc_id.encode() + b"\0" + corpus[doc_id].encode() + b"\0")
+    return hashlib.sha256(f"{model_id}|{digest.hexdigest()}|{settings}".encode()).hexdigest()[:32]
+
+
+def cached_corpus_embeddings(encode_passages: Callable, corpus: dict, cache_dir, key: str):
+    """(doc ids, embeddings [n, h]) from cache_dir/key.pt or freshly encoded (then stored)."""
+    ids = sorted(corpus)
+    path = Path(cache_dir) / f"corpus-{key}.pt" if cache_dir else None
+    if path is not None and path.is_file():
+        cached = torch.load(path)
+        if cached["ids"] == ids:
+            return ids, cached["embeddings"], True
+    embeddings = encode_passages([corpus[i] for i in ids])
+    if path is not None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(".tmp")
+        torch.save({"ids": ids, "embeddings": embeddings}, tmp)
+        tmp.replace(path)
+    return ids, embeddings, False
+
+
+def exact_search(query_emb: torch.Tensor, doc_emb: torch.Tensor, query_ids, doc_ids, top_k: int = 100) -> dict:
+    """{query id: {doc id: score}} of the top_k documents by dot product (cosine if normalised)."""
+    scores = query_emb.float() @ doc_emb.float().T
+    k = min(top_k, len(doc_ids))
+    values, indices = scores.topk(k, dim=1)
+    return {qid: {doc_ids[j]: float(v) for v, j in zip(values[row].tolist(), indices[row].tolist())}
+            for row, qid in enumerate(query_ids)}
+
+
+def score_run(qrels: dict, run: dict) -> dict:
+    """nDCG@10, Recall@100 and MRR@10 (means over the qrels' queries) by pytrec_eval."""
+    import pytrec_eval
+
+    full = pytrec_eval.RelevanceEvaluator(qrels, {"ndcg_cut.10", "recall.100"}).evaluate(run)
+    top10 = {q: dict(sorted(docs.items(), key=lambda kv: (-kv[1], kv[0]))[:10]) for q, docs in run.items()}
+    mrr = pytrec_eval.RelevanceEvaluator(qrels, {"recip_rank"}).evaluate(top10)
+    n = len(qrels)
+    return {"ndcg@10": sum(full.get(q, {}).get("ndcg_cut_10", 0.0) for q in qrels) / n,
+            "recall@100": sum(full.get(q, {}).get("recall_100", 0.0) for q in qrels) / n,
+            "mrr@10": sum(mrr.get(q, {}).get("recip_rank", 0.0) for q in qrels) / n}
+
+
+def evaluate_beir(encoder, folder, *, split: str = "test", cache_dir=None, batch_size: int = 32,
+                  progress: bool = True) -> dict:
+    """Metrics of `encoder` (an object with encode_queries/encode_passages(texts, batch_size,
+    progress) and an `identity` string) on one BEIR folder, plus counts."""
+    data = load_beir(folder, split)
+    key = corpus_key(encoder.identity, data.corpus)
+    doc_ids, doc_emb, hit = cached_corpus_embeddings(
+        lambda texts: encoder.encode_passages(texts, batch_size=batch_size, progress=progress),
+        data.corpus, cache_dir, key)
+    query_ids = sorted(data.queries)
+    query_emb = encoder.encode_queries([data.queries[q] for q in query_ids], batch_size=batch_size,
+                                       progress=False)
+    run = exact_search(query_emb, doc_emb, query_ids, doc_ids)
+    metrics = score_run(data.qrels, run)
+    return {**metrics, "queries": len(query_ids), "skipped_queries": data.skipped_queries,
+            "documents": len(doc_ids), "corpus_cache_hit": hit}
