@@ -91,7 +91,15 @@ def _check(res: dict, tp: int) -> None:
 
 
 def test_smollm_sized_tokenizer_starts_the_136m_model_at_tp1():
-    _check(_train_steps(1), 1)
+    import torch.distributed as dist
+
+    from megatron_biglm.common import process_groups
+
+    created = not dist.is_initialized()
+    try:
+        _check(_train_steps(1), 1)
+    finally:  # leave no process group behind (test_config checks that none exists)
+        process_groups.destroy(created)
 
 
 @pytest.mark.slow
