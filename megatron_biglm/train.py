@@ -66,6 +66,7 @@ def train(config_or_path, overrides=(), callbacks=(), forward_hook=None, recipe=
 
     from megatron_biglm.checkpoint import dirs as checkpoint_dir
     from megatron_biglm.checkpoint.signature import model_signature, read_train_state
+    from megatron_biglm.checkpoint.verify import verify_checkpoint
     from megatron_biglm.config import check_batch_arithmetic, load_config, save_resolved
     from megatron_biglm.data.pretrain_data import make_loader
     from megatron_biglm.training import build, distributed, loop
@@ -100,6 +101,8 @@ def train(config_or_path, overrides=(), callbacks=(), forward_hook=None, recipe=
             saved_state = read_train_state(start.path, signature)  # refuses another model shape
             if load_path is not None:
                 check_resume(saved_state, backend, start.path, info.dp)
+            verified = (verify_checkpoint(start.path, collective=True).note() if cfg.checkpoint.verify else
+                        f"checkpoint.verify=false: {start.path} was loaded without its CRC-32 check")
 
         model_chunks, optimizer = backend.build(cfg, mc, precision, num_micro, init_weights=init_path,
                                                 provider=recipe.model_provider)
@@ -119,7 +122,7 @@ def train(config_or_path, overrides=(), callbacks=(), forward_hook=None, recipe=
         if info.is_logger:
             save_resolved(cfg, Path(cfg.run_dir) / "config.yaml")
             print("resolved config:\n" + cfg.to_yaml(), flush=True)
-            for note in metrics.notes + ([start.note] if start.note else []):
+            for note in metrics.notes + ([start.note] if start.note else []) + ([verified] if start.path else []):
                 metrics.message(note)
             metrics.message(
                 f"{backend.name} backend; world {info.world_size} = TP {info.tp} × PP {info.pp} × DP {info.dp}; "

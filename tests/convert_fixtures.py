@@ -47,8 +47,8 @@ def write_random_eurobert(out_dir: Path, *, vocab_size: int, tokenizer_dir: Path
         num_hidden_layers=num_hidden_layers, num_attention_heads=num_attention_heads,
         num_key_value_heads=num_key_value_heads, hidden_act="silu", max_position_embeddings=128,
         rms_norm_eps=1e-6, rope_parameters={"rope_type": "default", "rope_theta": rope_theta},
-        tie_word_embeddings=True, attention_bias=False, mlp_bias=False,
-        **{**ids, **config_overrides})
+        attention_bias=False, mlp_bias=False,
+        **{"tie_word_embeddings": True, **ids, **config_overrides})
     torch.manual_seed(seed)
     model = EuroBertForMaskedLM(config)
     gen = torch.Generator().manual_seed(seed)

@@ -149,7 +149,7 @@ def test_export_refuses_missing_truncated_and_corrupt_shards(imported, tmp_path,
         code, err = _cli(capsys, "to-hf", "--checkpoint", str(copy), "--output", str(tmp_path / f"hf_{damage}"))
         assert code == 1, err
         expected = {"missing": f"file dist/{shard.name} is missing", "truncated": f"file dist/{shard.name} has",
-                    "flipped": f"{shard.name} is corrupt: the stored bytes of "}[damage]
+                    "flipped": f"{shard.name}, the stored bytes of "}[damage]
         assert expected in err, err
         assert ("CRC-32" in err) if damage == "flipped" else ("earlier complete checkpoint" in err)
         assert not (tmp_path / f"hf_{damage}").exists()
@@ -195,7 +195,6 @@ def test_import_refuses_unsupported_architectures(source_dir, tmp_path, capsys):
     assert code == 1 and "model_type 'bert' is not supported" in err, err
     cases = {
         "mlp_bias": ({"mlp_bias": True}, "mlp_bias=True is not supported"),
-        "untied": ({"tie_word_embeddings": False}, "tie_word_embeddings=False is not supported"),
         "head_dim": ({"head_dim": 8}, "head_dim=8 is not supported with hidden_size=64"),
         "gelu": ({"hidden_act": "gelu"}, "hidden_act='gelu'"),
     }
@@ -264,3 +263,36 @@ def test_shard_sizes_parse():
     for bad in ("2 parsecs", "-1GB", "", "0"):
         with pytest.raises(argparse.ArgumentTypeError):
             parse_size(bad)
+
+
+def test_untied_eurobert_imports_exports_bit_identically_with_the_hf_logits(tokenizer_dir, tmp_path):
+    """Public EuroBERT checkpoints have an lm_head of their own: import keeps it as megatron's
+    `output_layer.weight` (untie_embeddings_and_output_weights), the model projects with it,
+    and export writes it back as lm_head.weight with tie_word_embeddings false."""
+    from transformers import AutoModelForMaskedLM, AutoTokenizer
+
+    from megatron_biglm.inference.loading import load_megatron_checkpoint
+
+    vocab = len(AutoTokenizer.from_pretrained(str(tokenizer_dir)))
+    src = write_random_eurobert(tmp_path / "src", vocab_size=vocab, tokenizer_dir=tokenizer_dir, seed=5,
+                                tie_word_embeddings=False)
+    before = hf_state(src)
+    assert not torch.equal(before["lm_head.weight"], before["model.embed_tokens.weight"])
+    summary = from_hf(src, tmp_path / "ckpt", progress=False)
+    assert summary.max_abs_diff == 0.0 and summary.tensors == 15
+    loaded = load_megatron_checkpoint(tmp_path / "ckpt")
+    assert loaded.checkpoint.model_config.untie_embeddings_and_output_weights
+    assert torch.equal(loaded.model.output_layer.weight[:vocab], before["lm_head.weight"])
+    ids, _ = fixed_batch(vocab)
+    hf = AutoModelForMaskedLM.from_pretrained(str(src), attn_implementation="eager").eval()
+    with torch.no_grad():
+        theirs = hf(input_ids=ids).logits
+        ours = loaded.model(ids, split=None, runtime_gather_output=True)[..., :vocab]
+    torch.testing.assert_close(ours, theirs, atol=1e-4, rtol=1e-4)
+    assert torch.equal(ours.argmax(-1), theirs.argmax(-1))
+    to_hf(tmp_path / "ckpt", tmp_path / "back", progress=False)
+    after = hf_state(tmp_path / "back")
+    assert sorted(after) == sorted(before)
+    for name, tensor in before.items():
+        assert torch.equal(after[name], tensor), name
+    assert json.loads((tmp_path / "back" / "config.json").read_text())["tie_word_embeddings"] is False

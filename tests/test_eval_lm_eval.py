@@ -38,7 +38,8 @@ def test_missing_local_data_is_listed_or_skipped_and_counted(tmp_path):
     with pytest.raises(MissingTaskData, match=r"sciq: .*sciq\.jsonl or .*sciq/test\.jsonl"):
         write_local_task_yamls(["boolq", "sciq"], data, tmp_path / "yaml")
     (data / "sciq").mkdir()
-    (data / "sciq" / "test.jsonl").write_text((data / "boolq.jsonl").read_text())
+    sciq = write_task_data(tmp_path / "sciq_rows", ["sciq"]) / "sciq.jsonl"
+    (data / "sciq" / "test.jsonl").write_text(sciq.read_text())
     written, skipped = write_local_task_yamls(["boolq", "sciq", "piqa"], data, tmp_path / "y2",
                                               skip_missing=True)
     assert sorted(written) == ["boolq", "sciq"] and skipped == ["piqa"]

@@ -64,13 +64,18 @@ def test_registry_builds_known_heads_and_refuses_unknown_or_duplicate_names():
 
     assert isinstance(build_head("masked_lm"), MaskedLMHead)
     assert build_head("pooling", mode="last").mode == "last"
-    with pytest.raises(ValueError, match="unknown head 'span'"):
-        build_head("span")
+    with pytest.raises(ValueError, match="unknown head 'no_such_head'"):
+        build_head("no_such_head")
     with pytest.raises(ValueError, match="already registered"):
         register_head(HeadSpec("masked_lm", MaskedLMHead, owns_weights=False, doc=""))
     with pytest.raises(ValueError, match="pooling mode"):
         PoolingHead("max")
-    assert not any(spec.owns_weights for spec in HEADS.values())  # the table has no head rows yet
+    from megatron_biglm.export.weight_table import head_table
+
+    owning = {name for name, spec in HEADS.items() if spec.owns_weights}
+    assert {"classification", "span"} <= owning and not HEADS["masked_lm"].owns_weights
+    for name in ("classification", "span"):  # a head with weights has its weight-table rows
+        assert head_table(name, num_labels=3)
 
 
 # ---------------------------------------------------------------- heads on a real model

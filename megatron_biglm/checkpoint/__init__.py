@@ -10,6 +10,8 @@
     weights_only.py    load only a checkpoint's model weights into a built model chunk
     dist_reader.py     read a torch_dist checkpoint's tensors slice by slice, without a model
     checksums.py       CRC-check a torch_dist checkpoint's stored bytes
+    verify.py          the one verifier every load runs first (sizes + every item's CRC-32), with
+                       the previous checkpoint named in its refusal
 
 It imports only common/, patches/ and third-party packages: the run config and model config
 arrive as plain data or duck-typed objects (anything with `to_yaml()`, a model config with

@@ -54,42 +54,75 @@ class _Window(io.RawIOBase):
 
 @dataclass
 class ChecksumReport:
-    checked: int = 0      # model items whose zip CRC-32s matched
-    unchecked: int = 0    # model items not stored as zip archives (nothing to check against)
+    checked: int = 0      # stored items whose zip CRC-32s matched
+    unchecked: int = 0    # stored items not stored as zip archives (nothing to check against)
+    bytes: int = 0        # bytes read
 
 
-def verify_dist_checksums(dist_dir) -> ChecksumReport:
-    """CRC-check every stored item of the model's tensors; raise naming the first bad one."""
+class CorruptItem(Exception):
+    """One stored item failed its CRC-32 check: `path` (the file), `item` (what it holds), `why`."""
+
+    def __init__(self, path: Path, item: str, why: str):
+        super().__init__(f"{path}: {item}: {why}")
+        self.path, self.item, self.why = Path(path), item, why
+
+
+def check_archive(handle, offset: int, length: int, path: Path, item: str, report: ChecksumReport) -> None:
+    """CRC-check the zip archive (a `torch.save` payload) at [offset, offset+length) of an open
+    file; raise CorruptItem naming `item` when an entry fails. Non-zip bytes are counted unchecked."""
+    window = _Window(handle, offset, length)
+    if window.read(4) != _ZIP_MAGIC:
+        report.unchecked += 1
+        return
+    window.seek(0)
+    try:
+        bad_entry = zipfile.ZipFile(io.BufferedReader(window, 1 << 20)).testzip()
+    except (zipfile.BadZipFile, OSError, EOFError, ValueError) as exc:
+        bad_entry = f"unreadable archive ({exc})"
+    if bad_entry is not None:
+        raise CorruptItem(path, item, f"zip entry {bad_entry}" if "(" not in bad_entry else bad_entry)
+    report.checked += 1
+    report.bytes += length
+
+
+def dist_items(dist_dir, prefixes: tuple = ()) -> list:
+    """(file, offset, length, name) of every item DCP stored in `dist_dir` (its `.metadata`),
+    in file order; `prefixes` keeps only the items whose name starts with one of them."""
     dist_dir = Path(dist_dir)
     try:
         storage = FileSystemReader(str(dist_dir)).read_metadata().storage_data
     except Exception as exc:
         raise DistCheckpointReadError(f"cannot read {dist_dir / '.metadata'}: {exc}") from exc
-    report = ChecksumReport()
-    items = sorted(((info.relative_path, info.offset, info.length, index.fqn)
-                    for index, info in storage.items() if index.fqn.startswith(MODEL_PREFIXES)))
+    return sorted((info.relative_path, info.offset, info.length, index.fqn)
+                  for index, info in storage.items() if not prefixes or index.fqn.startswith(prefixes))
+
+
+def check_items(folder: Path, items, report: ChecksumReport) -> None:
+    """CRC-check `(relative file, offset, length, name)` items of files under `folder`, one
+    open handle per file; CorruptItem on the first bad one, FileNotFoundError for a missing file."""
     handles = {}
     try:
-        for relative, offset, length, fqn in items:
+        for relative, offset, length, name in items:
             if relative not in handles:
-                handles[relative] = open(dist_dir / relative, "rb")
-            window = _Window(handles[relative], offset, length)
-            if window.read(4) != _ZIP_MAGIC:
-                report.unchecked += 1
-                continue
-            window.seek(0)
-            try:
-                bad_entry = zipfile.ZipFile(io.BufferedReader(window, 1 << 20)).testzip()
-            except (zipfile.BadZipFile, OSError, EOFError) as exc:
-                bad_entry = f"unreadable archive ({exc})"
-            if bad_entry is not None:
-                raise DistCheckpointReadError(
-                    f"{dist_dir / relative} is corrupt: the stored bytes of {fqn} fail their CRC-32 check "
-                    f"({bad_entry}). Re-copy the checkpoint, or export an earlier one")
-            report.checked += 1
-    except FileNotFoundError as exc:
-        raise DistCheckpointReadError(f"{exc.filename} is missing from {dist_dir}; re-copy the checkpoint") from exc
+                handles[relative] = open(Path(folder) / relative, "rb")
+            check_archive(handles[relative], offset, length, Path(folder) / relative, name, report)
     finally:
         for handle in handles.values():
             handle.close()
+
+
+def verify_dist_checksums(dist_dir, prefixes: tuple = MODEL_PREFIXES) -> ChecksumReport:
+    """CRC-check every stored item of the model's tensors (`prefixes=()`: every item, optimizer
+    state included); raise DistCheckpointReadError naming the first bad one. The checkpoint-level
+    verifier with the user's advice is `checkpoint.verify.verify_checkpoint`."""
+    dist_dir = Path(dist_dir)
+    report = ChecksumReport()
+    try:
+        check_items(dist_dir, dist_items(dist_dir, prefixes), report)
+    except CorruptItem as exc:
+        raise DistCheckpointReadError(
+            f"{exc.path} is corrupt: the stored bytes of {exc.item} fail their CRC-32 check "
+            f"({exc.why}). Re-copy the checkpoint, or export an earlier one") from None
+    except FileNotFoundError as exc:
+        raise DistCheckpointReadError(f"{exc.filename} is missing from {dist_dir}; re-copy the checkpoint") from exc
     return report

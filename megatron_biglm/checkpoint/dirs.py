@@ -86,6 +86,21 @@ def seal(temp_dir: Path, iteration: int, keep_last: int | None = None) -> Path:
     return final
 
 
+def previous_checkpoint(folder: Path) -> Path | None:
+    """The newest complete checkpoint older than `folder` beside it (where to go when `folder`
+    is damaged), or None."""
+    folder = Path(folder)
+    older = [p for p in complete_checkpoints(folder.parent) if p.name < folder.name]
+    return older[-1] if older else None
+
+
+def _earlier(folder: Path) -> str:
+    prev = previous_checkpoint(folder)
+    return (f"Point checkpoint.load at an earlier complete checkpoint: `checkpoint.load={prev}`" if prev
+            else "Point checkpoint.load at an earlier complete checkpoint (none exists beside it), or "
+                 "start fresh with checkpoint.load=none")
+
+
 def best_checkpoint_name(root: Path) -> str | None:
     """The checkpoint name the `best` pointer holds (fine-tuning), or None."""
     pointer = Path(root) / BEST
@@ -113,7 +128,7 @@ def verify(folder: Path) -> dict:
     if not mpath.is_file():
         raise CheckpointError(
             f"checkpoint {folder} is incomplete: it has no {MANIFEST} (the save was interrupted). "
-            f"Point checkpoint.load at an earlier complete checkpoint, or remove this directory.")
+            f"{_earlier(folder)}, or remove this directory.")
     try:
         manifest = json.loads(mpath.read_text())
     except json.JSONDecodeError as exc:
@@ -121,13 +136,11 @@ def verify(folder: Path) -> dict:
     for rel, size in manifest["files"].items():
         path = folder / rel
         if not path.is_file():
-            raise CheckpointError(f"checkpoint {folder} is truncated: file {rel} is missing. "
-                                  f"Point checkpoint.load at an earlier complete checkpoint.")
+            raise CheckpointError(f"checkpoint {folder} is truncated: file {rel} is missing. {_earlier(folder)}.")
         actual = path.stat().st_size
         if actual != size:
             raise CheckpointError(f"checkpoint {folder} is truncated: file {rel} has {actual} bytes, "
-                                  f"the manifest says {size}. Point checkpoint.load at an earlier "
-                                  f"complete checkpoint.")
+                                  f"the manifest says {size}. {_earlier(folder)}.")
     return manifest
 
 

@@ -30,7 +30,7 @@ from torch.distributed.checkpoint.planner_helpers import create_read_items_for_c
 
 #: Top-level names of the model's tensors; everything else in the file (optimizer state,
 #: `_extra_state` blobs) is counted and skipped.
-MODEL_PREFIXES = ("embedding.", "decoder.", "output_layer.")
+MODEL_PREFIXES = ("embedding.", "decoder.", "output_layer.", "task_head.")  # task_head: fine-tuned heads
 _STACKED = re.compile(r"^decoder\.layers\.(?!\d+\.)(.+)$")
 
 

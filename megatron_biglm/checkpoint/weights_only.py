@@ -14,14 +14,19 @@ from __future__ import annotations
 from .dirs import CheckpointError
 from .run_checkpoint import SavedCheckpoint, read_checkpoint
 from .signature import normalise_signature, signature_of
+from .verify import verify_checkpoint
 
 
-def load_model_weights(checkpoint, model) -> SavedCheckpoint:
+def load_model_weights(checkpoint, model, *, verify: bool = True) -> SavedCheckpoint:
     """Copy the checkpoint's model weights into `model` (a `BiGLMModel` chunk, optionally
-    wrapped by DDP); return the checkpoint read (path, train state, `weights_only`)."""
+    wrapped by DDP); return the checkpoint read (path, train state, `weights_only`).
+    `verify`: CRC-check the checkpoint first (verify.py; collective); False when the caller
+    already did (train.py, inference/loading.py) or the user opted out."""
     from megatron.core import dist_checkpointing
 
     saved = read_checkpoint(checkpoint)
+    if verify:
+        verify_checkpoint(saved.path, collective=True)
     module = getattr(model, "module", model)
     mine = signature_of(module.model_config)
     theirs = normalise_signature(saved.signature)

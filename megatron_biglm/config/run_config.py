@@ -113,12 +113,15 @@ class CheckpointConfig:
     """`dir` defaults to `{run_dir}/checkpoints`. `load`: `auto` resumes from `dir/latest`
     if present, `none` starts fresh, anything else is a checkpoint directory to start from.
     A weights-only checkpoint (an HF import) starts from its weights with a fresh optimizer at
-    step 0, until the run has saved checkpoints of its own, which a re-run then resumes."""
+    step 0, until the run has saved checkpoints of its own, which a re-run then resumes.
+    `verify`: CRC-check every stored item (optimizer state included) before loading
+    (checkpoint/verify.py); false skips that pass for storage one trusts (sizes are still checked)."""
     dir: Optional[str] = None
     save_interval: int = 1000
     save_at_end: bool = True
     load: str = "auto"
     keep_last: Optional[int] = None
+    verify: bool = True
 
 
 @dataclass

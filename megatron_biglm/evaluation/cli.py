@@ -16,7 +16,7 @@ import tempfile
 from pathlib import Path
 
 from . import register_lm_eval_models
-from .tasks import (SuiteTask, average, format_table, local_task_manager, resolve_tasks,
+from .tasks import (MissingTaskData, SuiteTask, average, format_table, local_task_manager, resolve_tasks,
                     suite_scores, write_local_task_yamls)
 
 
@@ -72,12 +72,20 @@ def summarize(results: dict, tasks: list[SuiteTask], skipped: list[str], label: 
 
 
 def main(argv: list[str] | None = None) -> int:
+    from megatron_biglm.checkpoint.dirs import CheckpointError
+
+    from .task_data_check import BadTaskData
+
     args = build_parser().parse_args(argv)
-    tasks = resolve_tasks(args.suite)
-    results, skipped = run_zero_shot(
-        args.model, args.model_args, tasks, data_dir=args.data_dir, task_dir=args.task_dir,
-        skip_missing=args.skip_missing, limit=args.limit, batch_size=args.batch_size,
-        device=args.device, log_samples=args.log_samples)
+    try:
+        tasks = resolve_tasks(args.suite)
+        results, skipped = run_zero_shot(
+            args.model, args.model_args, tasks, data_dir=args.data_dir, task_dir=args.task_dir,
+            skip_missing=args.skip_missing, limit=args.limit, batch_size=args.batch_size,
+            device=args.device, log_samples=args.log_samples)
+    except (BadTaskData, MissingTaskData, CheckpointError) as exc:  # bad input: the message, exit 1
+        print(f"error: {exc}", file=sys.stderr, flush=True)
+        return 1
     label = args.label or _model_label(args.model, args.model_args)
     suite = summarize(results, tasks, skipped, label)
     results["zero_shot_suite"] = suite

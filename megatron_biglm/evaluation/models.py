@@ -18,6 +18,8 @@ Model arguments (lm-eval `--model_args k=v,...`, or keyword arguments):
   add_eos             close inputs with EOS/SEP after the continuation (default false)
   max_length          override the model's maximum input length
   trust_remote_code   for HF models that ship their own code (default false)
+  verify              megatron checkpoints: CRC-check every stored item first (default true;
+                      false skips it for storage one trusts)
 """
 from __future__ import annotations
 
@@ -26,6 +28,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+from megatron_biglm.common.config_fields import coerce
 from megatron_biglm.inference.buckets import resolve_length_buckets
 from megatron_biglm.inference.hf_adapter import HFMaskedLMAdapter
 from megatron_biglm.inference.loading import (  # noqa: F401 - re-exported for callers
@@ -160,7 +163,7 @@ class BiGLMEvalLM(HFMaskedLMEvalLM):
                        prefix_cache=None, prefix_reuse=None, add_eos: bool = False,
                        max_length: int | None = None, trust_remote_code: bool = False,
                        progress: bool = True, elbo_samples: int = 128, seed: int = 0,
-                 length_buckets="auto", **unknown):
+                 length_buckets="auto", verify=True, **unknown):
         from megatron_biglm.inference.loading import load_megatron_checkpoint
         from megatron_biglm.inference.megatron_adapter import MegatronMaskedLMAdapter
 
@@ -171,7 +174,7 @@ class BiGLMEvalLM(HFMaskedLMEvalLM):
                              "for prefix reuse, or drop prefix_cache")
         split = tristate(split_attention, "split_attention") if split_attention is not None else None
         loaded = load_megatron_checkpoint(source, tokenizer=tokenizer, device=resolve_device(device),
-                                          dtype=str(dtype))
+                                          dtype=str(dtype), verify=coerce(verify, bool, "verify", error=ValueError))
         variant = loaded.checkpoint.run_config.objective.resolved.variant
         split, self.split_attention_choice = split_attention_for_variant(variant, split)
         model_max = int(loaded.checkpoint.model_config.seq_length)

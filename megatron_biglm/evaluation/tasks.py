@@ -18,6 +18,8 @@ from typing import Iterable
 
 import yaml
 
+from .task_data_check import check_task_file
+
 
 @dataclass(frozen=True)
 class SuiteTask:
@@ -119,6 +121,7 @@ def write_local_task_yamls(tasks: Iterable[str], data_dir, out_dir, *,
         if found is None:
             missing[task] = candidates
             continue
+        check_task_file(task, found)  # a bad row fails here, naming file:line, not inside lm-eval
         config = {
             "include": str(builtin.resolve()),
             "task": task,

@@ -1,6 +1,6 @@
 """`convert_checkpoint.py`: megatron-biglm checkpoints <-> Hugging Face directories.
 
-    to-hf   --checkpoint CKPT_DIR --output HF_DIR [--tokenizer DIR] [--dtype bf16] [--max-shard-size 2GB]
+    to-hf   --checkpoint CKPT_DIR --output HF_DIR [--tokenizer DIR] [--dtype bf16] [--max-shard-size 2GB] [--no-verify]
     from-hf --hf HF_DIR --output CKPT_DIR [--tp N] [--pp M]
 
 Exit status 0 on success (the verified summary is printed), 1 on a refused input (the
@@ -39,6 +39,8 @@ def build_parser() -> argparse.ArgumentParser:
     to_hf.add_argument("--output", required=True, help="new HF model directory")
     to_hf.add_argument("--tokenizer", help="tokenizer dir to ship (default: the run's data.tokenizer)")
     to_hf.add_argument("--dtype", choices=["fp32", "bf16", "fp16"], help="cast weights (default: as saved)")
+    to_hf.add_argument("--no-verify", action="store_true",
+                       help="skip the CRC-32 check of every stored item (storage you trust)")
     to_hf.add_argument("--max-shard-size", type=parse_size, default="2GiB",
                        help="largest safetensors shard (default 2GiB)")
     from_hf = sub.add_parser("from-hf", help="HF directory -> megatron-biglm checkpoint (weights only)")
@@ -82,7 +84,8 @@ def main(argv=None) -> int:
             from .convert_to_hf import to_hf
 
             summary = to_hf(args.checkpoint, args.output, tokenizer=args.tokenizer, dtype=args.dtype,
-                            max_shard_bytes=args.max_shard_size, progress=not args.quiet)
+                            max_shard_bytes=args.max_shard_size, progress=not args.quiet,
+                            verify=not args.no_verify)
         else:
             from .convert_from_hf import from_hf
 

@@ -90,10 +90,6 @@ def _biglm_model_config(hf_config, arch, hf_dir: Path):
     from megatron_biglm.model import BiGLMModelConfig, ModelConfigError, load_preset, preset_names
 
     s = arch.shape
-    if not s.tie_word_embeddings:
-        raise UnsupportedArchitecture(
-            "tie_word_embeddings=False is not supported: BiGLM's output layer is its input embedding, "
-            "and this checkpoint has a separate lm_head")
     if s.head_dim * s.num_attention_heads != s.hidden_size:
         raise UnsupportedArchitecture(
             f"head_dim={s.head_dim} is not supported with hidden_size={s.hidden_size} and "
@@ -104,6 +100,7 @@ def _biglm_model_config(hf_config, arch, hf_dir: Path):
             num_query_groups=s.num_query_groups, ffn_hidden_size=s.ffn_hidden_size, vocab_size=s.vocab_size,
             seq_length=arch.max_position_embeddings, rotary_base=arch.rope_theta, norm_epsilon=arch.rms_norm_eps,
             init_method_std=float(getattr(hf_config, "initializer_range", 0.02) or 0.02),
+            untie_embeddings_and_output_weights=not s.tie_word_embeddings,  # lm_head -> output_layer
             name=f"imported-{hf_dir.name}")
     except ModelConfigError as exc:
         raise UnsupportedArchitecture(f"the HF config is not a valid BiGLM shape: {exc}") from None
@@ -162,9 +159,11 @@ def run_config_tree(plan: ImportPlan, output_dir: Path, tp: int, pp: int) -> dic
 
 def _local_targets(model, name: str) -> List[str]:
     """The local parameter names of this chunk that hold (a TP slice of) global tensor `name`."""
+    if name == "output_layer.weight":  # untied: the last stage's own output projection
+        return [name] if model.post_process else []
     if name == "embedding.word_embeddings.weight":
         out = ["embedding.word_embeddings.weight"] if model.pre_process else []
-        if model.post_process and not model.pre_process:
+        if model.post_process and not model.pre_process and model.share_embeddings_and_output_weights:
             out.append("output_layer.weight")  # a PP>1 last stage keeps a tied copy
         return out
     if name == "decoder.final_layernorm.weight":

@@ -7,10 +7,13 @@ in memory (`hf_files.save_safetensors_stream`). No model is built and no process
 needed, so a 3.5B model never exists twice in memory.
 
 Before any tensor is converted, every stored model item is checked against the CRC-32 it was
-saved with (`checkpoint.checksums`; the trainer's manifest already refuses missing and truncated
+saved with (`checkpoint.verify`; the trainer's manifest already refuses missing and truncated
 files). The directory is written under a temporary name beside `output_dir`, read back and
 compared with the checkpoint, and only then renamed into place: a failed export leaves
 nothing that would load.
+
+A fine-tuned head model (classification, span) exports as its EuroBERT head class
+(`head_export.py`); everything else as EuroBertForMaskedLM.
 """
 from __future__ import annotations
 
@@ -23,11 +26,12 @@ from pathlib import Path
 
 import torch
 
-from megatron_biglm.checkpoint.checksums import verify_dist_checksums
+from megatron_biglm.checkpoint.verify import verify_checkpoint
 from megatron_biglm.config.trained_checkpoint import open_checkpoint
 
 from .conversion_summary import ConversionSummary, VerificationError, compare_written, with_progress
 from .hf_config import architecture_from_hf_config, hf_config_from_biglm, shape_from_biglm_config
+from .head_export import export_head
 from .hf_files import DEFAULT_MAX_SHARD_BYTES, HFWeights, save_safetensors_stream
 from .model_card import model_card
 from megatron_biglm.data.tokenizer_check import load_export_tokenizer
@@ -58,13 +62,15 @@ def _dtype_name(dtype: torch.dtype) -> str:
 
 
 def to_hf(checkpoint_dir, output_dir, *, tokenizer: str | None = None, dtype: str | None = None,
-          max_shard_bytes: int = DEFAULT_MAX_SHARD_BYTES, progress: bool = True) -> ConversionSummary:
+          max_shard_bytes: int = DEFAULT_MAX_SHARD_BYTES, progress: bool = True,
+          verify: bool = True) -> ConversionSummary:
     """Write `output_dir` (config.json, model.safetensors [sharded], tokenizer, README.md).
 
     `checkpoint_dir`: an ``iter_N`` folder, a checkpoint root with ``latest`` or a run directory.
     `tokenizer`: a tokenizer directory to ship instead of the run's ``data.tokenizer`` (it must
     equal the run's one when that still exists). `dtype`: cast floating weights (fp32/bf16/fp16);
-    None keeps the checkpoint's dtype.
+    None keeps the checkpoint's dtype. `verify`: CRC-check every stored item first (False:
+    `--no-verify`, for storage one trusts).
     """
     if dtype is not None and dtype not in DTYPES:
         raise ConversionError(f"dtype {dtype!r} is not one of {sorted(DTYPES)}")
@@ -81,27 +87,29 @@ def to_hf(checkpoint_dir, output_dir, *, tokenizer: str | None = None, dtype: st
     if cast is None and len(stored) > 1:
         cast = torch.float32
         notes.append(f"the checkpoint mixes dtypes {stored}; exported as float32")
+    head = export_head(checkpoint)  # a fine-tuned head model: its class and rows
+    table = head.table if head is not None else None
     report = ConversionReport()
-    stream = megatron_to_hf(weights, shape, report=report)  # checks every key before reading
-    checksums = verify_dist_checksums(checkpoint.dist_dir)  # flipped bytes keep the file size
-    notes.append(f"{checksums.checked} stored model items passed their CRC-32 check"
-                 + (f"; {checksums.unchecked} are not zip archives and were not checked" if checksums.unchecked
-                    else ""))
+    stream = megatron_to_hf(weights, shape, report=report, table=table)  # checks every key before reading
+    notes.append(verify_checkpoint(checkpoint.path).note() if verify else  # flipped bytes keep the size
+                 f"--no-verify: {checkpoint.path} was exported without its CRC-32 check")
 
     output_dir.parent.mkdir(parents=True, exist_ok=True)
     temp = Path(tempfile.mkdtemp(prefix=f".{output_dir.name}.partial-", dir=output_dir.parent))
     try:
         files = save_safetensors_stream(
-            temp, with_progress(stream, len(hf_tensor_shapes(shape)), "megatron -> HF", progress),
+            temp, with_progress(stream, len(hf_tensor_shapes(shape, table)), "megatron -> HF", progress),
             max_shard_bytes=max_shard_bytes, dtype=cast)
         hf_config = hf_config_from_biglm(mc, tok, dtype=_dtype_name(out_dtype))
+        if head is not None:
+            head.configure(hf_config)
         hf_config.save_pretrained(temp)
         tok.save_pretrained(str(temp))
         written = HFWeights(temp)
-        parameters = sum(math.prod(s) for s in hf_tensor_shapes(shape).values())
+        parameters = sum(math.prod(s) for s in hf_tensor_shapes(shape, table).values())
         (temp / "README.md").write_text(model_card(checkpoint, parameters=parameters, tokenizer_source=tok_source,
                                                    dtype=_dtype_name(out_dtype)), encoding="utf-8")
-        comparison = compare_written(written, megatron_to_hf(checkpoint.weights(), shape))
+        comparison = compare_written(written, megatron_to_hf(checkpoint.weights(), shape, table=table))
         if cast is None and comparison.max_abs_diff != 0.0:
             raise VerificationError(f"the written weights differ from the checkpoint by up to "
                                     f"{comparison.max_abs_diff} (at {comparison.worst}); the export was discarded")

@@ -9,7 +9,7 @@ Why per tensor: converters stream a checkpoint tensor by tensor, so a TP=2 check
 * `linear_fc1` with SwiGLU is the trap: each rank holds ``[gate_r; up_r]``, not a contiguous
   slice of ``[gate; up]`` (megatron's `apply_swiglu_sharded_factory` stores it that way).
 * row-parallel (`linear_proj`, `linear_fc2`): dim 1.
-* norms: replicated; merging checks the copies are identical instead of picking one blindly.
+* norms and task heads (`task_head.*`, a few small linear layers): replicated; merging checks the copies are identical instead of picking one blindly.
 """
 from __future__ import annotations
 
@@ -21,6 +21,7 @@ _DIM0 = ("embedding.word_embeddings.weight", "output_layer.weight",
          "self_attention.linear_qkv.weight", "mlp.linear_fc1.weight")
 _DIM1 = ("self_attention.linear_proj.weight", "mlp.linear_fc2.weight")
 _REPLICATED = ("layernorm.weight", "layer_norm_weight")  # input_/pre_mlp_/final_layernorm, TE fused
+_REPLICATED_HEADS = ("task_head.",)  # classification / span heads: plain (replicated) linear layers
 
 
 def tp_partition_dim(name: str) -> int | None:
@@ -29,7 +30,7 @@ def tp_partition_dim(name: str) -> int | None:
         return 0
     if name.endswith(_DIM1):
         return 1
-    if name.endswith(_REPLICATED):
+    if name.endswith(_REPLICATED) or name.startswith(_REPLICATED_HEADS):
         return None
     raise ValueError(f"no tensor-parallel rule for {name!r}: not a BiGLM weight "
                      f"(known suffixes: {_DIM0 + _DIM1 + _REPLICATED})")

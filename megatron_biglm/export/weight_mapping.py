@@ -62,19 +62,19 @@ class ConversionReport:
 # --------------------------------------------------------------------------- name tables
 
 
-def hf_tensor_shapes(shape: BiGLMShape) -> Dict[str, Tuple[int, ...]]:
+def hf_tensor_shapes(shape: BiGLMShape, table=None) -> Dict[str, Tuple[int, ...]]:
     """Every HF tensor name -> its shape, in the order `megatron_to_hf` yields them.
 
     Lets a writer plan safetensors shards before any tensor is loaded.
     """
-    return {name: want for group in expand_table(shape)
+    return {name: want for group in expand_table(shape, table=table)
             for name, want in zip(group.hf, group.hf_shapes)}
 
 
-def megatron_tensor_shapes(shape: BiGLMShape, norm_naming: str = "local") -> Dict[str, Tuple[int, ...]]:
+def megatron_tensor_shapes(shape: BiGLMShape, norm_naming: str = "local", table=None) -> Dict[str, Tuple[int, ...]]:
     """Every megatron (TP=1, all stages) tensor name -> its shape, in `hf_to_megatron` order."""
     _norm_names(norm_naming)
-    return {name: want for group in expand_table(shape, norm_naming)
+    return {name: want for group in expand_table(shape, norm_naming, table)
             for name, want in zip(group.megatron, group.megatron_shapes)}
 
 
@@ -144,14 +144,15 @@ def _tied_copy_must_match(state, copy_name: str, embed_name: str, rows: int) -> 
 
 
 def megatron_to_hf(state: Mapping[str, torch.Tensor], shape: BiGLMShape, *,
-                   report: ConversionReport | None = None) -> Iterator[Tuple[str, torch.Tensor]]:
+                   report: ConversionReport | None = None, table=None) -> Iterator[Tuple[str, torch.Tensor]]:
     """Yield ``(hf_name, tensor)`` for a full TP=1 megatron state dict (local or TE norm names).
 
     Keys are validated now (before iteration); tensors are read lazily, in layer order.
+    `table`: the rows to map (None: `WEIGHT_TABLE`; a head model adds `head_table(...)`).
     """
     report = report if report is not None else ConversionReport()
     naming = detect_norm_naming(state.keys())
-    expected = megatron_tensor_shapes(shape, naming)
+    expected = megatron_tensor_shapes(shape, naming, table)
 
     def ignorable(key: str) -> str | None:
         if key.endswith(_MEGATRON_NON_WEIGHT_SUFFIXES):
@@ -161,19 +162,19 @@ def megatron_to_hf(state: Mapping[str, torch.Tensor], shape: BiGLMShape, *,
         return None
 
     _check_keys(state.keys(), expected, ignorable, "megatron", report)
-    return _stream(state, shape, naming, expected, report, to_hf=True)
+    return _stream(state, shape, naming, expected, report, to_hf=True, table=table)
 
 
 def hf_to_megatron(state: Mapping[str, torch.Tensor], shape: BiGLMShape, *,
                    norm_naming: str = "local",
-                   report: ConversionReport | None = None) -> Iterator[Tuple[str, torch.Tensor]]:
+                   report: ConversionReport | None = None, table=None) -> Iterator[Tuple[str, torch.Tensor]]:
     """Yield ``(megatron_name, tensor)`` (TP=1, global layer numbers) for an HF EuroBERT state dict.
 
     Embedding rows are zero-padded from `vocab_size` to `padded_vocab_size`. Keys are validated
     now; tensors are read lazily.
     """
     report = report if report is not None else ConversionReport()
-    expected = hf_tensor_shapes(shape)
+    expected = hf_tensor_shapes(shape, table)
     _norm_names(norm_naming)
 
     def ignorable(key: str) -> str | None:
@@ -182,16 +183,16 @@ def hf_to_megatron(state: Mapping[str, torch.Tensor], shape: BiGLMShape, *,
         return None
 
     _check_keys(state.keys(), expected, ignorable, "HF", report)
-    return _stream(state, shape, norm_naming, expected, report, to_hf=False)
+    return _stream(state, shape, norm_naming, expected, report, to_hf=False, table=table)
 
 
-def _stream(state, shape, naming, expected, report, *, to_hf: bool):
+def _stream(state, shape, naming, expected, report, *, to_hf: bool, table=None):
     """Walk the table in order: read a row's inputs, yield its transformed outputs."""
     if to_hf and _MEGATRON_OUTPUT in report.ignored:
         _tied_copy_must_match(state, _MEGATRON_OUTPUT, MEGATRON_EMBEDDING, shape.vocab_size)
     if not to_hf and _HF_OUTPUT in report.ignored:
         _tied_copy_must_match(state, _HF_OUTPUT, HF_EMBEDDING, shape.vocab_size)
-    for group in expand_table(shape, naming):
+    for group in expand_table(shape, naming, table):
         sources, targets = (group.megatron, group.hf) if to_hf else (group.hf, group.megatron)
         transform = group.row.to_hf if to_hf else group.row.from_hf
         outputs = transform(tuple(_get(state, name, expected[name]) for name in sources), shape)

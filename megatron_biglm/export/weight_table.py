@@ -173,6 +173,31 @@ WEIGHT_TABLE: Tuple[MappingRow, ...] = (
 )
 
 
+def _same(megatron: str, hf: str, size: Callable[[BiGLMShape], Tuple[int, ...]]) -> MappingRow:
+    """A head tensor stored alike on both sides (no layout change)."""
+    return MappingRow((megatron,), (hf,), _identity, _identity, lambda s: (size(s),), lambda s: (size(s),))
+
+
+def _linear(megatron: str, hf: str, rows: Callable[[BiGLMShape], int]) -> Tuple[MappingRow, ...]:
+    """A biased linear layer [rows, h] of a task head (`BiGLMHeadModel.task_head`)."""
+    return (_same(f"{megatron}.weight", f"{hf}.weight", lambda s: (rows(s), s.hidden_size)),
+            _same(f"{megatron}.bias", f"{hf}.bias", lambda s: (rows(s),)))
+
+
+def head_table(head: str, **options) -> Tuple[MappingRow, ...]:
+    """The rows of a task head's weights (`model/heads.py`), appended to `WEIGHT_TABLE` when a
+    head model is converted; HF names are those of the matching EuroBERT class:
+    `classification` (num_labels) -> EuroBertForSequenceClassification's dense + classifier;
+    `span` -> EuroBertForTokenClassification's classifier with 2 labels (start, end)."""
+    if head == "classification":
+        labels = int(options["num_labels"])
+        return (_linear("task_head.dense", "dense", lambda s: s.hidden_size)
+                + _linear("task_head.classifier", "classifier", lambda s: labels))
+    if head == "span":
+        return _linear("task_head.classifier", "classifier", lambda s: 2)
+    raise ValueError(f"no weight-table rows for head {head!r}; heads with weights: classification, span")
+
+
 @dataclass(frozen=True)
 class MappedGroup:
     """One row instantiated for a shape (and a layer): concrete names and shapes."""

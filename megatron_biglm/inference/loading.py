@@ -18,7 +18,7 @@ _PARAMS_DTYPE = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16"}
 
 @dataclass
 class LoadedMegatron:
-    model: object          # BiGLMModel, eval mode, on the requested device
+    model: object          # BiGLMModel (BiGLMHeadModel for a head fine-tune), eval mode, on the requested device
     tokenizer: object
     checkpoint: object     # megatron_biglm.config.trained_checkpoint.TrainedCheckpoint
     notes: list
@@ -64,21 +64,30 @@ def _tokenizer(checkpoint, override, notes: list):
 
 
 def load_megatron_checkpoint(path, *, tokenizer=None, device: str = "cpu",
-                             dtype: str = "float32") -> LoadedMegatron:
+                             dtype: str = "float32", verify: bool = True) -> LoadedMegatron:
     """Build the model at TP=1/PP=1 in this process, load the checkpoint's weights into it
-    and find its tokenizer. Sets up a one-process group (gloo on CPU) when none exists."""
+    and find its tokenizer. Sets up a one-process group (gloo on CPU) when none exists.
+    `verify`: CRC-check every stored item first (checkpoint/verify.py); False skips it."""
+    from megatron_biglm.checkpoint.verify import verify_checkpoint
     from megatron_biglm.checkpoint.weights_only import load_model_weights
     from megatron_biglm.config.trained_checkpoint import open_checkpoint
     from megatron_biglm.model import init_single_process, model_provider
+    from megatron_biglm.model.head_model import head_model_provider, head_of_checkpoint
 
     checkpoint = open_checkpoint(path)  # clear CheckpointError for missing/partial folders
-    notes: list = []
+    notes: list = [verify_checkpoint(checkpoint.path).note() if verify else
+                   f"verify=false: {checkpoint.path} was loaded without its CRC-32 check"]
     tok = _tokenizer(checkpoint, tokenizer, notes)
     params_dtype = _params_dtype(dtype, checkpoint)
     init_single_process(tp=1, pp=1)
     _ensure_rng_tracker()
-    model = model_provider(True, True, config=checkpoint.model_config, params_dtype=params_dtype)
-    load_model_weights(checkpoint.path, model)
+    head = head_of_checkpoint(checkpoint)
+    if head is None:
+        model = model_provider(True, True, config=checkpoint.model_config, params_dtype=params_dtype)
+    else:  # a fine-tuned classification / span model: the trunk and its task head
+        tcfg = checkpoint.model_config.to_transformer_config(params_dtype=params_dtype)
+        model = head_model_provider(*head)(True, True, checkpoint.model_config, tcfg)
+    load_model_weights(checkpoint.path, model, verify=False)  # verified above
     saved = checkpoint.run_config.parallelism
     notes.append(f"loaded {checkpoint.path} (saved at TP={saved.tensor_model_parallel_size}, "
                  f"PP={saved.pipeline_model_parallel_size}) at TP=1, PP=1, {params_dtype}")

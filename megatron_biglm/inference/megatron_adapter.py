@@ -66,7 +66,7 @@ class MegatronMaskedLMAdapter(MaskedLMAdapter):
             picked = hidden.gather(1, positions[..., None].expand(-1, -1, hidden.shape[-1]))
             logits, _ = self.model.output_layer(
                 picked.transpose(0, 1).contiguous(),
-                weight=self.model.shared_embedding_or_output_weight(), runtime_gather_output=True)
+                weight=self.model.output_projection_weight(), runtime_gather_output=True)
         return logits.transpose(0, 1)[..., :self.vocab_size]
 
     def _check_cache(self) -> None:

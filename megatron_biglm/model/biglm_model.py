@@ -61,7 +61,7 @@ class BiGLMModel(GPTModel):
             pre_process=pre_process,
             post_process=post_process,
             parallel_output=True,
-            share_embeddings_and_output_weights=True,
+            share_embeddings_and_output_weights=not model_config.untie_embeddings_and_output_weights,
             position_embedding_type="rope",
             rotary_percent=1.0,
             rotary_base=model_config.rotary_base,
@@ -125,6 +125,11 @@ class BiGLMModel(GPTModel):
             return hidden.transpose(0, 1).contiguous()
         return self.lm_head(self, hidden, labels=labels, loss_mask=loss_mask,
                             runtime_gather_output=runtime_gather_output)
+
+    def output_projection_weight(self) -> Optional[torch.Tensor]:
+        """The weight to pass `output_layer` (the tied word embedding), or None when the
+        output layer has its own (`untie_embeddings_and_output_weights`)."""
+        return self.shared_embedding_or_output_weight() if self.share_embeddings_and_output_weights else None
 
     def _cached_attention(self, input_ids, valid_lengths, kv_cache: KVCacheForward):
         """RoPE and mask for rows that follow cached ones (inference, PP=1): row b's token j

@@ -4,7 +4,7 @@ Why a separate dataclass rather than megatron's `TransformerConfig`: presets, th
 counter and the HF exporter need the shape without megatron's ~300 runtime fields, and a typo
 in a preset must fail naming the key. `to_transformer_config` adds the run-time choices
 (parallel sizes, dtype, recompute, ...) and fixes everything BiGLM hard-wires: RMSNorm pre-norm,
-SwiGLU, full RoPE, no biases, tied embeddings.
+SwiGLU, full RoPE, no biases; embeddings tied unless `untie_embeddings_and_output_weights`.
 
 Choices documented here because the paper does not state them:
 - `rotary_base` 10000: the RoPE default of the public Megatron-DeepSpeed reference and of
@@ -57,6 +57,11 @@ class BiGLMModelConfig:
     attention_dropout: float = 0.0
     attention_backend: str = "auto"
     make_vocab_size_divisible_by: int = 128
+    # False (BiGLM's own models): the output projection IS the input embedding. True: a
+    # separate `output_layer.weight` [padded vocab, h] (public EuroBERT checkpoints have an
+    # untied lm_head); megatron-lm's `--untie-embeddings-and-output-weights`, the inverse of
+    # GPTModel's `share_embeddings_and_output_weights`.
+    untie_embeddings_and_output_weights: bool = False
     name: Optional[str] = None  # informational (preset name)
 
     def __post_init__(self):

@@ -54,7 +54,7 @@ class MaskedLMHead:
     def __call__(self, model, hidden: torch.Tensor, *, labels: Optional[torch.Tensor] = None,
                  loss_mask: Optional[torch.Tensor] = None,
                  runtime_gather_output: Optional[bool] = None) -> torch.Tensor:
-        output_weight = model.shared_embedding_or_output_weight()
+        output_weight = model.output_projection_weight()  # None: untied, output_layer owns it
         if labels is None:
             logits, _ = model.output_layer(
                 hidden, weight=output_weight, runtime_gather_output=runtime_gather_output
@@ -87,6 +87,49 @@ class PoolingHead:
         return pool_hidden(hidden.transpose(0, 1), valid_lengths, self.mode)
 
 
+class ClassificationHead(torch.nn.Module):
+    """Sequence classification: pool (mean over valid tokens, or the first token) -> dense
+    [h, h] -> GELU -> classifier [labels, h], both with bias: exactly the head of HF's
+    `EuroBertForSequenceClassification` (`classifier_pooling` "mean" / "bos"), so a trained
+    head exports as that class with nothing approximated. Output: logits [b, labels], fp32
+    math in the parameters' dtype. Replicated under TP (a few h^2 weights)."""
+
+    def __init__(self, hidden_size: int, num_labels: int, pooling: str = "mean"):
+        super().__init__()
+        if pooling not in ("mean", "first"):
+            raise ValueError(f"classification pooling must be 'mean' or 'first', got {pooling!r}")
+        if int(num_labels) < 2:
+            raise ValueError(f"a classification head needs >= 2 labels, got {num_labels}")
+        self.pooling = pooling
+        self.dense = torch.nn.Linear(hidden_size, hidden_size)
+        self.classifier = torch.nn.Linear(hidden_size, int(num_labels))
+
+    def forward(self, model, hidden: torch.Tensor, *,  # noqa: ARG002 - the Head signature
+                valid_lengths: Optional[torch.Tensor] = None) -> torch.Tensor:
+        pooled = pool_hidden(hidden.transpose(0, 1), valid_lengths, self.pooling)
+        return self.classifier(torch.nn.functional.gelu(self.dense(pooled)))
+
+
+class SpanHead(torch.nn.Module):
+    """Extractive QA: one linear map [2, h] (with bias) per position -> start and end logits
+    [b, s] each, returned stacked as [b, s, 2] (start = [..., 0]). Positions past
+    `valid_lengths` get -inf, so no loss or prediction can pick padding. HF's EuroBERT has
+    no QA class; this is `EuroBertForTokenClassification` with 2 labels (start, end)."""
+
+    def __init__(self, hidden_size: int):
+        super().__init__()
+        self.classifier = torch.nn.Linear(hidden_size, 2)
+
+    def forward(self, model, hidden: torch.Tensor, *,  # noqa: ARG002 - the Head signature
+                valid_lengths: Optional[torch.Tensor] = None) -> torch.Tensor:
+        logits = self.classifier(hidden.transpose(0, 1)).float()  # [b, s, 2]
+        if valid_lengths is not None:
+            s = logits.shape[1]
+            pad = torch.arange(s, device=logits.device)[None, :] >= valid_lengths.to(logits.device)[:, None]
+            logits = logits.masked_fill(pad[..., None], float("-inf"))
+        return logits
+
+
 HEADS: Dict[str, HeadSpec] = {}
 
 
@@ -111,3 +154,9 @@ register_head(HeadSpec(
 register_head(HeadSpec(
     name="pooling", build=PoolingHead, owns_weights=False,
     doc="one vector per sample: mean / first / last over the valid tokens"))
+register_head(HeadSpec(
+    name="classification", build=ClassificationHead, owns_weights=True,
+    doc="sequence labels: pooled -> dense -> GELU -> classifier (EuroBertForSequenceClassification)"))
+register_head(HeadSpec(
+    name="span", build=SpanHead, owns_weights=True,
+    doc="extractive QA: start/end logits per position (EuroBertForTokenClassification, 2 labels)"))

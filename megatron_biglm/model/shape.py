@@ -73,5 +73,5 @@ def shape_of(model_config) -> BiGLMShape:
         ffn_hidden_size=model_config.ffn_hidden_size,
         vocab_size=model_config.vocab_size,
         padded_vocab_size=model_config.padded_vocab_size,
-        tie_word_embeddings=not getattr(model_config, "untie_embeddings_and_output_weights", False),
+        tie_word_embeddings=not model_config.untie_embeddings_and_output_weights,
     )

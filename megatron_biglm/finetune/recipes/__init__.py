@@ -33,8 +33,8 @@ def _seq2seq():  # g2: finetune/recipes/seq2seq.py
 
 RECIPES: dict[str, Callable[[], type]] = {
     "verbalizer": _verbalizer,
-    # "head": _head,        # register when finetune/recipes/classification_head.py lands
-    # "span": _span,        # register when finetune/recipes/span_qa.py lands
+    "head": _head,
+    "span": _span,
     # "seq2seq": _seq2seq,  # register when finetune/recipes/seq2seq.py lands
 }
 

@@ -1,0 +1,16 @@
+"""Instruction tuning (issue 14, seed 001 §3.1): chat template, FLAN/xP3 rows with the seed's
+filters, the tokenized dataset, and (in `finetune/recipes/instruct.py`) the recipe.
+
+| concept | module |
+|---|---|
+| `ChatTemplate`, `TemplateEncoder` (a role per token; prompts with `<mask>` slots) | `chat_template` |
+| FLAN/xP3 and instruction/input/output rows; language and target-length filters | `rows` |
+| `InstructionData` (.npy) and `InstructionSamples` (masked, by global sample) | `dataset` |
+| `python -m megatron_biglm.finetune.instruct build` | `__main__` |
+"""
+from .chat_template import TEMPLATES, ChatTemplate, Encoded, TemplateEncoder, get_template
+from .dataset import InstructionData, InstructionSamples, build_instruction_data
+from .rows import InstructionReport, read_instruction_rows
+
+__all__ = ["TEMPLATES", "ChatTemplate", "Encoded", "InstructionData", "InstructionReport", "InstructionSamples",
+           "TemplateEncoder", "build_instruction_data", "get_template", "read_instruction_rows"]

@@ -1,0 +1,86 @@
+"""Head classification (seed 001's baseline): pooled encoder states -> a classification head.
+
+An example is `[BOS] text_1 [EOS] text_2 [EOS]` (`tasks/head_classification.py`), right-padded
+to `finetune.max_length`; no target suffix, so `split` is 0 (full bidirectional attention over
+the valid tokens). The model is `BiGLMHeadModel` with the `classification` head (mean over the
+valid tokens, or the first token with `finetune.options.pooling: first`; then dense, GELU,
+classifier, as HF's EuroBertForSequenceClassification). Loss: cross-entropy of the gold label,
+one term per example, averaged over the global batch's examples. Validation scores the argmax
+with the task's metrics (accuracy, macro-F1 for CB). Exports as EuroBertForSequenceClassification
+(`export.head_export`).
+"""
+from __future__ import annotations
+
+from functools import partial
+from typing import Sequence
+
+import torch
+
+from megatron_biglm.model.head_model import head_model_provider
+from megatron_biglm.training.recipe import LOSS_KEY
+
+from ..data_files import get_schema
+from ..metrics import task_scores
+from .base import FinetuneRecipe
+
+
+class HeadClassificationRecipe(FinetuneRecipe):
+    name = "head_classification"
+    metric_names = ("accuracy",)
+
+    def __init__(self, task, tokenizer, options):
+        super().__init__(task, tokenizer, options)
+        self.num_labels = len(get_schema(task.dataset).label_names)
+        self.pooling = str(options.get("pooling", "mean"))
+        if self.pooling not in ("mean", "first"):
+            raise ValueError(f"finetune.options.pooling must be 'mean' or 'first', got {self.pooling!r}")
+        pad = getattr(tokenizer, "pad_token_id", None)
+        self.pad_id = pad if pad is not None else tokenizer.eos_token_id
+
+    @property
+    def head_options(self) -> dict:
+        return {"num_labels": self.num_labels, "pooling": self.pooling}
+
+    def model_provider(self, pre_process, post_process, config, transformer_config):
+        return head_model_provider("classification", self.head_options)(
+            pre_process, post_process, config, transformer_config)
+
+    def collate(self, examples: Sequence) -> dict:
+        width = self.options.max_length
+        tokens = torch.full((len(examples), width), self.pad_id, dtype=torch.long)
+        for i, e in enumerate(examples):
+            tokens[i, :e.length] = torch.tensor(e.input_ids)
+        return {"tokens": tokens, "valid_lengths": torch.tensor([e.length for e in examples]),
+                "labels": torch.tensor([-1 if e.label is None else e.label for e in examples])}
+
+    def logits(self, model, batch: dict, device) -> torch.Tensor:
+        return model(batch["tokens"].to(device), split=None, valid_lengths=batch["valid_lengths"].to(device))
+
+    def forward(self, model, batch: dict, device):
+        return self.logits(model, batch, device), partial(self._loss, batch)
+
+    def _loss(self, batch: dict, logits: torch.Tensor):
+        labels = batch["labels"].to(logits.device)
+        if bool((labels < 0).any()):
+            raise ValueError("an unlabeled example reached the training loss")
+        loss_sum = torch.nn.functional.cross_entropy(logits.float(), labels, reduction="sum")
+        count = torch.tensor(labels.numel(), dtype=torch.int, device=logits.device)
+        correct = (logits.argmax(-1) == labels).sum().float().detach()
+        return loss_sum, count, {LOSS_KEY: torch.stack([loss_sum.detach(), count.float()]),
+                                 "accuracy": torch.stack([correct, count.float()])}
+
+    def loss_tokens(self, batch: dict) -> int:
+        return int(batch["labels"].numel())
+
+    @torch.no_grad()
+    def predict(self, model, examples: Sequence, device, batch_size: int) -> list[int]:
+        out: list[int] = []
+        for start in range(0, len(examples), batch_size):
+            logits = self.logits(model, self.collate(examples[start:start + batch_size]), device)
+            out.extend(int(x) for x in logits.argmax(-1).tolist())
+        return out
+
+    def evaluate_split(self, model, name: str, examples: list, device) -> dict[str, float]:  # noqa: ARG002
+        predictions = self.predict(model, examples, device, self.options.eval_batch_size)
+        return task_scores(self.task.metrics, predictions, [e.label for e in examples],
+                           classes=list(range(self.num_labels)))

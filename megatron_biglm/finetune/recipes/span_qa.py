@@ -1,0 +1,125 @@
+"""Extractive QA (SQuAD v1.1): a start/end span head over question + context windows.
+
+A question's context is cut into windows `[BOS] question [EOS] context-window [EOS]` with a
+doc stride (`tasks/squad_windows.py`; `finetune.options.doc_stride`, `max_query_length`),
+right-padded to `finetune.max_length`; `split` is 0. The model is `BiGLMHeadModel` with the
+`span` head (start and end logits per position). Loss: per window, the mean of the start and
+end cross-entropies, each a softmax over that window's context positions plus position 0
+(BOS), the target of a window that does not hold the answer (BERT's convention); question,
+separators and padding can never be picked. One term per window, averaged over the global
+batch's windows. Prediction: the n-best start/end pairs of all windows of a question, spans
+at most `max_answer_length` tokens (`finetune.options.n_best` 20, `max_answer_length` 30;
+`tasks/squad_answers.py`), scored with the official EM/F1 (`metrics.squad`).
+
+The loop's validation loss uses the selection split encoded with its gold answers; the task
+metric is computed from windows encoded without them. Exports as
+EuroBertForTokenClassification with 2 labels (start, end) (`export.head_export`).
+"""
+from __future__ import annotations
+
+from functools import partial
+from typing import Sequence
+
+import torch
+
+from megatron_biglm.model.head_model import head_model_provider
+from megatron_biglm.training.recipe import LOSS_KEY, RecipeData
+
+from ..metrics import task_scores
+from ..row_report import RowReport
+from ..tasks import squad_predictions
+from .base import FinetuneRecipe, Wrapped
+
+
+class SpanQARecipe(FinetuneRecipe):
+    name = "span_qa"
+    metric_names = ("start_accuracy", "end_accuracy")
+
+    def __init__(self, task, tokenizer, options):
+        super().__init__(task, tokenizer, options)
+        self.doc_stride = int(options.get("doc_stride", 128))
+        self.max_query_length = int(options.get("max_query_length", 64))
+        self.n_best = int(options.get("n_best", 20))
+        self.max_answer_length = int(options.get("max_answer_length", 30))
+        pad = getattr(tokenizer, "pad_token_id", None)
+        self.pad_id = pad if pad is not None else tokenizer.eos_token_id
+        self.labeled_valid: list = []
+
+    def encoder_options(self, training: bool) -> dict:
+        return {"doc_stride": self.doc_stride, "max_query_length": self.max_query_length, "training": training}
+
+    def model_provider(self, pre_process, post_process, config, transformer_config):
+        return head_model_provider("span")(pre_process, post_process, config, transformer_config)
+
+    def build_data(self, config, model_config, dp_size: int) -> RecipeData:
+        data = super().build_data(config, model_config, dp_size)
+        if not self.labeled_valid and self.select_split in self.eval_rows:
+            self.labeled_valid = self.encode(self.eval_rows[self.select_split], RowReport(), training=True)
+        if self.labeled_valid:
+            gbs = config.training.global_batch_size
+            data.valid = Wrapped(self.labeled_valid, -(-len(self.labeled_valid) // gbs) * gbs)
+        return data
+
+    def collate(self, windows: Sequence) -> dict:
+        width = self.options.max_length
+        b = len(windows)
+        tokens = torch.full((b, width), self.pad_id, dtype=torch.long)
+        allowed = torch.zeros((b, width), dtype=torch.bool)
+        allowed[:, 0] = True
+        for i, w in enumerate(windows):
+            tokens[i, :w.length] = torch.tensor(w.input_ids)
+            allowed[i, :w.length] |= torch.tensor([o is not None for o in w.offsets])
+        return {"tokens": tokens, "valid_lengths": torch.tensor([w.length for w in windows]),
+                "allowed": allowed,
+                "start_positions": torch.tensor([w.start_position for w in windows]),
+                "end_positions": torch.tensor([w.end_position for w in windows])}
+
+    def logits(self, model, batch: dict, device) -> torch.Tensor:
+        return model(batch["tokens"].to(device), split=None, valid_lengths=batch["valid_lengths"].to(device))
+
+    def forward(self, model, batch: dict, device):
+        return self.logits(model, batch, device), partial(self._loss, batch)
+
+    def _loss(self, batch: dict, logits: torch.Tensor):
+        allowed = batch["allowed"].to(logits.device)
+        masked = logits.float().masked_fill(~allowed[..., None], float("-inf"))  # [b, s, 2]
+        starts, ends = batch["start_positions"].to(logits.device), batch["end_positions"].to(logits.device)
+        ce = torch.nn.functional.cross_entropy
+        loss_sum = 0.5 * (ce(masked[..., 0], starts, reduction="sum") + ce(masked[..., 1], ends, reduction="sum"))
+        n = starts.numel()
+        count = torch.tensor(n, dtype=torch.int, device=logits.device)
+        start_ok = (masked[..., 0].argmax(-1) == starts).sum().float().detach()
+        end_ok = (masked[..., 1].argmax(-1) == ends).sum().float().detach()
+        return loss_sum, count, {LOSS_KEY: torch.stack([loss_sum.detach(), count.float()]),
+                                 "start_accuracy": torch.stack([start_ok, count.float()]),
+                                 "end_accuracy": torch.stack([end_ok, count.float()])}
+
+    def loss_tokens(self, batch: dict) -> int:
+        return int(batch["start_positions"].numel())
+
+    @torch.no_grad()
+    def span_logits(self, model, windows: Sequence, device, batch_size: int) -> tuple[list, list]:
+        starts, ends = [], []
+        for first in range(0, len(windows), batch_size):
+            logits = self.logits(model, self.collate(windows[first:first + batch_size]), device).float().cpu()
+            starts.extend(logits[..., 0])
+            ends.extend(logits[..., 1])
+        return starts, ends
+
+    def predict(self, model, rows: list[dict], windows: Sequence, device, batch_size: int) -> dict[str, str]:
+        """example id -> answer text (n-best over the question's windows)."""
+        starts, ends = self.span_logits(model, windows, device, batch_size)
+        contexts = {_row_id(r, i): r["context"] for i, r in enumerate(rows, start=1)}
+        return squad_predictions(contexts, windows, starts, ends, n_best=self.n_best,
+                                 max_answer_length=self.max_answer_length)
+
+    def evaluate_split(self, model, name: str, examples: list, device) -> dict[str, float]:
+        rows = self.eval_rows[name]
+        predictions = self.predict(model, rows, examples, device, self.options.eval_batch_size)
+        references = {_row_id(r, i): list(r["answers"]["text"]) for i, r in enumerate(rows, start=1)}
+        return task_scores(self.task.metrics, predictions, references)
+
+
+def _row_id(row: dict, line: int) -> str:
+    """The id `SquadEncoder` gives a row's windows."""
+    return str(row.get("id", line))

@@ -1,0 +1,75 @@
+"""`BiGLMHeadModel`: the BiGLM trunk with a task head that owns weights (classification, span).
+
+Why a subclass and not a second model: the trunk, its parameter names, parallelism, checkpoints
+and the attention rule stay BiGLMModel's; only the last step differs. The head sits on the last
+pipeline stage as the submodule `task_head` (its weights are `task_head.*`, rows of
+`export/weight_table.HEAD_TABLES`), and reads the final hidden states instead of the masked-LM
+projection (the tied output layer stays, unused, so a masked-LM checkpoint loads into it).
+
+  model(input_ids, *, split=None, valid_lengths=None) -> the head's output on the last stage
+  (classification: logits [b, labels]; span: [b, s, 2]), the hidden states [s, b, h] elsewhere.
+"""
+from __future__ import annotations
+
+from typing import Optional
+
+import torch
+
+from .biglm_model import BiGLMModel
+from .heads import HEADS, build_head
+
+
+class BiGLMHeadModel(BiGLMModel):
+    def __init__(self, config, model_config, head: str, head_options: Optional[dict] = None,
+                 pre_process: bool = True, post_process: bool = True, vp_stage=None, pg_collection=None):
+        if head not in HEADS or not HEADS[head].owns_weights:
+            raise ValueError(f"BiGLMHeadModel takes a head with weights, one of "
+                             f"{sorted(n for n, s in HEADS.items() if s.owns_weights)}; got {head!r}")
+        super().__init__(config, model_config, pre_process=pre_process, post_process=post_process,
+                         vp_stage=vp_stage, pg_collection=pg_collection)
+        self.head_name, self.head_options = head, dict(head_options or {})
+        if self.post_process:
+            self.task_head = build_head(head, hidden_size=config.hidden_size, **self.head_options)
+
+    def forward(self, input_ids, position_ids=None, *, split=None,
+                valid_lengths: Optional[torch.Tensor] = None, decoder_input=None, **unused) -> torch.Tensor:
+        if unused:
+            raise ValueError(f"a {self.head_name} head model takes no {sorted(unused)} (no masked-LM output)")
+        hidden = super().forward(input_ids, position_ids, split=split, valid_lengths=valid_lengths,
+                                 decoder_input=decoder_input, return_hidden=True)
+        if not self.post_process:
+            return hidden
+        return self.task_head(self, hidden.transpose(0, 1), valid_lengths=valid_lengths)
+
+
+def head_model_provider(head: str, head_options: Optional[dict] = None):
+    """A `model_provider` (the Recipe seam's signature) building `BiGLMHeadModel` chunks."""
+
+    def provider(pre_process: bool, post_process: bool, config, transformer_config):
+        from .provider import as_model_config
+
+        return BiGLMHeadModel(transformer_config, as_model_config(config), head, head_options,
+                              pre_process=pre_process, post_process=post_process)
+
+    return provider
+
+
+def head_of_weights(shapes, pooling: str = "mean") -> tuple[str, dict] | None:
+    """(head name, head options) of a checkpoint from its weight names -> shapes (TP=1), or
+    None for a masked-LM model. Read off the weights so a checkpoint tells what it holds
+    (`pooling` is not a weight: pass the run's `finetune.options.pooling`)."""
+    names = set(shapes)
+    if "task_head.dense.weight" in names:
+        return "classification", {"num_labels": int(shapes["task_head.classifier.weight"][0]), "pooling": pooling}
+    if "task_head.classifier.weight" in names:
+        return "span", {}
+    return None
+
+
+def head_of_checkpoint(checkpoint) -> tuple[str, dict] | None:
+    """`head_of_weights` for a `TrainedCheckpoint` (its dist weights and saved run config)."""
+    weights = checkpoint.weights()
+    finetune = getattr(checkpoint.run_config, "finetune", None)
+    pooling = str(finetune.get("pooling", "mean")) if finetune is not None else "mean"
+    return head_of_weights({name: weights.shape(name) for name in weights if name.startswith("task_head.")},
+                           pooling)

@@ -1,0 +1,280 @@
+"""The fault matrix: every bad input a user can hand the tools, one row each (issue 11, part 3).
+
+Each row builds one bad input, runs the user-facing entry on it (a CLI's `main(argv)` or the
+documented Python entry) and asserts three things: the exit status or exception type; a
+message fragment that tells the user what to do; and that nothing was written that looks
+valid (no dataset, export, results or sealed checkpoint under the row's output folder, and
+the checkpoints it read unchanged, `latest` included).
+
+Read the table (FAULTS) top to bottom: area, name, what is run, what it must say.
+"""
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import re
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Callable
+
+import pytest
+
+from checkpoint_damage import ITEMS, own_process_group, saved_run, train_data, zero_bytes_in_item  # noqa: F401  (fixtures)
+
+pytestmark = pytest.mark.usefixtures("own_process_group")
+
+
+@dataclass
+class Env:
+    """What a row may use: a fresh folder, the shared tiny run (its checkpoints, data and
+    config) and the 400-entry tokenizer of another run."""
+    tmp: Path
+    run: tuple
+    other_tokenizer: Path
+    copies: list
+
+    @property
+    def out(self) -> Path:
+        return self.tmp / "out"
+
+    @property
+    def tokenizer(self) -> str:
+        return self.run[1].tokenizer
+
+    @property
+    def prefix(self) -> str:
+        return self.run[1].prefix
+
+    @property
+    def config(self) -> str:
+        return str(self.run[0].parent / "config.yaml")
+
+    def checkpoints(self) -> Path:
+        """A private copy of the run's checkpoints (iter_0000002, iter_0000004, latest)."""
+        root = self.tmp / "ckpt"
+        if not root.exists():
+            shutil.copytree(self.run[0], root)
+            self.copies.append(root)
+        return root
+
+    def file(self, name: str, content: bytes) -> Path:
+        path = self.tmp / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(content)
+        return path
+
+
+# ------------------------------------------------------------------ the entries rows run
+def preprocess(env, *inputs, tokenizer=None):
+    from megatron_biglm.data.cli_preprocess import main
+    return main(["--input", *map(str, inputs), "--output-prefix", str(env.out / "corpus"),
+                 "--tokenizer", tokenizer or env.tokenizer, "--strict", "--quiet"])
+
+
+def train(env, *overrides):
+    from megatron_biglm.train import main
+    return main(["--config", env.config, f"run_dir={env.out / 'run'}", *overrides])
+
+
+def resume(env, root, *overrides):
+    return train(env, f"checkpoint.dir={root}", "checkpoint.load=auto", "schedule.train_steps=6", *overrides)
+
+
+def inspect(env, prefix):
+    from megatron_biglm.data.cli_inspect_dataset import main
+    return main([str(prefix), "--doc", "0"])
+
+
+def export(env, checkpoint, *extra):
+    from megatron_biglm.export.convert_cli import main
+    return main(["to-hf", "--checkpoint", str(checkpoint), "--output", str(env.out / "hf"), "--quiet", *extra])
+
+
+def evaluate(env, path, **model_args):
+    from megatron_biglm.evaluation.models import BiGLMEvalLM
+    return BiGLMEvalLM(path=str(path), device="cpu", progress=False, **model_args)
+
+
+def eval_cli(env, task, rows, path=None):
+    from megatron_biglm.evaluation.cli import main
+    data = env.file(f"data/{task}.jsonl", b"".join(json.dumps(r).encode() + b"\n" for r in rows))
+    return main(["--model", "biglm", "--model-args", f"path={path or env.run[0]},progress=false", "--suite", task,
+                 "--data-dir", str(data.parent), "--task-dir", str(env.tmp / "tasks"),
+                 "--output", str(env.out / "results.json")])
+
+
+def generate(env, prompts, tokenizer=None, **options):
+    from generation_fakes import MASK, ScriptedAdapter
+    from megatron_biglm.generation import GenerationConfig, MaskPredictGenerator
+    generator = MaskPredictGenerator(ScriptedAdapter(), tokenizer or SimpleNamespace(mask_token_id=MASK))
+    return generator.generate(prompts, GenerationConfig(**options))
+
+
+def finetune_rows(env, task, rows):
+    from megatron_biglm.finetune.data_files import load_split
+    data = env.file("ft.jsonl", b"".join(json.dumps(r).encode() + b"\n" for r in rows))
+    return load_split(task, files=[str(data)], strict=True)
+
+
+def damaged(env, item=ITEMS["model weight"]) -> Path:
+    root = env.checkpoints()
+    zero_bytes_in_item(root / "iter_0000004", item)
+    return root
+
+
+def truncated(env, name="dist/__0_0.distcp") -> Path:
+    root = env.checkpoints()
+    path = root / "iter_0000004" / name
+    path.write_bytes(path.read_bytes()[:-100])
+    return root
+
+
+def removed(env, name="train_state.json") -> Path:
+    root = env.checkpoints()
+    (root / "iter_0000004" / name).unlink()
+    return root
+
+
+def indexed_copy(env, bin_bytes=None, idx_bytes=None) -> Path:
+    """A copy of the run's indexed data with its .bin or .idx replaced."""
+    src = Path(env.prefix)
+    prefix = env.tmp / "data" / "copy"
+    prefix.parent.mkdir(parents=True, exist_ok=True)
+    for ext, new in ((".bin", bin_bytes), (".idx", idx_bytes)):
+        data = Path(str(src) + ext).read_bytes()
+        Path(str(prefix) + ext).write_bytes(new(data) if new else data)
+    return prefix
+
+
+PREVIOUS = r"checkpoint\.load=\S*ckpt/iter_0000002"
+STRICT = r"fix the input, or drop --strict"
+CB = {"premise": "It rained.", "hypothesis": "The street is wet.", "label": 0}
+ARC = {"question": "Which is a color?", "choices": {"text": ["red", "dog"], "label": ["A", "B"]}, "answerKey": "A"}
+
+
+@dataclass(frozen=True)
+class Fault:
+    area: str
+    name: str
+    act: Callable[[Env], object]
+    expect: object    # an exit status, or the exception type raised
+    says: str         # regex the message must match: what to do
+
+
+FAULTS = [
+    # corpus: tools/preprocess_data.py --strict (without it such rows are skipped and counted)
+    Fault("corpus", "bad JSON", lambda e: preprocess(e, e.file("c.jsonl", b'{"text": "unterminated\n')),
+          1, r"c\.jsonl:1: invalid_json.*" + STRICT),
+    Fault("corpus", "missing key", lambda e: preprocess(e, e.file("c.jsonl", b'{"body": "x"}\n')),
+          1, r"c\.jsonl:1: missing_key: no key 'text' \(keys: \['body'\]\).*" + STRICT),
+    Fault("corpus", "non-UTF-8", lambda e: preprocess(e, e.file("c.jsonl", b'{"text": "caf\xe9"}\n')),
+          1, r"c\.jsonl:1: invalid_utf8.*" + STRICT),
+    Fault("corpus", "empty document", lambda e: preprocess(e, e.file("c.jsonl", b'{"text": "  "}\n')),
+          1, r"c\.jsonl:1: empty_document.*" + STRICT),
+    Fault("corpus", "unreadable file", lambda e: preprocess(e, e.file("c.jsonl.gz", b"not gzip at all")),
+          1, r"c\.jsonl\.gz: unreadable_file.*" + STRICT),
+    # tokenizer
+    Fault("tokenizer", "missing dir (preprocess)",
+          lambda e: preprocess(e, e.file("c.jsonl", b'{"text": "x"}\n'), tokenizer=str(e.tmp / "no_tok")),
+          1, r"Pass a directory"),
+    Fault("tokenizer", "missing dir (train)", lambda e: train(e, f"data.tokenizer={e.tmp / 'no_tok'}"),
+          2, r"data\.tokenizer=\S+no_tok does not exist \(a tokenizer directory is expected\)"),
+    Fault("tokenizer", "no mask token (generation)",
+          lambda e: generate(e, ["hi"], tokenizer=SimpleNamespace(mask_token_id=None)),
+          ValueError, r"has no mask token.*set tokenizer\.mask_token to the model's mask token"),
+    # indexed data (checked at open: data/indexed_tools.py)
+    Fault("indexed data", "truncated .bin (train)",
+          lambda e: train(e, f"data.blend=['{indexed_copy(e, bin_bytes=lambda d: d[:len(d) // 2])}']"),
+          2, r"copy\.bin: [\d,]+ bytes, but \S+copy\.idx describes [\d,]+ bytes.*re-run tools/preprocess_data\.py"),
+    Fault("indexed data", "truncated .bin (inspect)",
+          lambda e: inspect(e, indexed_copy(e, bin_bytes=lambda d: d[:len(d) // 2])),
+          1, r"truncated \.bin.*re-run tools/preprocess_data\.py"),
+    Fault("indexed data", "bad magic (inspect)", lambda e: inspect(e, indexed_copy(e, idx_bytes=lambda d: b"NOTANIDX!" + d[9:])),
+          1, r"copy\.idx.*not a Megatron index"),
+    Fault("config", "missing data path", lambda e: train(e, f"data.blend=['{e.tmp / 'nothing'}']"),
+          2, r"no indexed dataset at .*need PREFIX\.bin and PREFIX\.idx"),
+    # config: python -m megatron_biglm.train --config RUN.yaml KEY=VALUE
+    Fault("config", "unknown key", lambda e: train(e, "optimizer.lrr=1"),
+          2, r"unknown config key 'optimizer\.lrr' \(did you mean 'lr'\?\); valid keys in optimizer"),
+    Fault("config", "bad type", lambda e: train(e, "optimizer.lr=fast"),
+          2, r"'optimizer\.lr': expected float, got 'fast': it must be a number"),
+    Fault("config", "objective alpha=0.6", lambda e: train(e, "objective.alpha=0.6"),
+          2, r"alpha=0\.6 must be in "),
+    Fault("config", "bad batch arithmetic", lambda e: train(e, "training.global_batch_size=6"),
+          2, r"pick a global batch that is a multiple of 4"),
+    # checkpoint
+    Fault("checkpoint", "truncated file (resume)", lambda e: resume(e, truncated(e)),
+          2, r"is truncated: file dist/__0_0\.distcp has \d+ bytes.*" + PREVIOUS),
+    Fault("checkpoint", "corrupt model weight (resume)", lambda e: resume(e, damaged(e)),
+          2, r"embedding\.word_embeddings\.weight fail their CRC-32.*resume from the previous checkpoint: `" + PREVIOUS),
+    Fault("checkpoint", "corrupt optimizer state (export)",
+          lambda e: export(e, damaged(e, ITEMS["optimizer state"]) / "iter_0000004"),
+          1, r"optimizer\.state\.exp_avg\.embedding\.word_embeddings\.weight fail.*" + PREVIOUS),
+    Fault("checkpoint", "corrupt optimizer state (eval CLI)",
+          lambda e: eval_cli(e, "arc_easy", [ARC], path=damaged(e, ITEMS["optimizer state"]) / "iter_0000004"),
+          1, r"optimizer\.state\.exp_avg\.embedding\.word_embeddings\.weight fail.*" + PREVIOUS),
+    Fault("checkpoint", "missing file (eval)", lambda e: evaluate(e, removed(e) / "iter_0000004"),
+          Exception, r"file train_state\.json is missing.*" + PREVIOUS),
+    Fault("checkpoint", "wrong shapes (resume)", lambda e: resume(e, e.checkpoints(), "model.num_layers=3"),
+          2, r"model\.num_layers: checkpoint=2, this run=3\. Use the checkpoint's model settings"),
+    Fault("checkpoint", "wrong vocab (export tokenizer)",
+          lambda e: export(e, e.checkpoints(), "--tokenizer", str(e.other_tokenizer)),
+          1, r"is not the tokenizer the model was trained with"),
+    # eval data: tools/eval_zero_shot.py --data-dir
+    Fault("eval data", "missing fields", lambda e: eval_cli(e, "boolq", [{"question": "is it?", "label": 1}]),
+          1, r"boolq\.jsonl:1: boolq row lacks passage; write every row of boolq in its HF schema"),
+    Fault("eval data", "empty choices",
+          lambda e: eval_cli(e, "arc_easy", [ARC, {**ARC, "choices": {"text": [], "label": []}}]),
+          1, r"arc_easy\.jsonl:2: arc_easy row has no choices.*give each question at least two choices"),
+    # generation: MaskPredictGenerator.generate / GenerationConfig
+    Fault("generation", "length 0", lambda e: generate(e, ["hi"], length=0),
+          ValueError, r"length must be >= 1, got 0: ask for at least one token"),
+    Fault("generation", "bad option value", lambda e: generate(e, ["hi"], temperature=-1.0),
+          ValueError, r"temperature must be >= 0 \(0 is greedy\)"),
+    Fault("generation", "empty prompt", lambda e: generate(e, [""], length=2),
+          ValueError, r"prompt 0 is empty.*give every prompt some text"),
+    # fine-tuning data: finetune.data_files.load_split(strict=True)
+    Fault("fine-tuning", "bad row", lambda e: finetune_rows(e, "super_glue/cb", [CB, {**CB, "hypothesis": ""}]),
+          ValueError, r"ft\.jsonl:2: empty_field: field 'hypothesis' is empty.*" + STRICT),
+    Fault("fine-tuning", "unknown task", lambda e: finetune_rows(e, "glue/nosuch", [CB]),
+          ValueError, r"unknown data set 'glue/nosuch'; known: .*super_glue/cb"),
+]
+
+_VALID_LOOKING = {".bin", ".idx", ".safetensors", ".json", ".yaml", ".distcp"}
+
+
+@pytest.fixture(scope="module")
+def other_tokenizer(tokenizer_dir):
+    return tokenizer_dir
+
+
+@pytest.mark.parametrize("fault", FAULTS, ids=[f"{f.area}: {f.name}" for f in FAULTS])
+def test_fault(fault, saved_run, other_tokenizer, tmp_path):  # noqa: F811
+    env = Env(tmp_path, saved_run, other_tokenizer, [])
+    env.out.mkdir()
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
+        if isinstance(fault.expect, int):  # a CLI: its exit status, its message on stderr
+            status = fault.act(env)
+            message = err.getvalue()
+            assert status == fault.expect, message
+        else:
+            with pytest.raises(fault.expect) as raised:
+                fault.act(env)
+            message = str(raised.value)
+    assert re.search(fault.says, message, re.DOTALL), message
+    written = [p for p in env.out.rglob("*") if p.is_file() and (p.suffix in _VALID_LOOKING or p.name == "latest")]
+    assert not written, f"{fault.name} left {written}"
+    for root in env.copies:  # the damaged copy: no new checkpoint, `latest` not moved
+        names = sorted(p.name for p in root.iterdir())
+        assert names == ["iter_0000002", "iter_0000004", "latest"], names
+        assert (root / "latest").read_text().strip() == "iter_0000004"
+
+
+def test_the_matrix_has_at_least_20_rows_over_every_area():
+    assert len(FAULTS) >= 20
+    assert {f.area for f in FAULTS} >= {"corpus", "tokenizer", "indexed data", "config", "checkpoint",
+                                        "eval data", "generation", "fine-tuning"}
