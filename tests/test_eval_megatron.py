@@ -77,6 +77,23 @@ def test_megatron_checkpoint_scores_equal_its_hf_export(checkpoint, export_dir, 
     assert max(spread) - min(spread) > 1.0  # non-trivial scores, not all equal
 
 
+@pytest.mark.parametrize("variant,requested,expected", [
+    ("biglm", None, "on"), ("mlm", None, "off"), ("no_attn", None, "off"), ("mlm", "auto", "off"),
+    ("mlm", "on", "on"), ("biglm", "off", "off")])
+def test_split_attention_defaults_to_the_trained_variant(variant, requested, expected):
+    from megatron_biglm.evaluation.models import split_attention_for_variant
+
+    chosen, why = split_attention_for_variant(variant, requested)
+    assert chosen == expected and repr(variant) in why
+
+
+def test_the_split_attention_choice_is_recorded_from_the_checkpoint(checkpoint, pairs):
+    lm, _ = _scores(checkpoint, pairs[:1], scoring="oneshot")
+    info = lm.get_model_info()["masked_lm_eval"]
+    assert info["split_attention_choice"] == "on: the checkpoint's objective.variant is 'biglm'"
+    assert info["split_mode"] == "native"
+
+
 def test_split_attention_matters_and_off_matches_full_attention_export(checkpoint, export_dir, pairs):
     _, split_on = _scores(checkpoint, pairs, scoring="oneshot")
     _, split_off = _scores(checkpoint, pairs, scoring="oneshot", split_attention="off")

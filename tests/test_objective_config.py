@@ -46,8 +46,30 @@ def test_invalid_values_are_rejected(kwargs, match):
 
 def test_table8_ablations_are_expressible():
     for alpha in (0.1, 0.2, 0.3, 0.4):
-        ObjectiveConfig(alpha=alpha)
+        assert ObjectiveConfig(alpha=alpha).alpha == alpha
     for l1, l2 in ((0.3, 0.2), (0.5, 0.2), (0.5, 0.4), (0.4, 0.2)):
-        ObjectiveConfig(lambda1=l1, lambda2=l2)
+        cfg = ObjectiveConfig(lambda1=l1, lambda2=l2)
+        assert (cfg.lambda1, cfg.lambda2) == (l1, l2)
     for rng in ((0.1, 0.9), (0.2, 0.8), (0.3, 0.7)):
-        ObjectiveConfig(beta_y_range=rng)
+        assert tuple(ObjectiveConfig(beta_y_range=rng).beta_y_range) == rng
+
+
+@pytest.mark.parametrize("alpha", [0.0, -0.1, 0.5, 0.7])
+def test_alpha_outside_the_open_interval_is_refused(alpha):
+    # The paper's split i lies strictly inside (1, L): alpha = 0 would allow 0 or L.
+    with pytest.raises(ValueError, match=r"alpha=.* must be in \(0, 0.5\)"):
+        ObjectiveConfig(alpha=alpha)
+
+
+def test_draw_split_never_returns_0_or_L():
+    import numpy as np
+
+    from megatron_biglm.objective.apply import draw_split
+
+    rng = np.random.default_rng(0)
+    for seq_len in (2, 3, 5, 17):
+        for alpha in (0.01, 0.2, 0.49):
+            cuts = {draw_split(seq_len, alpha, rng) for _ in range(200)}
+            assert min(cuts) >= 1 and max(cuts) <= seq_len - 1, (seq_len, alpha, cuts)
+    with pytest.raises(ValueError, match="at least 2 tokens"):
+        draw_split(1, 0.2, rng)

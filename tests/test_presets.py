@@ -30,7 +30,8 @@ def test_presets_follow_table7_and_match_their_names_within_3_percent(
     cfg = load_preset(name)
     assert (cfg.num_layers, cfg.hidden_size, cfg.num_attention_heads, cfg.query_groups) == (
         layers, hidden, heads, kv)
-    assert cfg.init_method_std == std and cfg.seq_length == 2048 and cfg.vocab_size == 49152
+    assert cfg.init_method_std == std and cfg.seq_length == 2048 and cfg.vocab_size == 49153
+    assert cfg.padded_vocab_size == 49280  # SmolLM's 49,152 + <mask>, padded to 128
     assert abs(count_params(cfg) / nominal - 1) < 0.03
     ref = reference_training(name)
     assert (ref["global_batch_size"], ref["train_steps"], ref["lr"], ref["min_lr"], ref["decay_steps"]) == (
@@ -38,7 +39,8 @@ def test_presets_follow_table7_and_match_their_names_within_3_percent(
 
 
 def test_smollm_shaped_presets_match_the_published_smollm_counts():
-    # reference_facts.md: with tied embeddings and vocab 49,152, about 134.5M and 361.8M.
+    # reference_facts.md: with tied embeddings and vocab 49,152, about 134.5M and 361.8M;
+    # the <mask> row and the padding to 49,280 add 128 * hidden.
     assert abs(count_params(load_preset("136m")) / 134.5e6 - 1) < 1e-3
     assert abs(count_params(load_preset("360m")) / 361.8e6 - 1) < 1e-3
 

@@ -15,8 +15,16 @@ SEQ = 32
 
 @pytest.fixture(scope="module")
 def model():
+    # Tear down what this fixture created, so later tests (test_config's "no process group
+    # exists yet") do not depend on the order the files run in.
+    import torch.distributed as dist
+
+    from megatron_biglm.common import process_groups
+
+    created = not dist.is_initialized()
     init_megatron(1, 1)
-    return build_model(tiny_config(), seed=2)
+    yield build_model(tiny_config(), seed=2)
+    process_groups.destroy(created)
 
 
 def _samples(valid, seed, pad_fill=0, restricted=True):

@@ -185,10 +185,26 @@ def test_qkv_tp_shards_keep_whole_query_groups():
         assert torch.equal(lq, q[rows]) and torch.equal(lk, k[kv_rows]) and torch.equal(lv, v[kv_rows])
 
 
+#: megatron's layers: ColumnParallelLinear / VocabParallelEmbedding shard dim 0,
+#: RowParallelLinear dim 1, norms are replicated.
+EXPECTED_TP_DIM = {
+    "embedding.word_embeddings.weight": 0, "output_layer.weight": 0,
+    "self_attention.linear_qkv.weight": 0, "mlp.linear_fc1.weight": 0,
+    "self_attention.linear_proj.weight": 1, "mlp.linear_fc2.weight": 1,
+    "input_layernorm.weight": None, "pre_mlp_layernorm.weight": None,
+    "self_attention.linear_qkv.layer_norm_weight": None, "mlp.linear_fc1.layer_norm_weight": None,
+    "decoder.final_layernorm.weight": None,
+}
+
+
 def test_every_megatron_name_has_a_tp_rule():
+    seen = set()
     for shape, naming in itertools.product(SHAPES, ["local", "te"]):
         for name in megatron_tensor_shapes(shape, naming):
-            tp_partition_dim(name)
+            suffix = next(k for k in EXPECTED_TP_DIM if name.endswith(k))
+            assert tp_partition_dim(name) == EXPECTED_TP_DIM[suffix], name
+            seen.add(suffix)
+    assert seen == set(EXPECTED_TP_DIM) - {"output_layer.weight"} or seen == set(EXPECTED_TP_DIM)
 
 
 class LazyState(dict):

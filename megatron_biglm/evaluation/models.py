@@ -63,6 +63,20 @@ def batch_size_arg(value: Any) -> int:
     return size
 
 
+def split_attention_for_variant(variant: str, requested: str | None) -> tuple[str, str]:
+    """("on"/"off", why) for a megatron checkpoint trained as `variant` (objective.variant).
+
+    Scored as trained by default: `biglm` was trained with split attention, `mlm` and `no_attn`
+    with full attention, so scoring those with the split would measure a model that never
+    existed. An explicit `split_attention=on/off` wins, and the reason is recorded in the
+    results JSON (`config.model_info.masked_lm_eval.split_attention_choice`).
+    """
+    if requested in ("on", "off"):
+        return requested, f"split_attention={requested} (argument; checkpoint trained as {variant!r})"
+    chosen = "on" if variant == "biglm" else "off"
+    return chosen, f"{chosen}: the checkpoint's objective.variant is {variant!r}"
+
+
 def _refuse_unknown(unknown: dict) -> None:
     if unknown:
         raise TypeError(f"unknown model argument(s) {sorted(unknown)}; see "
@@ -122,8 +136,10 @@ class BiGLMEvalLM(HFMaskedLMEvalLM):
     megatron checkpoint (a checkpoint root, one `iter_*` folder or a run directory; saved at
     any TP/PP), run in-process at TP=1/PP=1 with the run's own tokenizer (or `tokenizer=`).
 
-    Split attention defaults to "on": BiGLM is trained with it, so an export that cannot apply
-    it is refused rather than silently scored with full attention. The megatron path applies
+    Split attention defaults to "on" for an HF export: BiGLM is trained with it, so an export
+    that cannot apply it is refused rather than silently scored with full attention. A megatron
+    checkpoint is scored as it was trained: on for `objective.variant: biglm`, off for `mlm`
+    and `no_attn` (`split_attention_for_variant`; the choice is in the results JSON). The megatron path applies
     it natively and has no prefix cache (`prefix_cache=on` is refused there: evaluate the
     `to_hf` export for prefix reuse; its scores are the same)."""
 
@@ -156,9 +172,11 @@ class BiGLMEvalLM(HFMaskedLMEvalLM):
             raise ValueError(f"prefix_cache=on is not available for a megatron checkpoint ({source}): "
                              "export it with `convert_checkpoint.py to-hf` and evaluate path=EXPORT_DIR "
                              "for prefix reuse, or drop prefix_cache")
-        split = tristate(split_attention, "split_attention") if split_attention is not None else "on"
+        split = tristate(split_attention, "split_attention") if split_attention is not None else None
         loaded = load_megatron_checkpoint(source, tokenizer=tokenizer, device=resolve_device(device),
                                           dtype=str(dtype), verify=coerce(verify, bool, "verify", error=ValueError))
+        variant = loaded.checkpoint.run_config.objective.resolved.variant
+        split, self.split_attention_choice = split_attention_for_variant(variant, split)
         model_max = int(loaded.checkpoint.model_config.seq_length)
         adapter = MegatronMaskedLMAdapter(
             loaded.model, inference_token_ids(loaded.tokenizer),
@@ -180,6 +198,8 @@ class BiGLMEvalLM(HFMaskedLMEvalLM):
 
     def get_model_info(self):
         info = super().get_model_info()
+        if getattr(self, "split_attention_choice", None):
+            info["masked_lm_eval"]["split_attention_choice"] = self.split_attention_choice
         if getattr(self, "load_notes", None):
             info["masked_lm_eval"]["load_notes"] = list(self.load_notes)
         return info

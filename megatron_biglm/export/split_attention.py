@@ -28,7 +28,9 @@ def split_attention_mask(split: torch.Tensor | None, seq_len: int, *,
     `split` ([b] prefix lengths) None means full attention: the 2D padding mask (or None) is
     returned as is. Otherwise returns ``[b, 1, s, s]`` additive `dtype` mask: query i may see
     key j iff (j < split or i >= split) and key j is not padding (`attention_mask` [b, s],
-    1 = real token, any padding side).
+    1 = real token). `split` is an absolute position in the padded row: with right padding it
+    is the prefix length; with left padding it must include the padding (pads + prefix length),
+    otherwise the prefix is cut short by the number of pads.
     """
     if attention_mask is not None and attention_mask.dim() != 2:
         raise ValueError(f"attention_mask must be the 2D [batch, seq] padding mask, got shape "

@@ -49,18 +49,29 @@ def flash_attn_available() -> bool:
 FLASH_DTYPES = (torch.float16, torch.bfloat16)
 
 
-def resolve_backend(name: str, dtype: torch.dtype = torch.bfloat16) -> str:
-    """The concrete backend for a configured name and compute dtype.
+FLEX_NO_DROPOUT = (
+    "attention_backend 'flex' has no attention dropout, and model.attention_dropout is {p}; "
+    "set model.attention_backend=auto (sdpa, or flash where installed) or sdpa, or "
+    "model.attention_dropout=0"
+)
+
+
+def resolve_backend(name: str, dtype: torch.dtype = torch.bfloat16, attention_dropout: float = 0.0) -> str:
+    """The concrete backend for a configured name, compute dtype and attention dropout.
 
     `auto` picks flash (CUDA, flash-attn installed, fp16/bf16: its only dtypes) > flex (CUDA)
-    > sdpa.
+    > sdpa; flex has no attention dropout, so with `attention_dropout > 0` auto skips it (flash
+    > sdpa, which applies `dropout_p`), and an explicit `flex` is refused here, at model build,
+    before any dataset is opened (the paper's Table 1/2/8 trial runs set dropout 0.1).
     """
     if name not in ATTENTION_BACKENDS:
         raise ValueError(f"attention backend {name!r} is not one of {ATTENTION_BACKENDS}")
     if name == "auto":
         if flash_attn_available() and dtype in FLASH_DTYPES:
             return "flash"
-        return "flex" if torch.cuda.is_available() else "sdpa"
+        return "flex" if torch.cuda.is_available() and not attention_dropout else "sdpa"
+    if name == "flex" and attention_dropout:
+        raise ValueError(FLEX_NO_DROPOUT.format(p=attention_dropout))
     if name == "flash":
         if not flash_attn_available():
             raise ImportError(FLASH_MISSING)

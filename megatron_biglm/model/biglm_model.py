@@ -71,7 +71,8 @@ class BiGLMModel(GPTModel):
             pg_collection=pg_collection,
         )
         self.model_config = model_config
-        self.attention_backend = resolve_backend(model_config.attention_backend, config.params_dtype)
+        self.attention_backend = resolve_backend(
+            model_config.attention_backend, config.params_dtype, model_config.attention_dropout)
         if self.post_process:
             # Under sequence parallelism we all-gather the hidden states ourselves before
             # picking the predicted rows, so the output layer must not gather again.

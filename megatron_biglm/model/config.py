@@ -107,6 +107,12 @@ class BiGLMModelConfig:
             raise ModelConfigError(
                 f"model.attention_backend {self.attention_backend!r} is not one of {ATTENTION_BACKENDS}"
             )
+        if self.attention_backend == "flex" and float(self.attention_dropout) > 0:
+            # Refused at config load: flex would only raise at the first forward.
+            raise ModelConfigError(
+                f"model.attention_backend flex has no attention dropout, and "
+                f"model.attention_dropout is {self.attention_dropout}; set model.attention_backend=auto "
+                "(sdpa, or flash where installed) or sdpa, or model.attention_dropout=0")
 
     # ------------------------------------------------------------------ derived shape
     @property

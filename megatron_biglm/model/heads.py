@@ -22,7 +22,7 @@ from typing import Callable, Dict, Optional, Protocol
 
 import torch
 
-from .loss import sparse_prediction_loss
+from .loss import mask_padded_vocab, sparse_prediction_loss
 from .pooling import POOLING_MODES, pool_hidden
 
 
@@ -60,13 +60,17 @@ class MaskedLMHead:
             logits, _ = model.output_layer(
                 hidden, weight=output_weight, runtime_gather_output=runtime_gather_output
             )
+            # Padding rows (ids >= the tokenizer's vocab_size) are never predicted.
+            mc = model.model_config
+            logits = mask_padded_vocab(logits, mc.vocab_size, mc.padded_vocab_size)
             return logits.transpose(0, 1).contiguous()
         if loss_mask is None:
             raise ValueError(
                 "labels need a loss_mask [b, s] (1 at the positions to predict): BiGLM's loss "
                 "is computed at masked positions only"
             )
-        return sparse_prediction_loss(hidden, labels, loss_mask, model.output_layer, output_weight)
+        return sparse_prediction_loss(hidden, labels, loss_mask, model.output_layer, output_weight,
+                                      vocab_size=model.model_config.vocab_size)
 
 
 class PoolingHead:

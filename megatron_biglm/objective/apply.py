@@ -22,9 +22,12 @@ IGNORE_INDEX = -100
 
 
 def draw_split(seq_len: int, alpha: float, rng: np.random.Generator) -> int:
-    """Split uniform over the integers in [ceil(α·L), floor((1−α)·L)]."""
-    lo = math.ceil(alpha * seq_len - 1e-9)
-    hi = math.floor((1.0 - alpha) * seq_len + 1e-9)
+    """Split uniform over the integers in [ceil(α·L), floor((1−α)·L)], kept within [1, L−1]:
+    prefix and suffix are never empty (the paper's i ∈ (1, L))."""
+    if seq_len < 2:
+        raise ValueError(f"a split needs at least 2 tokens (a prefix and a suffix), got {seq_len}")
+    lo = max(1, math.ceil(alpha * seq_len - 1e-9))
+    hi = min(seq_len - 1, math.floor((1.0 - alpha) * seq_len + 1e-9))
     return lo + min(hi - lo, int(rng.random() * (hi - lo + 1)))  # cheaper than rng.integers
 
 

@@ -69,8 +69,11 @@ class ObjectiveConfig:
         choice("suffix_unit", SUFFIX_UNITS)
         choice("span_length_law", SPAN_LENGTH_LAWS)
         choice("replacement", REPLACEMENTS)
-        if not 0.0 <= self.alpha < 0.5:
-            raise ConfigError(f"alpha={self.alpha} must be in [0, 0.5) so that [αL, (1−α)L] is not empty")
+        if not 0.0 < self.alpha < 0.5:
+            raise ConfigError(
+                f"alpha={self.alpha} must be in (0, 0.5): the paper's split lies strictly inside the "
+                "sequence (alpha 0 would allow an empty prefix or suffix) and [αL, (1−α)L] must not "
+                "be empty; the paper uses 0.2")
         for name in ("beta_x_range", "beta_y_range"):
             lo, hi = getattr(self, name)
             if len(getattr(self, name)) != 2 or not 0.0 <= lo <= hi <= 1.0:
