@@ -29,13 +29,19 @@ def rows(n: int, seed: int) -> list[dict]:
 
 def write_task(folder: Path, n_train: int = 192, n_valid: int = 64, n_test: int = 64) -> dict:
     """jsonl splits and a word-level tokenizer under `folder`; the config keys that use them."""
+    return write_splits(folder, rows, (n_train, n_valid, n_test), WORDS + ["cat", ".", "?", "yes", "no"])
+
+
+def write_splits(folder: Path, make_rows, sizes: tuple[int, int, int], words: list[str]) -> dict:
+    """train / validation / test jsonl files of `make_rows(n, seed)` (the `sizes`, seeds 1, 2, 3)
+    and a word-level tokenizer of `words` under `folder`; the config keys that use them."""
     folder.mkdir(parents=True, exist_ok=True)
     files = {}
-    for split, n, seed in (("train", n_train, 1), ("validation", n_valid, 2), ("test", n_test, 3)):
+    for split, n, seed in zip(("train", "validation", "test"), sizes, (1, 2, 3)):
         path = folder / f"{split}.jsonl"
-        path.write_text("".join(json.dumps(r) + "\n" for r in rows(n, seed)))
+        path.write_text("".join(json.dumps(r) + "\n" for r in make_rows(n, seed)))
         files[split] = str(path)
-    tok = word_tokenizer([" ".join(WORDS + ["cat", ".", "?", "yes", "no"])])
+    tok = word_tokenizer([" ".join(words)])
     tok.save_pretrained(str(folder / "tokenizer"))
     return {"tokenizer": str(folder / "tokenizer"), "files": files}
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from finetune_fixtures import word_tokenizer
+from finetune_entry_fixtures import write_splits
 
 WORDS = ["red", "blue", "green", "fish", "bird", "tree", "sun", "moon", "rock", "sand", "snow", "rain"]
 MARKERS = ("cat", "dog")
@@ -36,15 +36,7 @@ def squad_rows(n: int, seed: int) -> list[dict]:
 
 
 def write_span_task(folder: Path) -> dict:
-    folder.mkdir(parents=True, exist_ok=True)
-    files = {}
-    for split, n, seed in (("train", 384, 1), ("validation", 48, 2), ("test", 48, 3)):
-        path = folder / f"{split}.jsonl"
-        path.write_text("".join(json.dumps(r) + "\n" for r in squad_rows(n, seed)))
-        files[split] = str(path)
-    tok = word_tokenizer([" ".join(WORDS + list(MARKERS) + ["what", "follows", "?"])])
-    tok.save_pretrained(str(folder / "tokenizer"))
-    return {"tokenizer": str(folder / "tokenizer"), "files": files}
+    return write_splits(folder, squad_rows, (384, 48, 48), WORDS + list(MARKERS) + ["what", "follows", "?"])
 
 
 def span_overrides(task: dict, run: Path, **extra) -> list[str]:
