@@ -35,6 +35,7 @@ import torch
 from megatron_biglm.training.recipe import LOSS_KEY, Recipe, RecipeData
 
 from ..data_files import load_split
+from ..metrics import task_scores
 from ..row_report import RowReport
 from ..tasks import encode_rows
 
@@ -183,3 +184,30 @@ class FinetuneRecipe(Recipe):
 
     def load_state_dict(self, state: dict) -> None:
         self.history = list(state.get("history", []))
+
+
+class LabelRecipe(FinetuneRecipe):
+    """A recipe that predicts one of `num_classes` labels per example: the argmax of
+    `scores(batch, logits)` (the logits by default), scored by the task's metrics."""
+
+    num_classes: int
+
+    def scores(self, batch: dict, logits: torch.Tensor) -> torch.Tensor:  # noqa: ARG002 - per kind
+        return logits
+
+    def loss_tokens(self, batch: dict) -> int:
+        return int(batch["labels"].numel())
+
+    @torch.no_grad()
+    def predict(self, model, examples: Sequence, device, batch_size: int) -> list[int]:
+        out: list[int] = []
+        for start in range(0, len(examples), batch_size):
+            batch = self.collate(examples[start:start + batch_size])
+            scores = self.scores(batch, self.logits(model, batch, device))
+            out.extend(int(x) for x in scores.argmax(-1).tolist())
+        return out
+
+    def evaluate_split(self, model, name: str, examples: list, device) -> dict[str, float]:  # noqa: ARG002
+        predictions = self.predict(model, examples, device, self.options.eval_batch_size)
+        return task_scores(self.task.metrics, predictions, [e.label for e in examples],
+                           classes=list(range(self.num_classes)))

@@ -18,11 +18,10 @@ import torch
 from megatron_biglm.model.head_model import head_model_provider
 
 from ..data_files import get_schema
-from ..metrics import task_scores
-from .base import FinetuneRecipe, accuracy_loss, gold_labels
+from .base import LabelRecipe, accuracy_loss, gold_labels
 
 
-class HeadClassificationRecipe(FinetuneRecipe):
+class HeadClassificationRecipe(LabelRecipe):
     name = "head_classification"
     metric_names = ("accuracy",)
 
@@ -56,18 +55,6 @@ class HeadClassificationRecipe(FinetuneRecipe):
         loss_sum = torch.nn.functional.cross_entropy(logits.float(), labels, reduction="sum")
         return accuracy_loss(loss_sum, logits, labels)
 
-    def loss_tokens(self, batch: dict) -> int:
-        return int(batch["labels"].numel())
-
-    @torch.no_grad()
-    def predict(self, model, examples: Sequence, device, batch_size: int) -> list[int]:
-        out: list[int] = []
-        for start in range(0, len(examples), batch_size):
-            logits = self.logits(model, self.collate(examples[start:start + batch_size]), device)
-            out.extend(int(x) for x in logits.argmax(-1).tolist())
-        return out
-
-    def evaluate_split(self, model, name: str, examples: list, device) -> dict[str, float]:  # noqa: ARG002
-        predictions = self.predict(model, examples, device, self.options.eval_batch_size)
-        return task_scores(self.task.metrics, predictions, [e.label for e in examples],
-                           classes=list(range(self.num_labels)))
+    @property
+    def num_classes(self) -> int:
+        return self.num_labels

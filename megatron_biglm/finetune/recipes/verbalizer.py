@@ -20,13 +20,12 @@ from typing import Sequence
 
 import torch
 
-from ..metrics import task_scores
 from ..tasks import VerbalizerPrompt, label_scores
 from ..tasks.verbalizer import VerbalizerEncoder
-from .base import FinetuneRecipe, accuracy_loss, gold_labels
+from .base import LabelRecipe, accuracy_loss, gold_labels
 
 
-class VerbalizerRecipe(FinetuneRecipe):
+class VerbalizerRecipe(LabelRecipe):
     name = "verbalizer"
     metric_names = ("accuracy",)
 
@@ -59,7 +58,7 @@ class VerbalizerRecipe(FinetuneRecipe):
                      valid_lengths=batch["valid_lengths"].to(device), runtime_gather_output=True)
 
     def _loss(self, batch: dict, logits: torch.Tensor):
-        scores = label_scores(logits, batch["mask_positions"].to(logits.device), self.slot_targets)
+        scores = self.scores(batch, logits)
         labels = gold_labels(batch, logits.device)
         if self.options.loss_over == "labels":
             per_example = torch.nn.functional.cross_entropy(scores, labels, reduction="none")
@@ -67,21 +66,9 @@ class VerbalizerRecipe(FinetuneRecipe):
             per_example = -scores.gather(1, labels.unsqueeze(1)).squeeze(1)
         return accuracy_loss(per_example.sum(), scores, labels)
 
-    def loss_tokens(self, batch: dict) -> int:
-        return int(batch["labels"].numel())
+    def scores(self, batch: dict, logits: torch.Tensor) -> torch.Tensor:
+        return label_scores(logits, batch["mask_positions"].to(logits.device), self.slot_targets)
 
-    @torch.no_grad()
-    def predict(self, model, examples: Sequence, device, batch_size: int) -> list[int]:
-        out: list[int] = []
-        for start in range(0, len(examples), batch_size):
-            batch = self.collate(examples[start:start + batch_size])
-            logits = self.logits(model, batch, device)
-            scores = label_scores(logits, batch["mask_positions"].to(logits.device), self.slot_targets)
-            out.extend(int(x) for x in scores.argmax(-1).tolist())
-        return out
-
-    def evaluate_split(self, model, name: str, examples: list, device) -> dict[str, float]:  # noqa: ARG002
-        predictions = self.predict(model, examples, device, self.options.eval_batch_size)
-        references = [e.label for e in examples]
-        return task_scores(self.task.metrics, predictions, references,
-                           classes=list(range(len(self.task.prompt.label_words))))
+    @property
+    def num_classes(self) -> int:
+        return len(self.task.prompt.label_words)
