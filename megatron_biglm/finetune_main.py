@@ -16,11 +16,7 @@ This module sits on the top floor (it wires finetune/ into train.py);
 """
 from __future__ import annotations
 
-import argparse
-import json
-import logging
 import sys
-import warnings
 
 
 def finetune(config_or_path, overrides=(), callbacks=()) -> dict:
@@ -39,26 +35,18 @@ def finetune(config_or_path, overrides=(), callbacks=()) -> dict:
     return out
 
 
-def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--config", required=True, help="run config YAML with a finetune: section "
-                                                        "(see examples/configs/finetune/)")
-    parser.add_argument("overrides", nargs="*", help="section.key=value overrides, e.g. finetune.epochs=3")
-    args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s: %(message)s")
-    warnings.filterwarnings("ignore", message="Transformer Engine and Apex are not installed")
-    from megatron_biglm.checkpoint.dirs import CheckpointError
-    from megatron_biglm.config import ConfigError
-    from megatron_biglm.training.nonfinite import TooManyNonFinite
-    try:
-        result = finetune(args.config, args.overrides)
-    except (ConfigError, CheckpointError, TooManyNonFinite) as exc:
-        print(f"error: {exc}", file=sys.stderr, flush=True)
-        return 2 if not isinstance(exc, TooManyNonFinite) else 3
+def _summary(result: dict) -> dict:
     summary = {k: result[k] for k in ("task", "best_epoch", "best_metric", "best_checkpoint", "test", "finished")}
-    print(json.dumps({"finetune": summary, "stopped_by": result["train"]["stopped_by"]}), flush=True)
-    return 0
+    return {"finetune": summary, "stopped_by": result["train"]["stopped_by"]}
 
+
+def main(argv=None) -> int:
+    from megatron_biglm.train import cli_main
+
+    return cli_main(argv, description=__doc__,
+                    config_help="run config YAML with a finetune: section (see examples/configs/finetune/)",
+                    overrides_help="section.key=value overrides, e.g. finetune.epochs=3",
+                    run=finetune, summary=_summary)
 
 if __name__ == "__main__":
     sys.exit(main())

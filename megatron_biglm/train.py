@@ -220,10 +220,13 @@ def _install_forward_hook(model_chunks, hook, state):
     module.forward = forward
 
 
-def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--config", required=True, help="run config YAML (see examples/configs/)")
-    parser.add_argument("overrides", nargs="*", help="section.key=value overrides, e.g. optimizer.lr=3e-4")
+def cli_main(argv, *, description: str, config_help: str, overrides_help: str, run, summary) -> int:
+    """A run's command line: `--config FILE` and `section.key=value` overrides go to
+    `run(config, overrides)`; `summary(result)` is printed as one JSON line (exit 0). A config,
+    checkpoint or non-finite-loss error is printed as `error: ...` (exit 2, 3 for non-finite)."""
+    parser = argparse.ArgumentParser(description=description, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--config", required=True, help=config_help)
+    parser.add_argument("overrides", nargs="*", help=overrides_help)
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s: %(message)s")
     warnings.filterwarnings("ignore", message="Transformer Engine and Apex are not installed")
@@ -231,13 +234,18 @@ def main(argv=None) -> int:
     from megatron_biglm.config import ConfigError
     from megatron_biglm.training.nonfinite import TooManyNonFinite
     try:
-        result = train(args.config, args.overrides)
+        result = run(args.config, args.overrides)
     except (ConfigError, CheckpointError, TooManyNonFinite) as exc:
         print(f"error: {exc}", file=sys.stderr, flush=True)
         return 2 if not isinstance(exc, TooManyNonFinite) else 3
-    print(json.dumps({"result": result.__dict__}), flush=True)
+    print(json.dumps(summary(result)), flush=True)
     return 0
 
+
+def main(argv=None) -> int:
+    return cli_main(argv, description=__doc__, config_help="run config YAML (see examples/configs/)",
+                    overrides_help="section.key=value overrides, e.g. optimizer.lr=3e-4",
+                    run=train, summary=lambda result: {"result": result.__dict__})
 
 if __name__ == "__main__":
     sys.exit(main())

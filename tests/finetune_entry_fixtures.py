@@ -29,26 +29,40 @@ def rows(n: int, seed: int) -> list[dict]:
 
 def write_task(folder: Path, n_train: int = 192, n_valid: int = 64, n_test: int = 64) -> dict:
     """jsonl splits and a word-level tokenizer under `folder`; the config keys that use them."""
+    return write_splits(folder, rows, (n_train, n_valid, n_test), WORDS + ["cat", ".", "?", "yes", "no"])
+
+
+def write_splits(folder: Path, make_rows, sizes: tuple[int, int, int], words: list[str]) -> dict:
+    """train / validation / test jsonl files of `make_rows(n, seed)` (the `sizes`, seeds 1, 2, 3)
+    and a word-level tokenizer of `words` under `folder`; the config keys that use them."""
     folder.mkdir(parents=True, exist_ok=True)
     files = {}
-    for split, n, seed in (("train", n_train, 1), ("validation", n_valid, 2), ("test", n_test, 3)):
+    for split, n, seed in zip(("train", "validation", "test"), sizes, (1, 2, 3)):
         path = folder / f"{split}.jsonl"
-        path.write_text("".join(json.dumps(r) + "\n" for r in rows(n, seed)))
+        path.write_text("".join(json.dumps(r) + "\n" for r in make_rows(n, seed)))
         files[split] = str(path)
-    tok = word_tokenizer([" ".join(WORDS + ["cat", ".", "?", "yes", "no"])])
+    tok = word_tokenizer([" ".join(words)])
     tok.save_pretrained(str(folder / "tokenizer"))
     return {"tokenizer": str(folder / "tokenizer"), "files": files}
+
+
+def tiny_run(task: dict, run_dir: Path, *, lr: float, batch: int, log_interval: int) -> dict:
+    """The run, model (2 layers, 64 wide), optimizer, batch and logging overrides of a tiny
+    CPU fine-tune on `task`'s tokenizer."""
+    return {
+        "run_dir": str(run_dir),
+        "model.preset": "tiny", "model.num_layers": 2, "model.hidden_size": 64, "model.ffn_hidden_size": 192,
+        "model.vocab_size": 64, "data.tokenizer": task["tokenizer"],
+        "optimizer.lr": lr, "optimizer.min_lr": 0.0,
+        "training.micro_batch_size": batch, "training.global_batch_size": batch, "training.precision": "fp32",
+        "logging.log_interval": log_interval, "logging.tensorboard": False, "logging.progress": "plain",
+    }
 
 
 def finetune_overrides(task: dict, run_dir: Path, **extra) -> list[str]:
     """A 2-layer, 64-wide model, prompts of 16 tokens, 4 epochs of 12 steps."""
     over = {
-        "run_dir": str(run_dir),
-        "model.preset": "tiny", "model.num_layers": 2, "model.hidden_size": 64, "model.ffn_hidden_size": 192,
-        "model.vocab_size": 64, "data.tokenizer": task["tokenizer"],
-        "optimizer.lr": 3e-3, "optimizer.min_lr": 0.0,
-        "training.micro_batch_size": 16, "training.global_batch_size": 16, "training.precision": "fp32",
-        "logging.log_interval": 4, "logging.tensorboard": False, "logging.progress": "plain",
+        **tiny_run(task, run_dir, lr=3e-3, batch=16, log_interval=4),
         "finetune.task": "rte", "finetune.template": f"'{TEMPLATE}'", "finetune.label_words": "['yes', 'no']",
         "finetune.max_length": 16, "finetune.epochs": 4, "finetune.warmup_fraction": 0.1,
         "finetune.schedule": "linear", "finetune.test_split": "test", "finetune.eval_batch_size": 32,

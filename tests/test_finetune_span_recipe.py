@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from finetune_fixtures import word_tokenizer
+from finetune_entry_fixtures import tiny_run, write_splits
 
 WORDS = ["red", "blue", "green", "fish", "bird", "tree", "sun", "moon", "rock", "sand", "snow", "rain"]
 MARKERS = ("cat", "dog")
@@ -36,25 +36,12 @@ def squad_rows(n: int, seed: int) -> list[dict]:
 
 
 def write_span_task(folder: Path) -> dict:
-    folder.mkdir(parents=True, exist_ok=True)
-    files = {}
-    for split, n, seed in (("train", 384, 1), ("validation", 48, 2), ("test", 48, 3)):
-        path = folder / f"{split}.jsonl"
-        path.write_text("".join(json.dumps(r) + "\n" for r in squad_rows(n, seed)))
-        files[split] = str(path)
-    tok = word_tokenizer([" ".join(WORDS + list(MARKERS) + ["what", "follows", "?"])])
-    tok.save_pretrained(str(folder / "tokenizer"))
-    return {"tokenizer": str(folder / "tokenizer"), "files": files}
+    return write_splits(folder, squad_rows, (384, 48, 48), WORDS + list(MARKERS) + ["what", "follows", "?"])
 
 
 def span_overrides(task: dict, run: Path, **extra) -> list[str]:
     over = {
-        "run_dir": str(run),
-        "model.preset": "tiny", "model.num_layers": 2, "model.hidden_size": 64, "model.ffn_hidden_size": 192,
-        "model.vocab_size": 64, "data.tokenizer": task["tokenizer"],
-        "optimizer.lr": 5e-3, "optimizer.min_lr": 0.0,
-        "training.micro_batch_size": 32, "training.global_batch_size": 32, "training.precision": "fp32",
-        "logging.log_interval": 10, "logging.tensorboard": False, "logging.progress": "plain",
+        **tiny_run(task, run, lr=5e-3, batch=32, log_interval=10),
         "finetune.max_length": 24, "finetune.epochs": 4, "finetune.warmup_fraction": 0.1,
         "finetune.schedule": "linear", "finetune.test_split": "test", "finetune.eval_batch_size": 64,
         "finetune.options.doc_stride": 6, "finetune.options.max_query_length": 8,

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from export_fixtures import BLOCK_OUR_PACKAGES
 from megatron_biglm.export import (
     BiGLMShape,
     CheckpointFileError,
@@ -88,14 +89,8 @@ def exported_dir(tokenizer_dir, tmp_path_factory):
     return {"dir": out, "files": files, "shape": shape, "megatron": megatron_state}
 
 
-STANDALONE_SCRIPT = textwrap.dedent("""
-    import importlib.abc, json, sys
-    class Block(importlib.abc.MetaPathFinder):
-        def find_spec(self, name, path=None, target=None):
-            if name.split(".")[0] in ("megatron_biglm", "patches", "megatron"):
-                raise ImportError(f"{name} is blocked: the export must load without it")
-    sys.meta_path.insert(0, Block())
-    import torch
+STANDALONE_SCRIPT = BLOCK_OUR_PACKAGES + textwrap.dedent("""
+    import json, torch
     from transformers import AutoModelForMaskedLM, pipeline
     model_dir, ids_path, out_path = sys.argv[1:4]
     model = AutoModelForMaskedLM.from_pretrained(model_dir).eval()

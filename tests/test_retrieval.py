@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from export_fixtures import BLOCK_OUR_PACKAGES
 from train_fixtures import tiny_overrides, train_data, train_records  # noqa: F401 (fixture)
 
 STEPS = 80
@@ -99,13 +100,7 @@ def test_contrastive_training_raises_ndcg_and_exports_to_sentence_transformers(t
     _check_sentence_transformers_export(run, loaded, tmp_path)
 
 
-ST_SCRIPT = textwrap.dedent("""
-    import importlib.abc, sys
-    class Block(importlib.abc.MetaPathFinder):
-        def find_spec(self, name, path=None, target=None):
-            if name.split(".")[0] in ("megatron_biglm", "patches", "megatron"):
-                raise ImportError(f"{name} is blocked: the export must load without it")
-    sys.meta_path.insert(0, Block())
+ST_SCRIPT = BLOCK_OUR_PACKAGES + textwrap.dedent("""
     import json, torch
     from sentence_transformers import SentenceTransformer
     model_dir, texts_path, out_path = sys.argv[1:4]

@@ -164,22 +164,33 @@ def read_rows(inputs, schema: str | DatasetSchema, *, report: RowReport | None =
     schema = get_schema(schema)
     report = report if report is not None else RowReport(strict=strict)
     rows = []
+    for path, line, raw in file_objects(inputs, report, what="fine-tuning data"):
+        row = check_row(raw, schema, report, path, line, require_labels=require_labels)
+        if row is not None:
+            rows.append(row)
+    return rows, report
+
+
+def file_objects(inputs, report: RowReport, *, what: str,
+                 arrow_errors: bool = True) -> Iterator[tuple[str, int, object]]:
+    """(path, line, parsed object) of every row of local files (paths, globs, directories;
+    .jsonl/.parquet, plain or compressed), in order; `what` names the data in the error for
+    another format. A file that fails part-way (OSError, EOFError, zlib.error, and with
+    `arrow_errors` pyarrow's) keeps the rows read before the error and is reported
+    (`files_failed`, UNREADABLE_FILE)."""
     for path in expand_inputs(inputs, report):
         report.files_seen += 1
         fmt = input_format(path)
         if fmt not in ("jsonl", "parquet"):
-            raise ValueError(f"{path}: fine-tuning data must be jsonl or parquet, not {fmt}")
-        raw_rows = _jsonl_objects(path, report) if fmt == "jsonl" else _parquet_objects(path)
+            raise ValueError(f"{path}: {what} must be jsonl or parquet, not {fmt}")
+        objects = _jsonl_objects(path, report) if fmt == "jsonl" else _parquet_objects(path)
         try:
-            for line, raw in raw_rows:
-                row = check_row(raw, schema, report, path, line, require_labels=require_labels)
-                if row is not None:
-                    rows.append(row)
-        except (OSError, EOFError, zlib.error) + _arrow_errors() as exc:
+            for line, raw in objects:
+                yield path, line, raw
+        except (OSError, EOFError, zlib.error) + (_arrow_errors() if arrow_errors else ()) as exc:
             # the rows read before the error are kept; the rest of the file is reported
             report.files_failed += 1
             report.skip(UNREADABLE_FILE, path, 0, f"{type(exc).__name__}: {exc}")
-    return rows, report
 
 
 def _arrow_errors() -> tuple[type, ...]:

@@ -24,6 +24,7 @@ from typing import Any, Mapping, Optional
 import torch
 
 from megatron_biglm.common.config_fields import ConfigError, build_dataclass
+from megatron_biglm.model.shape import check_positive_ints
 
 #: Attention backends a config may name (see `megatron_biglm.model.attention_backends`).
 ATTENTION_BACKENDS = ("auto", "sdpa", "local", "flex", "flash")
@@ -68,11 +69,9 @@ class BiGLMModelConfig:
     name: Optional[str] = None  # informational (preset name)
 
     def __post_init__(self):
-        for key in ("num_layers", "hidden_size", "num_attention_heads", "ffn_hidden_size",
-                    "vocab_size", "seq_length", "make_vocab_size_divisible_by"):
-            value = getattr(self, key)
-            if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
-                raise ModelConfigError(f"model.{key} must be a positive integer, got {value!r}")
+        check_positive_ints(self, ("num_layers", "hidden_size", "num_attention_heads", "ffn_hidden_size",
+                                   "vocab_size", "seq_length", "make_vocab_size_divisible_by"),
+                            lambda key, value: ModelConfigError(f"model.{key} must be a positive integer, got {value!r}"))
         if isinstance(self.length_head_max, bool) or not isinstance(self.length_head_max, int) \
                 or self.length_head_max < 0:
             raise ModelConfigError(f"model.length_head_max must be an integer >= 0 (0: no length "

@@ -181,18 +181,17 @@ def build_head(name: str, **options) -> Head:
     return HEADS[name].build(**options)
 
 
-register_head(HeadSpec(
-    name="masked_lm", build=MaskedLMHead, owns_weights=False,
-    doc="logits, or the sparse-prediction per-token loss, through the tied output layer"))
-register_head(HeadSpec(
-    name="pooling", build=PoolingHead, owns_weights=False,
-    doc="one vector per sample: mean / first / last over the valid tokens"))
-register_head(HeadSpec(
-    name="classification", build=ClassificationHead, owns_weights=True,
-    doc="sequence labels: pooled -> dense -> GELU -> classifier (EuroBertForSequenceClassification)"))
-register_head(HeadSpec(
-    name="span", build=SpanHead, owns_weights=True,
-    doc="extractive QA: start/end logits per position (EuroBertForTokenClassification, 2 labels)"))
-register_head(HeadSpec(
-    name="length", build=LengthHead, owns_weights=True,
-    doc="CMLM length classes 0..max_length from the mean-pooled prefix [0, split)"))
+# the built-in heads: (name, build, owns_weights, doc)
+for _name, _build, _owns, _doc in (
+        ("masked_lm", MaskedLMHead, False,
+         "logits, or the sparse-prediction per-token loss, through the tied output layer"),
+        ("pooling", PoolingHead, False,
+         "one vector per sample: mean / first / last over the valid tokens"),
+        ("classification", ClassificationHead, True,
+         "sequence labels: pooled -> dense -> GELU -> classifier (EuroBertForSequenceClassification)"),
+        ("span", SpanHead, True,
+         "extractive QA: start/end logits per position (EuroBertForTokenClassification, 2 labels)"),
+        ("length", LengthHead, True,
+         "CMLM length classes 0..max_length from the mean-pooled prefix [0, split)")):
+    register_head(HeadSpec(name=_name, build=_build, owns_weights=_owns, doc=_doc))
+del _name, _build, _owns, _doc

@@ -11,6 +11,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 
+def check_positive_ints(obj, names, error) -> None:
+    """Raise `error(name, value)` for the first of `names` on `obj` that is not a positive int
+    (a bool is not)."""
+    for name in names:
+        value = getattr(obj, name)
+        if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+            raise error(name, value)
+
+
 @dataclass(frozen=True)
 class BiGLMShape:
     """Sizes that decide tensor names and layouts on both sides.
@@ -31,11 +40,9 @@ class BiGLMShape:
     tie_word_embeddings: bool = True
 
     def __post_init__(self):
-        for name in ("num_layers", "hidden_size", "num_attention_heads", "num_query_groups",
-                     "head_dim", "ffn_hidden_size", "vocab_size"):
-            value = getattr(self, name)
-            if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
-                raise ValueError(f"BiGLMShape.{name} must be a positive int, got {value!r}")
+        check_positive_ints(self, ("num_layers", "hidden_size", "num_attention_heads", "num_query_groups",
+                                   "head_dim", "ffn_hidden_size", "vocab_size"),
+                            lambda name, value: ValueError(f"BiGLMShape.{name} must be a positive int, got {value!r}"))
         if self.padded_vocab_size is None:
             object.__setattr__(self, "padded_vocab_size", self.vocab_size)
         if self.padded_vocab_size < self.vocab_size:

@@ -13,14 +13,13 @@ than k tokens. Every dropped row is counted by reason in the report (`RowReport`
 """
 from __future__ import annotations
 
-import zlib
 from collections import Counter
 from dataclasses import dataclass
 from typing import Iterator, Sequence
 
-from megatron_biglm.data.readers import NOT_AN_OBJECT, UNREADABLE_FILE, expand_inputs, input_format
+from megatron_biglm.data.readers import NOT_AN_OBJECT
 
-from ..data_files import _jsonl_objects, _parquet_objects
+from ..data_files import file_objects
 from ..row_report import EMPTY_FIELD, EMPTY_TARGET, MISSING_FIELD, SOURCE_TOO_LONG, RowReport
 
 OTHER_LANGUAGE = "other_language"
@@ -102,29 +101,19 @@ def read_instruction_rows(inputs, *, report: InstructionReport, languages: Seque
     the target ids (and so for `max_target_tokens`)."""
     if tokenizer is None:
         raise ValueError("read_instruction_rows needs the tokenizer (targets are stored as token ids)")
-    for path in expand_inputs(inputs, report):
-        report.files_seen += 1
-        fmt = input_format(path)
-        if fmt not in ("jsonl", "parquet"):
-            raise ValueError(f"{path}: instruction data must be jsonl or parquet, not {fmt}")
-        objects = _jsonl_objects(path, report) if fmt == "jsonl" else _parquet_objects(path)
-        try:
-            for line, raw in objects:
-                row = parse_row(raw, path, line, report)
-                if row is None:
-                    continue
-                if languages and row.language is not None:
-                    if not language_matches(row.language, languages):
-                        report.skip(OTHER_LANGUAGE, path, line, f"language {row.language!r} not in {list(languages)}")
-                        continue
-                target_ids = list(tokenizer(row.target, add_special_tokens=False)["input_ids"])
-                if max_target_tokens is not None and len(target_ids) > max_target_tokens:
-                    report.skip(TARGET_TOO_LONG, path, line, f"target has {len(target_ids)} tokens > {max_target_tokens}")
-                    continue
-                report.rows_kept += 1
-                if languages and row.language is None:
-                    report.notes["no_language_field"] += 1
-                yield row, target_ids
-        except (OSError, EOFError, zlib.error) as exc:
-            report.files_failed += 1
-            report.skip(UNREADABLE_FILE, path, 0, f"{type(exc).__name__}: {exc}")
+    for path, line, raw in file_objects(inputs, report, what="instruction data", arrow_errors=False):
+        row = parse_row(raw, path, line, report)
+        if row is None:
+            continue
+        if languages and row.language is not None:
+            if not language_matches(row.language, languages):
+                report.skip(OTHER_LANGUAGE, path, line, f"language {row.language!r} not in {list(languages)}")
+                continue
+        target_ids = list(tokenizer(row.target, add_special_tokens=False)["input_ids"])
+        if max_target_tokens is not None and len(target_ids) > max_target_tokens:
+            report.skip(TARGET_TOO_LONG, path, line, f"target has {len(target_ids)} tokens > {max_target_tokens}")
+            continue
+        report.rows_kept += 1
+        if languages and row.language is None:
+            report.notes["no_language_field"] += 1
+        yield row, target_ids

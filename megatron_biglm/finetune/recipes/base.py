@@ -16,6 +16,9 @@ serves the encoded examples to the loop:
 A subclass sets `collate(examples) -> batch`, `forward`, `loss_tokens` (the `Recipe` seam)
 and `evaluate_split(model, name, examples, device) -> {metric: value}` (must contain the
 task's select metric); `encode(rows, report, training)` defaults to `tasks.encode_rows`.
+`forward` defaults to `logits(model, batch, device)` (the full-attention forward over the
+padded `tokens` and their `valid_lengths`) with the loss `_loss(batch, logits)`;
+`gold_labels` and `accuracy_loss` are the labelled recipes' shared loss pieces.
 The validation history (per-validation metrics, the best so far) is this recipe's training
 state: it is saved in every checkpoint and restored on resume, so a resumed run's
 results.json equals an uninterrupted run's.
@@ -23,14 +26,16 @@ results.json equals an uninterrupted run's.
 from __future__ import annotations
 
 import math
+from functools import partial
 from typing import Sequence
 
 import numpy as np
 import torch
 
-from megatron_biglm.training.recipe import Recipe, RecipeData
+from megatron_biglm.training.recipe import LOSS_KEY, Recipe, RecipeData
 
 from ..data_files import load_split
+from ..metrics import task_scores
 from ..row_report import RowReport
 from ..tasks import encode_rows
 
@@ -65,6 +70,22 @@ class Wrapped(torch.utils.data.Dataset):
 
     def __getitem__(self, i: int):
         return self.examples[int(i) % len(self.examples)]
+
+
+def gold_labels(batch: dict, device) -> torch.Tensor:
+    """The batch's gold labels on `device`; an unlabeled example (-1) is an error in training."""
+    labels = batch["labels"].to(device)
+    if bool((labels < 0).any()):
+        raise ValueError("an unlabeled example reached the training loss")
+    return labels
+
+
+def accuracy_loss(loss_sum: torch.Tensor, scores: torch.Tensor, labels: torch.Tensor):
+    """`(loss_sum, count, report)` for one loss term per example, with the argmax accuracy of `scores`."""
+    count = torch.tensor(labels.numel(), dtype=torch.int, device=scores.device)
+    correct = (scores.argmax(-1) == labels).sum().float().detach()
+    return loss_sum, count, {LOSS_KEY: torch.stack([loss_sum.detach(), count.float()]),
+                             "accuracy": torch.stack([correct, count.float()])}
 
 
 class FinetuneRecipe(Recipe):
@@ -144,6 +165,16 @@ class FinetuneRecipe(Recipe):
     def collate(self, examples: Sequence) -> dict:
         raise NotImplementedError
 
+    # ---- loss -------------------------------------------------------------------------
+    def logits(self, model, batch: dict, device) -> torch.Tensor:
+        return model(batch["tokens"].to(device), split=None, valid_lengths=batch["valid_lengths"].to(device))
+
+    def forward(self, model, batch: dict, device):
+        return self.logits(model, batch, device), partial(self._loss, batch)
+
+    def _loss(self, batch: dict, logits: torch.Tensor):
+        raise NotImplementedError
+
     # ---- validation -------------------------------------------------------------------
     def evaluate_split(self, model, name: str, examples: list, device) -> dict[str, float]:
         raise NotImplementedError
@@ -153,3 +184,30 @@ class FinetuneRecipe(Recipe):
 
     def load_state_dict(self, state: dict) -> None:
         self.history = list(state.get("history", []))
+
+
+class LabelRecipe(FinetuneRecipe):
+    """A recipe that predicts one of `num_classes` labels per example: the argmax of
+    `scores(batch, logits)` (the logits by default), scored by the task's metrics."""
+
+    num_classes: int
+
+    def scores(self, batch: dict, logits: torch.Tensor) -> torch.Tensor:  # noqa: ARG002 - per kind
+        return logits
+
+    def loss_tokens(self, batch: dict) -> int:
+        return int(batch["labels"].numel())
+
+    @torch.no_grad()
+    def predict(self, model, examples: Sequence, device, batch_size: int) -> list[int]:
+        out: list[int] = []
+        for start in range(0, len(examples), batch_size):
+            batch = self.collate(examples[start:start + batch_size])
+            scores = self.scores(batch, self.logits(model, batch, device))
+            out.extend(int(x) for x in scores.argmax(-1).tolist())
+        return out
+
+    def evaluate_split(self, model, name: str, examples: list, device) -> dict[str, float]:  # noqa: ARG002
+        predictions = self.predict(model, examples, device, self.options.eval_batch_size)
+        return task_scores(self.task.metrics, predictions, [e.label for e in examples],
+                           classes=list(range(self.num_classes)))

@@ -11,20 +11,17 @@ with the task's metrics (accuracy, macro-F1 for CB). Exports as EuroBertForSeque
 """
 from __future__ import annotations
 
-from functools import partial
 from typing import Sequence
 
 import torch
 
 from megatron_biglm.model.head_model import head_model_provider
-from megatron_biglm.training.recipe import LOSS_KEY
 
 from ..data_files import get_schema
-from ..metrics import task_scores
-from .base import FinetuneRecipe
+from .base import LabelRecipe, accuracy_loss, gold_labels
 
 
-class HeadClassificationRecipe(FinetuneRecipe):
+class HeadClassificationRecipe(LabelRecipe):
     name = "head_classification"
     metric_names = ("accuracy",)
 
@@ -53,34 +50,11 @@ class HeadClassificationRecipe(FinetuneRecipe):
         return {"tokens": tokens, "valid_lengths": torch.tensor([e.length for e in examples]),
                 "labels": torch.tensor([-1 if e.label is None else e.label for e in examples])}
 
-    def logits(self, model, batch: dict, device) -> torch.Tensor:
-        return model(batch["tokens"].to(device), split=None, valid_lengths=batch["valid_lengths"].to(device))
-
-    def forward(self, model, batch: dict, device):
-        return self.logits(model, batch, device), partial(self._loss, batch)
-
     def _loss(self, batch: dict, logits: torch.Tensor):
-        labels = batch["labels"].to(logits.device)
-        if bool((labels < 0).any()):
-            raise ValueError("an unlabeled example reached the training loss")
+        labels = gold_labels(batch, logits.device)
         loss_sum = torch.nn.functional.cross_entropy(logits.float(), labels, reduction="sum")
-        count = torch.tensor(labels.numel(), dtype=torch.int, device=logits.device)
-        correct = (logits.argmax(-1) == labels).sum().float().detach()
-        return loss_sum, count, {LOSS_KEY: torch.stack([loss_sum.detach(), count.float()]),
-                                 "accuracy": torch.stack([correct, count.float()])}
+        return accuracy_loss(loss_sum, logits, labels)
 
-    def loss_tokens(self, batch: dict) -> int:
-        return int(batch["labels"].numel())
-
-    @torch.no_grad()
-    def predict(self, model, examples: Sequence, device, batch_size: int) -> list[int]:
-        out: list[int] = []
-        for start in range(0, len(examples), batch_size):
-            logits = self.logits(model, self.collate(examples[start:start + batch_size]), device)
-            out.extend(int(x) for x in logits.argmax(-1).tolist())
-        return out
-
-    def evaluate_split(self, model, name: str, examples: list, device) -> dict[str, float]:  # noqa: ARG002
-        predictions = self.predict(model, examples, device, self.options.eval_batch_size)
-        return task_scores(self.task.metrics, predictions, [e.label for e in examples],
-                           classes=list(range(self.num_labels)))
+    @property
+    def num_classes(self) -> int:
+        return self.num_labels

@@ -17,7 +17,6 @@ EuroBertForTokenClassification with 2 labels (start, end) (`export.head_export`)
 """
 from __future__ import annotations
 
-from functools import partial
 from typing import Sequence
 
 import torch
@@ -73,12 +72,6 @@ class SpanQARecipe(FinetuneRecipe):
                 "allowed": allowed,
                 "start_positions": torch.tensor([w.start_position for w in windows]),
                 "end_positions": torch.tensor([w.end_position for w in windows])}
-
-    def logits(self, model, batch: dict, device) -> torch.Tensor:
-        return model(batch["tokens"].to(device), split=None, valid_lengths=batch["valid_lengths"].to(device))
-
-    def forward(self, model, batch: dict, device):
-        return self.logits(model, batch, device), partial(self._loss, batch)
 
     def _loss(self, batch: dict, logits: torch.Tensor):
         allowed = batch["allowed"].to(logits.device)

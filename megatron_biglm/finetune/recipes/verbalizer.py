@@ -16,20 +16,16 @@ Template and label words come from the task (`tasks/prompts.py`) unless the conf
 from __future__ import annotations
 
 import dataclasses
-from functools import partial
 from typing import Sequence
 
 import torch
 
-from megatron_biglm.training.recipe import LOSS_KEY
-
-from ..metrics import task_scores
 from ..tasks import VerbalizerPrompt, label_scores
 from ..tasks.verbalizer import VerbalizerEncoder
-from .base import FinetuneRecipe
+from .base import LabelRecipe, accuracy_loss, gold_labels
 
 
-class VerbalizerRecipe(FinetuneRecipe):
+class VerbalizerRecipe(LabelRecipe):
     name = "verbalizer"
     metric_names = ("accuracy",)
 
@@ -61,39 +57,18 @@ class VerbalizerRecipe(FinetuneRecipe):
         return model(batch["tokens"].to(device), split=batch["split"],
                      valid_lengths=batch["valid_lengths"].to(device), runtime_gather_output=True)
 
-    def forward(self, model, batch: dict, device):
-        return self.logits(model, batch, device), partial(self._loss, batch)
-
     def _loss(self, batch: dict, logits: torch.Tensor):
-        scores = label_scores(logits, batch["mask_positions"].to(logits.device), self.slot_targets)
-        labels = batch["labels"].to(logits.device)
-        if bool((labels < 0).any()):
-            raise ValueError("an unlabeled example reached the training loss")
+        scores = self.scores(batch, logits)
+        labels = gold_labels(batch, logits.device)
         if self.options.loss_over == "labels":
             per_example = torch.nn.functional.cross_entropy(scores, labels, reduction="none")
         else:
             per_example = -scores.gather(1, labels.unsqueeze(1)).squeeze(1)
-        loss_sum = per_example.sum()
-        count = torch.tensor(labels.numel(), dtype=torch.int, device=logits.device)
-        correct = (scores.argmax(-1) == labels).sum().float().detach()
-        return loss_sum, count, {LOSS_KEY: torch.stack([loss_sum.detach(), count.float()]),
-                                 "accuracy": torch.stack([correct, count.float()])}
+        return accuracy_loss(per_example.sum(), scores, labels)
 
-    def loss_tokens(self, batch: dict) -> int:
-        return int(batch["labels"].numel())
+    def scores(self, batch: dict, logits: torch.Tensor) -> torch.Tensor:
+        return label_scores(logits, batch["mask_positions"].to(logits.device), self.slot_targets)
 
-    @torch.no_grad()
-    def predict(self, model, examples: Sequence, device, batch_size: int) -> list[int]:
-        out: list[int] = []
-        for start in range(0, len(examples), batch_size):
-            batch = self.collate(examples[start:start + batch_size])
-            logits = self.logits(model, batch, device)
-            scores = label_scores(logits, batch["mask_positions"].to(logits.device), self.slot_targets)
-            out.extend(int(x) for x in scores.argmax(-1).tolist())
-        return out
-
-    def evaluate_split(self, model, name: str, examples: list, device) -> dict[str, float]:  # noqa: ARG002
-        predictions = self.predict(model, examples, device, self.options.eval_batch_size)
-        references = [e.label for e in examples]
-        return task_scores(self.task.metrics, predictions, references,
-                           classes=list(range(len(self.task.prompt.label_words))))
+    @property
+    def num_classes(self) -> int:
+        return len(self.task.prompt.label_words)
