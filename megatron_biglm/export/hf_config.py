@@ -129,9 +129,9 @@ def architecture_from_hf_config(config, *, padded_vocab_size: int | None = None)
                                 max_position_embeddings=int(config.max_position_embeddings))
 
 
-def shape_from_biglm_config(model_config) -> BiGLMShape:
-    """The mapping shape of our `megatron_biglm.model.BiGLMModelConfig`."""
-    return shape_of(model_config)
+#: The mapping shape of our `BiGLMModelConfig`: model/shape.py's one constructor, under the
+#: name export's callers know.
+shape_from_biglm_config = shape_of
 
 
 def hf_config_from_biglm(model_config, tokenizer, *, dtype: str | None = None):
