@@ -14,12 +14,12 @@ from finetune_entry_fixtures import finetune_overrides, tiny_run, write_task
 
 @pytest.fixture(scope="module")
 def start(tmp_path_factory):
-    """A task folder and a checkpoint root without task or length head (12 steps)."""
+    """A task folder and a checkpoint root without task or length head (2 steps)."""
     from megatron_biglm.finetune_main import finetune
 
     folder = tmp_path_factory.mktemp("fresh_heads")
-    task = write_task(folder / "data", n_train=96, n_valid=16, n_test=16)
-    finetune(None, finetune_overrides(task, folder / "start", **{"finetune.epochs": 2}))
+    task = write_task(folder / "data", n_train=32, n_valid=8, n_test=8)
+    finetune(None, finetune_overrides(task, folder / "start", **{"finetune.epochs": 1}))
     return task, folder / "start" / "checkpoints"
 
 
