@@ -63,3 +63,42 @@ def test_natural_instructions_rows(bigbench_root):
     assert rows[0]["input"].startswith("Passage:")
     assert all(r["output"] == r["outputs"][0] and r["task"] == names[0] for r in rows)
     assert len(list(bigbench_data.instruction_rows(names[:3], limit_per_task=7))) == 21
+
+
+def test_seq2seq_fine_tune_on_real_gem_xsum_pairs_reports_rouge(bigbench_root, tmp_path):
+    """Two epochs of a tiny model on 256 real BBC articles/summaries through the fine-tune
+    entry point: every validation decodes with Mask-Predict (T = 10, length beam 5) and reports
+    ROUGE-1/2/L; the loss falls, the truncated articles are counted, the best is the max.
+    Measured: ROUGE-1 0.046 and 0.042, ROUGE-2 0 (a 2-layer, 64-wide model after
+    32 steps writes frequent words); ~30 s."""
+    import json
+
+    from finetune_entry_fixtures import tiny_run
+    from finetune_fixtures import word_tokenizer
+    from train_fixtures import train_records
+
+    from megatron_biglm.finetune_main import finetune
+
+    rows = list(bigbench_data.xsum_rows(limit=272))
+    files = {"train": tmp_path / "train.jsonl", "validation": tmp_path / "validation.jsonl"}
+    bigbench_data.write_jsonl(rows[:256], files["train"])
+    bigbench_data.write_jsonl(rows[256:], files["validation"])
+    tok = word_tokenizer([r["document"] + " " + r["summary"] for r in rows[:256]])
+    tok.save_pretrained(str(tmp_path / "tok"))
+    run = tmp_path / "run"
+    over = {**tiny_run({"tokenizer": str(tmp_path / "tok")}, run, lr=2e-3, batch=16, log_interval=16),
+            "model.vocab_size": len(tok), "model.length_head_max": 32,
+            "finetune.task": "xsum", "finetune.max_length": 128, "finetune.epochs": 2,
+            "finetune.options.max_target_length": 32, "finetune.eval_batch_size": 32,
+            "finetune.data.train": files["train"], "finetune.data.validation": files["validation"]}
+    results = finetune(None, [f"{k}={v}" for k, v in over.items()])
+    scores = [v["valid"]["validation"] for v in results["validations"]]
+    print("gem/xsum validation ROUGE per epoch:", json.dumps(scores))
+    assert [v["step"] for v in results["validations"]] == [16, 32]
+    for s in scores:
+        assert 0 <= s["rouge2"] <= s["rouge1"] <= 1 and 0 <= s["rougeL"] <= s["rouge1"]
+    assert results["best_metric"] == max(s["rougeL"] for s in scores) > 0
+    long_docs = sum(len(tok(r["document"], add_special_tokens=False)["input_ids"]) > 95 for r in rows[:256])
+    assert f"source {long_docs}" in results["data"]["train"], results["data"]["train"]
+    records = train_records(run)
+    assert records[32]["loss"] < records[16]["loss"]

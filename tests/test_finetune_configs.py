@@ -29,3 +29,19 @@ def test_paper_epochs_and_metrics():
     assert mnli.finetune.select_split == "validation_matched"
     assert get_task("mnli").eval_splits == ("validation_matched", "validation_mismatched")
     assert get_task("cb").select == "macro_f1"
+
+
+@pytest.mark.parametrize("name", ["xsum", "msqg"])
+def test_seq2seq_configs_decode_with_the_paper_mask_predict_settings(name):
+    """T = 10 and a length beam of 5 (Ghazvininejad et al.), source + target budgets filling
+    the model's positions, and a length head with a class for every target length."""
+    from finetune_fixtures import word_tokenizer
+
+    from megatron_biglm.finetune.recipes import recipe_for
+
+    cfg = load_config(FOLDER / f"{name}.yaml")
+    recipe = recipe_for(get_task(name), word_tokenizer(["a b c"]), cfg.finetune)
+    assert (recipe.decoding.steps, recipe.decoding.length_beam) == (10, 5)
+    assert recipe.decoding.max_new_tokens == recipe.max_target_length
+    assert recipe.max_source_length + recipe.max_target_length == cfg.finetune.max_length
+    assert cfg.model.overrides["length_head_max"] >= recipe.max_target_length

@@ -35,6 +35,11 @@ MODEL_PREFIXES = ("embedding.", "decoder.", "output_layer.", "task_head.",  # ta
 _STACKED = re.compile(r"^decoder\.layers\.(?!\d+\.)(.+)$")
 
 
+def stored_keys(dist_dir) -> set[str]:
+    """Every key the torch_dist checkpoint in `dist_dir` stores (tensors and objects)."""
+    return set(_CachedMetadataReader(str(dist_dir)).read_metadata().state_dict_metadata)
+
+
 class DistCheckpointReadError(RuntimeError):
     """A dist checkpoint cannot be read: missing/corrupt file or an unexpected layout."""
 

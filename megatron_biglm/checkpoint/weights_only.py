@@ -8,10 +8,16 @@ rank of the job (it is collective).
 
 The model's shape is checked against the signature saved with the checkpoint (the shape its
 tensors have), so no run config or model config needs rebuilding here.
+
+Heads a fine-tune adds (`FRESH_HEAD_PREFIXES`: the task head, the CMLM length head) may be
+absent from the start checkpoint (a pretraining run has neither): they keep their fresh
+initialisation, and their names are returned in `SavedCheckpoint.fresh_heads` and printed.
+Any other tensor the checkpoint lacks is an error.
 """
 from __future__ import annotations
 
 from .dirs import CheckpointError
+from .dist_reader import stored_keys
 from .run_checkpoint import SavedCheckpoint, read_checkpoint
 from .signature import normalise_signature, signature_of
 from .verify import verify_checkpoint
@@ -34,10 +40,32 @@ def load_model_weights(checkpoint, model, *, verify: bool = True) -> SavedCheckp
         diffs = [f"{k}: checkpoint={theirs.get(k)}, model={mine.get(k)}" for k in sorted(set(mine) | set(theirs))
                  if theirs.get(k) != mine.get(k)]
         raise CheckpointError(f"checkpoint {saved.path} holds another model shape: {'; '.join(diffs)}")
-    loaded = dist_checkpointing.load({"model": module.sharded_state_dict()}, str(saved.dist_dir))
+    wanted = module.sharded_state_dict()
+    fresh = absent_heads(wanted, stored_keys(saved.dist_dir))
+    for name in fresh:
+        wanted.pop(name)
+    loaded = dist_checkpointing.load({"model": wanted}, str(saved.dist_dir))
     result = module.load_state_dict(loaded["model"], strict=False)
-    missing = [k for k in result.missing_keys if not k.endswith("_extra_state")]
+    missing = [k for k in result.missing_keys if not k.endswith("_extra_state") and k not in fresh]
     if missing or result.unexpected_keys:
         raise CheckpointError(f"checkpoint {saved.path} does not fill the model: missing {missing[:4]}, "
                               f"unexpected {list(result.unexpected_keys)[:4]}")
+    saved.fresh_heads = fresh
+    if fresh:
+        print(f"weights from {saved.path}; not in it, so freshly initialised: {', '.join(fresh)}", flush=True)
     return saved
+
+
+#: Parameters a fine-tune adds on top of a pretrained model (model/heads.py, the length head).
+FRESH_HEAD_PREFIXES = ("task_head.", "length_head.")
+
+
+def absent_heads(sharded: dict, stored: set[str]) -> list[str]:
+    """Names in `sharded` (a model's sharded state dict) under a head prefix whose tensors the
+    checkpoint does not store."""
+    out = []
+    for name, value in sharded.items():
+        key = getattr(value, "key", name)
+        if name.startswith(FRESH_HEAD_PREFIXES) and not name.endswith("_extra_state") and key not in stored:
+            out.append(name)
+    return out

@@ -76,11 +76,30 @@ class MaskPredictGenerator:
                  **options) -> list[GenerationOutput]:
         """One output per prompt, in order. `options` override fields of `config`;
         `progress(done, total)` is called after every batch of prompts."""
+        if isinstance(prompts, str):
+            raise TypeError("prompts must be a list of strings; wrap a single prompt in a list")
+        config = self._checked_config(config, batch_size, options)
+        encoded = [self._encode(i, p) for i, p in enumerate(prompts)]
+        return self._run(list(prompts), encoded, config, batch_size, progress)
+
+    def generate_ids(self, prompt_ids: Sequence[Sequence[int]], config: GenerationConfig | None = None, *,
+                     batch_size: int = 8, progress: Callable[[int, int], None] | None = None,
+                     **options) -> list[GenerationOutput]:
+        """`generate` for prompts already tokenized (ids without BOS), e.g. a fine-tuning
+        set's encoded sources: no text round trip, so the model sees exactly the ids it was
+        trained on. Each output's `prompt` is the decoded ids."""
+        config = self._checked_config(config, batch_size, options)
+        encoded = [[int(x) for x in ids] for ids in prompt_ids]
+        for i, ids in enumerate(encoded):
+            if not ids:
+                raise ValueError(f"prompt {i} has no ids; the model input is [BOS] + prompt + slots")
+        texts = [self.tokenizer.decode(ids, skip_special_tokens=False) for ids in encoded]
+        return self._run(texts, encoded, config, batch_size, progress)
+
+    def _checked_config(self, config: GenerationConfig | None, batch_size: int, options) -> GenerationConfig:
         config = config or GenerationConfig()
         if options:
             config = config.replace(**options)
-        if isinstance(prompts, str):
-            raise TypeError("prompts must be a list of strings; wrap a single prompt in a list")
         if batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {batch_size}")
         config.check_length_source(self.length_predictor is not None)
@@ -89,7 +108,10 @@ class MaskPredictGenerator:
             raise GenerationConfigError(
                 "blocks='cached' (block-causal) needs an adapter with an exact prefix cache and "
                 "extend_prefix; use blocks='refresh' with this adapter")
-        encoded = [self._encode(i, p) for i, p in enumerate(prompts)]
+        return config
+
+    def _run(self, prompts: list[str], encoded: list[list[int]], config: GenerationConfig,
+             batch_size: int, progress) -> list[GenerationOutput]:
         seen: dict[tuple[int, ...], int] = {}
         occurrence = []
         for ids in encoded:

@@ -16,17 +16,17 @@ def _verbalizer():
     return VerbalizerRecipe
 
 
-def _head():  # g4: finetune/recipes/classification_head.py
+def _head():
     from .classification_head import HeadClassificationRecipe
     return HeadClassificationRecipe
 
 
-def _span():  # g4: finetune/recipes/span_qa.py
+def _span():
     from .span_qa import SpanQARecipe
     return SpanQARecipe
 
 
-def _seq2seq():  # g2: finetune/recipes/seq2seq.py
+def _seq2seq():
     from .seq2seq import Seq2SeqRecipe
     return Seq2SeqRecipe
 
@@ -35,8 +35,7 @@ RECIPES: dict[str, Callable[[], type]] = {
     "verbalizer": _verbalizer,
     "head": _head,
     "span": _span,
-    # "seq2seq": _seq2seq,  # Seq2SeqRecipe trains through train(recipe=...) but lacks the entry
-    #                       point's validation hooks (FinetuneRecipe.prepare/evaluate_split) yet
+    "seq2seq": _seq2seq,
 }
 
 

@@ -1,5 +1,5 @@
 """Seq2seq fine-tuning (XSUM, MSQG; the paper's Table 3): CMLM training of the target given the
-source, plus the length head, decoded with Mask-Predict.
+source, plus the length head, decoded with Mask-Predict for the task's metrics.
 
 Layout (`tasks/seq2seq.py`): `[BOS] source target`, `split` = where the target starts, so source
 rows never see the target, exactly as in pretraining. Training (Ghazvininejad et al., 2019):
@@ -17,16 +17,27 @@ Metrics logged with every record: `masked_accuracy` (masked tokens whose gold pr
 exceeds 1/2, so gold is the argmax: a lower bound of argmax accuracy, read from the sparse
 loss without logits), `length_accuracy` (the head's argmax is the target length), `length_loss`.
 
-Masks are a pure function of (seed, global sample index) (`MaskedSeq2Seq`), so a resumed run
-draws the same ones. Batches are right-padded to one width and carry `valid_lengths`.
+Validation (the fine-tune entry's `TaskValidator`): the live model decodes every source of the
+split with Mask-Predict (`generation:` options; the paper's settings by default: T = 10
+iterations, the length head's top-5 lengths decoded in parallel, capped at max_target_length)
+through the exact prefix cache, and the task's metrics (ROUGE for XSUM; ROUGE, BLEU-4, METEOR
+for MSQG) compare the texts with the untruncated references. `eval_limit` decodes only the first
+that many examples of a split (XSUM's validation set has 11k; the number used is logged).
 
-    recipe = Seq2SeqRecipe(task, tokenizer, options)    # options: mapping or finetune section
-    recipe.set_examples(train_examples, valid_examples)  # or read from options["data"]
+Masks are a pure function of (seed, global sample index) (`MaskedSeq2Seq` over the shared
+`EpochSamples` order), so a resumed run draws the same ones. Batches are right-padded to one
+width and carry `valid_lengths`.
+
+    python -m megatron_biglm.finetune --config examples/configs/finetune/xsum.yaml
+    # or, from Python, with examples already encoded:
+    recipe = Seq2SeqRecipe(None, tokenizer, {"max_source_length": 64, "max_target_length": 16})
+    recipe.set_examples(train_examples, valid_examples)
     train(config, recipe=recipe)
 
-Options (`options.get(key, default)`): max_length (source budget incl. BOS, 256),
-max_target_length (64), append_eos (False), length_loss_weight (0.1), source_mask_rate (0.0),
-data ({split: files}).
+Options (`options.get(key, default)`): max_target_length (64), max_source_length
+(max_length - max_target_length), append_eos (False), length_loss_weight (0.1),
+source_mask_rate (0.0), overlong_source ("truncate" | "drop"), generation ({steps: 10,
+length_beam: 5}), eval_limit (all).
 """
 from __future__ import annotations
 
@@ -36,17 +47,27 @@ from typing import Sequence
 import numpy as np
 import torch
 
-from megatron_biglm.training.recipe import LOSS_KEY, Recipe, RecipeData, padding_excluded
+from megatron_biglm.config.finetune_section import FinetuneConfig
+from megatron_biglm.training.recipe import LOSS_KEY, RecipeData, padding_excluded
 
+from ..metrics import task_scores
 from ..tasks.seq2seq import Seq2SeqEncoder, Seq2SeqExample
+from .base import EpochSamples, FinetuneRecipe, Wrapped
 
-DEFAULTS = {"max_length": 256, "max_target_length": 64, "append_eos": False,
-            "length_loss_weight": 0.1, "source_mask_rate": 0.0}
+DEFAULTS = {"max_target_length": 64, "append_eos": False, "length_loss_weight": 0.1,
+            "source_mask_rate": 0.0, "overlong_source": "truncate", "eval_limit": None}
+# Mask-Predict as the paper decodes (Ghazvininejad et al.: T = 10, length beam 5)
+DECODING_DEFAULTS = {"steps": 10, "length_beam": 5}
 
 
-def _option(options, key):
-    if options is None:
-        return DEFAULTS[key]
+def _section(options) -> FinetuneConfig:
+    """A mapping of options (the Python path) as a finetune section; a section as it is."""
+    if isinstance(options, FinetuneConfig):
+        return options
+    return FinetuneConfig(options=dict(options or {}))
+
+
+def _option(options: FinetuneConfig, key):
     value = options.get(key, None)
     return DEFAULTS[key] if value is None else value
 
@@ -67,102 +88,97 @@ def mask_example(example: Seq2SeqExample, rng: np.random.Generator, mask_id: int
 
 
 class MaskedSeq2Seq(torch.utils.data.Dataset):
-    """Global sample i -> example of epoch i // len(examples) (a fresh permutation per epoch),
-    masked with a generator seeded by (seed, i): a pure function of i, so resume is exact."""
+    """Sample i of `ordered` (an `EpochSamples` or `Wrapped` view of the examples), masked with a
+    generator seeded by (seed, i): a pure function of i, so resume is exact."""
 
-    def __init__(self, examples: Sequence[Seq2SeqExample], total: int, seed: int, mask_id: int,
-                 source_mask_rate: float, shuffle: bool = True):
-        if not examples:
-            raise ValueError("no seq2seq examples to train on (every row was dropped; see the row report)")
-        self.examples, self.total, self.seed = list(examples), int(total), int(seed)
-        self.mask_id, self.source_mask_rate, self.shuffle = mask_id, source_mask_rate, shuffle
+    def __init__(self, ordered: torch.utils.data.Dataset, seed: int, mask_id: int, source_mask_rate: float):
+        self.ordered, self.seed = ordered, int(seed)
+        self.mask_id, self.source_mask_rate = mask_id, source_mask_rate
 
     def __len__(self) -> int:
-        return self.total
+        return len(self.ordered)
 
     def __getitem__(self, i: int) -> dict:
-        epoch, within = divmod(int(i), len(self.examples))
-        order = (np.random.default_rng([self.seed, epoch]).permutation(len(self.examples))
-                 if self.shuffle else np.arange(len(self.examples)))
-        example = self.examples[int(order[within])]
+        example = self.ordered[int(i)]
         tokens, labels, loss_mask = mask_example(example, np.random.default_rng([self.seed, 1, int(i)]),
                                                  self.mask_id, self.source_mask_rate)
         return {"tokens": tokens, "labels": labels, "loss_mask": loss_mask, "split": example.split,
                 "target_length": example.target_length}
 
 
-class Seq2SeqRecipe(Recipe):
-    """CMLM seq2seq fine-tuning with the length head (see the module doc)."""
+class Seq2SeqRecipe(FinetuneRecipe):
+    """CMLM seq2seq fine-tuning with the length head, validated by Mask-Predict (module doc)."""
 
     name = "seq2seq"
     metric_names = ("masked_accuracy", "length_accuracy", "length_loss")
 
     def __init__(self, task, tokenizer, options=None):
-        self.task, self.tokenizer, self.options = task, tokenizer, options
-        self.max_source_length = int(_option(options, "max_length"))
+        options = _section(options)
+        super().__init__(task, tokenizer, options)
         self.max_target_length = int(_option(options, "max_target_length"))
+        source = options.get("max_source_length", None)
+        if source is None:
+            source = options.max_length - self.max_target_length
+        self.max_source_length = int(source)
         self.length_loss_weight = float(_option(options, "length_loss_weight"))
         self.source_mask_rate = float(_option(options, "source_mask_rate"))
         if self.length_loss_weight < 0 or not 0 <= self.source_mask_rate < 1:
             raise ValueError("length_loss_weight must be >= 0 and source_mask_rate in [0, 1)")
         self.encoder = Seq2SeqEncoder(tokenizer, self.max_source_length, self.max_target_length,
-                                      append_eos=bool(_option(options, "append_eos")))
+                                      append_eos=bool(_option(options, "append_eos")),
+                                      overlong_source=str(_option(options, "overlong_source")))
+        self.eval_limit = _option(options, "eval_limit")
+        self.decoding = self._decoding_config(options.get("generation", None) or {})
         ids = self.encoder.ids
         if ids.mask_id is None:
             raise ValueError("the tokenizer has no mask token; CMLM training masks target tokens")
         self.mask_id = int(ids.mask_id)
         self.pad_id = int(next(i for i in (ids.pad_id, ids.eos_id, ids.mask_id) if i is not None))
-        self.train_examples: list[Seq2SeqExample] = []
-        self.eval_examples: dict[str, list[Seq2SeqExample]] = {}
+
+    def _decoding_config(self, overrides: dict):
+        from megatron_biglm.generation import GenerationConfig
+
+        if not isinstance(overrides, dict):
+            raise ValueError(f"finetune.options.generation must be a mapping of Mask-Predict options "
+                             f"(e.g. {{steps: 10, length_beam: 5}}), got {overrides!r}")
+        values = {**DECODING_DEFAULTS, "max_new_tokens": self.max_target_length, **overrides}
+        return GenerationConfig.from_dict(values)
 
     # ---- data -------------------------------------------------------------------------
     def set_examples(self, train: Sequence[Seq2SeqExample], valid: Sequence[Seq2SeqExample] | None = None):
+        """Examples encoded by the caller (the Python path; the entry point reads finetune.data)."""
         self.train_examples = list(train)
         if valid:
-            self.eval_examples["validation"] = list(valid)
+            self.eval_examples[self.select_split] = list(valid)
 
-    def _read(self, split: str) -> list[Seq2SeqExample]:
-        from ..data_files import load_split
+    @property
+    def select_split(self) -> str:
+        return self.options.select_split or (self.task.eval_splits[0] if self.task else "validation")
+
+    def encode(self, rows: list[dict], report, training: bool) -> list:  # noqa: ARG002
         from ..tasks import encode_rows
 
-        files = (self.options.get("data", None) or {}).get(split) if self.options is not None else None
-        if not files:
-            raise ValueError(f"seq2seq task {getattr(self.task, 'name', '?')}: no examples for split "
-                             f"{split!r}; set finetune.data.{split}=FILES or call set_examples()")
-        rows, report = load_split(self.task.dataset, files=files)
-        examples = encode_rows(self.task, rows, self.tokenizer, max_length=self.max_source_length,
-                               report=report, max_target_length=self.max_target_length,
-                               append_eos=self.encoder.append_eos)
-        print(f"[seq2seq] {split}: {report.summary_line()}", flush=True)
-        return examples
+        return encode_rows(self.task, rows, self.tokenizer, max_length=self.max_source_length, report=report,
+                           max_target_length=self.max_target_length, append_eos=self.encoder.append_eos,
+                           overlong_source=self.encoder.overlong_source)
 
-    def build_data(self, config, model_config, dp_size: int) -> RecipeData:  # noqa: ARG002
+    def build_data(self, config, model_config, dp_size: int) -> RecipeData:
         head = getattr(model_config, "length_head_max", 0)
         if head < self.max_target_length:
             raise ValueError(f"the seq2seq recipe trains the length head: set model.length_head_max >= "
                              f"max_target_length={self.max_target_length} (it is {head})")
         if self.max_source_length + self.max_target_length > config.data.seq_length:
-            raise ValueError(f"max_length {self.max_source_length} + max_target_length "
+            raise ValueError(f"max_source_length {self.max_source_length} + max_target_length "
                              f"{self.max_target_length} exceed data.seq_length={config.data.seq_length}")
-        if not self.train_examples:
-            self.train_examples = self._read(getattr(self.task, "train_split", "train"))
-        if not self.eval_examples and self.options is not None and (self.options.get("data", None) or {}):
-            name = getattr(self.task, "eval_splits", ("validation",))[0]
-            if name in self.options.get("data"):
-                self.eval_examples[name] = self._read(name)
-        gbs = config.training.global_batch_size
+        data = super().build_data(config, model_config, dp_size)
         seed = config.data.seed
-        train = MaskedSeq2Seq(self.train_examples, config.schedule.train_steps * gbs, seed,
-                              self.mask_id, self.source_mask_rate)
-        valid_examples = next(iter(self.eval_examples.values()), None)
-        valid = None
-        if valid_examples:
-            n = -(-len(valid_examples) // gbs) * gbs
-            valid = MaskedSeq2Seq(valid_examples, n, seed + 1, self.mask_id, 0.0, shuffle=False)
-        return RecipeData(train=train, valid=valid, tokenizer=self.tokenizer, collate_fn=self.collate)
+        data.train = MaskedSeq2Seq(data.train, seed, self.mask_id, self.source_mask_rate)
+        if data.valid is not None:
+            data.valid = MaskedSeq2Seq(data.valid, seed + 1, self.mask_id, 0.0)
+        return data
 
     def collate(self, samples: Sequence[dict]) -> dict:
-        """Right-padded to max_length + max_target_length (one shape for every batch)."""
+        """Right-padded to max_source_length + max_target_length (one shape for every batch)."""
         width = self.max_source_length + self.max_target_length
         b = len(samples)
         tokens = torch.full((b, width), self.pad_id, dtype=torch.long)
@@ -210,3 +226,46 @@ class Seq2SeqRecipe(Recipe):
 
     def attention_splits(self, batch: dict) -> list | None:
         return batch["split"].tolist()
+
+    # ---- validation -------------------------------------------------------------------
+    @torch.no_grad()
+    def decode(self, adapter, examples: Sequence[Seq2SeqExample]) -> list[str]:
+        """Mask-Predict outputs (text) for the examples' sources."""
+        from megatron_biglm.generation import MaskPredictGenerator
+
+        generator = MaskPredictGenerator(adapter, self.tokenizer)
+        sources = [e.input_ids[1:e.split] for e in examples]  # the generator adds BOS
+        outputs = generator.generate_ids(sources, self.decoding, batch_size=self.options.eval_batch_size)
+        return [o.text.strip() for o in outputs]
+
+    @torch.no_grad()
+    def length_accuracy(self, adapter, examples: Sequence[Seq2SeqExample]) -> float:
+        """How often the length head's top length is the target length."""
+        from megatron_biglm.inference.engine import pad
+
+        hits, size = 0, self.options.eval_batch_size
+        for start in range(0, len(examples), size):
+            chunk = examples[start:start + size]
+            ids, lengths = pad([e.input_ids[:e.split] for e in chunk], self.pad_id, adapter.device)
+            top = adapter.predict_lengths(ids, lengths, 1)[:, 0].cpu()
+            hits += int((top == torch.tensor([e.target_length for e in chunk])).sum())
+        return hits / len(examples)
+
+    def evaluate_split(self, model, name: str, examples: list, device) -> dict[str, float]:  # noqa: ARG002
+        """The task's metrics on Mask-Predict outputs, plus exact match and the length head's accuracy."""
+        from megatron_biglm.inference.megatron_adapter import megatron_adapter_for
+
+        if self.eval_limit is not None and len(examples) > int(self.eval_limit):
+            print(f"[seq2seq] {name}: decoding the first {int(self.eval_limit)} of {len(examples)} "
+                  f"examples (finetune.options.eval_limit)", flush=True)
+            examples = examples[:int(self.eval_limit)]
+        references = [e.reference for e in examples]
+        if any(r is None for r in references):
+            raise ValueError(f"split {name}: examples without reference text cannot be scored; encode them "
+                             f"with Seq2SeqEncoder.encode (it keeps the target text)")
+        adapter = megatron_adapter_for(model, self.tokenizer)
+        predictions = self.decode(adapter, examples)
+        scores = task_scores(self.task.metrics, predictions, references)
+        scores["exact_match"] = float(np.mean([p == r.strip() for p, r in zip(predictions, references)]))
+        scores["length_accuracy"] = self.length_accuracy(adapter, examples)
+        return scores

@@ -30,6 +30,7 @@ class Seq2SeqExample:
     input_ids: list[int]
     split: int
     target_length: int
+    reference: str | None = None  # the target text as given (untruncated): what metrics compare with
 
     @property
     def length(self) -> int:
@@ -84,7 +85,7 @@ class Seq2SeqEncoder:
             if report is not None:
                 report.truncate("target")
         suffix = target_ids + ([self.ids.eos_id] if self.append_eos else [])
-        return Seq2SeqExample(prefix + suffix, len(prefix), len(suffix))
+        return Seq2SeqExample(prefix + suffix, len(prefix), len(suffix), reference=target)
 
 
 def collate(examples: Sequence[Seq2SeqExample], pad_id: int) -> dict[str, torch.Tensor]:
