@@ -8,6 +8,10 @@ rank of the job (it is collective).
 
 The model's shape is checked against the signature saved with the checkpoint (the shape its
 tensors have), so no run config or model config needs rebuilding here.
+
+A task head (`task_head.*`, model/head_model.py) that the checkpoint has none of starts
+fresh: a classification fine-tune from a pretrained (masked-LM) checkpoint keeps the model's
+new head, and says so. Every other missing tensor, or a head stored only in part, is an error.
 """
 from __future__ import annotations
 
@@ -34,10 +38,27 @@ def load_model_weights(checkpoint, model, *, verify: bool = True) -> SavedCheckp
         diffs = [f"{k}: checkpoint={theirs.get(k)}, model={mine.get(k)}" for k in sorted(set(mine) | set(theirs))
                  if theirs.get(k) != mine.get(k)]
         raise CheckpointError(f"checkpoint {saved.path} holds another model shape: {'; '.join(diffs)}")
-    loaded = dist_checkpointing.load({"model": module.sharded_state_dict()}, str(saved.dist_dir))
+    sharded = module.sharded_state_dict()
+    fresh = _heads_not_stored(sharded, saved)
+    for name in fresh:
+        del sharded[name]
+    if fresh:
+        print(f"{saved.path} has no task head: {', '.join(fresh)} start from their initialisation", flush=True)
+    loaded = dist_checkpointing.load({"model": sharded}, str(saved.dist_dir))
     result = module.load_state_dict(loaded["model"], strict=False)
-    missing = [k for k in result.missing_keys if not k.endswith("_extra_state")]
+    missing = [k for k in result.missing_keys if not k.endswith("_extra_state") and k not in fresh]
     if missing or result.unexpected_keys:
         raise CheckpointError(f"checkpoint {saved.path} does not fill the model: missing {missing[:4]}, "
                               f"unexpected {list(result.unexpected_keys)[:4]}")
     return saved
+
+
+def _heads_not_stored(sharded: dict, saved: SavedCheckpoint) -> list[str]:
+    """The model's `task_head.*` entries when the checkpoint stores none of them (else [])."""
+    from torch.distributed.checkpoint import FileSystemReader
+
+    head = [name for name in sharded if name.startswith("task_head.")]
+    if not head:
+        return []
+    stored = set(FileSystemReader(str(saved.dist_dir)).read_metadata().state_dict_metadata)
+    return head if not any(getattr(sharded[name], "key", name) in stored for name in head) else []
