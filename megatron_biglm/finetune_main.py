@@ -10,6 +10,8 @@ Start points: `finetune.init_from=CKPT` takes the weights of any checkpoint (a p
 run, or a `tools/convert_checkpoint.py from-hf` import of an HF export or a public
 EuroBERT) with a fresh optimizer and schedule; `checkpoint.load=IMPORT` does the same for a
 weights-only import. Re-running the same command resumes the fine-tune's own checkpoints.
+`finetune.train_examples=0` trains nothing: `init_from` is scored as it is (zero-shot;
+finetune/start_scores.py) into the same results.json.
 
 This module sits on the top floor (it wires finetune/ into train.py);
 `megatron_biglm/finetune/__main__.py` only runs it, so that `-m megatron_biglm.finetune` works.
@@ -22,12 +24,16 @@ import sys
 def finetune(config_or_path, overrides=(), callbacks=()) -> dict:
     """Run (or resume) a fine-tune; return the results (what results.json holds) and the
     `TrainResult` under "train"."""
+    from megatron_biglm.config import load_config
     from megatron_biglm.finetune.plan import plan_finetune
+    from megatron_biglm.finetune.start_scores import score_start
     from megatron_biglm.train import train
 
     plan = plan_finetune(config_or_path, overrides)
     for note in plan.notes:
         print(f"finetune: {note}", flush=True)
+    if plan.train_steps == 0:
+        return score_start(plan, load_config(config_or_path, plan.overrides))
     result = train(config_or_path, plan.overrides, callbacks=[plan.validator, *callbacks],
                    recipe=plan.recipe, init_from=plan.init_from)
     out = plan.validator.results()
@@ -37,7 +43,7 @@ def finetune(config_or_path, overrides=(), callbacks=()) -> dict:
 
 def _summary(result: dict) -> dict:
     summary = {k: result[k] for k in ("task", "best_epoch", "best_metric", "best_checkpoint", "test", "finished")}
-    return {"finetune": summary, "stopped_by": result["train"]["stopped_by"]}
+    return {"finetune": summary, "stopped_by": result["train"]["stopped_by"] if result["train"] else None}
 
 
 def main(argv=None) -> int:

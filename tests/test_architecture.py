@@ -23,7 +23,7 @@ FLOORS = {
     "inference": 3, "training": 3,
     "export": 4, "evaluation": 4, "generation": 4,
     "finetune": 5,
-    "train": 6, "finetune_main": 6, "instruct_tune": 6, "quickstart": 6, "cli": 6, "__main__": 6,
+    "train": 6, "finetune_main": 6, "instruct_tune": 6, "lowdata_main": 6, "quickstart": 6, "cli": 6, "__main__": 6,
 }
 TOP = max(FLOORS.values())
 SAME_FLOOR = {

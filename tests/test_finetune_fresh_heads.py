@@ -69,3 +69,18 @@ def test_init_from_a_checkpoint_without_the_new_head(start, tmp_path, capsys, ki
     assert body and set(body) <= set(after)
     for name in body:  # lr 0: the body is exactly what was loaded
         assert torch.equal(before[name], after[name]), name
+
+
+def test_a_head_stored_in_part_is_refused():
+    from types import SimpleNamespace
+
+    from megatron_biglm.checkpoint.dirs import CheckpointError
+    from megatron_biglm.checkpoint.weights_only import absent_heads
+
+    sharded = {n: SimpleNamespace(key=n) for n in ("decoder.w", "task_head.dense.weight", "task_head.out.weight",
+                                                   "length_head.weight")}
+    assert absent_heads(sharded, {"decoder.w"}) == ["task_head.dense.weight", "task_head.out.weight",
+                                                     "length_head.weight"]
+    assert absent_heads(sharded, set(sharded)) == []
+    with pytest.raises(CheckpointError, match="only part of the model's task_head: task_head.out.weight"):
+        absent_heads(sharded, {"decoder.w", "task_head.dense.weight"})

@@ -10,9 +10,10 @@ The model's shape is checked against the signature saved with the checkpoint (th
 tensors have), so no run config or model config needs rebuilding here.
 
 Heads a fine-tune adds (`FRESH_HEAD_PREFIXES`: the task head, the CMLM length head) may be
-absent from the start checkpoint (a pretraining run has neither): they keep their fresh
-initialisation, and their names are returned in `SavedCheckpoint.fresh_heads` and printed.
-Any other tensor the checkpoint lacks is an error.
+absent from the start checkpoint (a pretraining run has neither): a head the checkpoint stores
+none of keeps its fresh initialisation, and its names are returned in
+`SavedCheckpoint.fresh_heads` and printed. A head stored only in part, or any other tensor the
+checkpoint lacks, is an error.
 """
 from __future__ import annotations
 
@@ -61,11 +62,14 @@ FRESH_HEAD_PREFIXES = ("task_head.", "length_head.")
 
 
 def absent_heads(sharded: dict, stored: set[str]) -> list[str]:
-    """Names in `sharded` (a model's sharded state dict) under a head prefix whose tensors the
-    checkpoint does not store."""
+    """Names in `sharded` (a model's sharded state dict) of every head the checkpoint stores
+    none of; a head stored in part raises CheckpointError (a damaged or foreign checkpoint)."""
     out = []
-    for name, value in sharded.items():
-        key = getattr(value, "key", name)
-        if name.startswith(FRESH_HEAD_PREFIXES) and not name.endswith("_extra_state") and key not in stored:
-            out.append(name)
+    for prefix in FRESH_HEAD_PREFIXES:
+        names = [n for n in sharded if n.startswith(prefix) and not n.endswith("_extra_state")]
+        absent = [n for n in names if getattr(sharded[n], "key", n) not in stored]
+        if absent and len(absent) < len(names):
+            raise CheckpointError(f"the checkpoint stores only part of the model's {prefix.rstrip('.')}: "
+                                  f"{', '.join(absent)} missing; load a checkpoint with the whole head or without it")
+        out += absent
     return out

@@ -20,6 +20,13 @@ task's verbalizer prompt; `loss_over` is `labels` (softmax over the verbalizer) 
 `init_from`: a checkpoint (pretraining run, `from-hf` import) whose model weights a fresh
 fine-tune starts from (fresh optimizer and schedule). `options`: recipe-specific settings
 (e.g. span QA's `doc_stride`, seq2seq's `max_target_length`), read by the task kind's recipe.
+
+Low data (seed 001 §4.3): `train_examples: N` trains on N examples drawn from the usable
+training examples with `data.seed` (reported in results.json's `data`; more than there are is
+an error, not a silent cap); `N = 0` trains nothing and scores `init_from` as it is on the
+evaluation splits (zero-shot; prompted tasks only). `min_steps` lifts the schedule to at least
+that many steps (8 examples x 3 epochs would be 3 steps; the seed trains >= 300):
+train_steps = max(epochs * steps_per_epoch, min_steps).
 """
 from __future__ import annotations
 
@@ -48,6 +55,8 @@ class FinetuneConfig:
     fill_short_labels_with: Optional[int] = None
     init_from: Optional[str] = None
     eval_batch_size: int = 16
+    train_examples: Optional[int] = None
+    min_steps: int = 0
     options: dict = field(default_factory=dict)
 
     @property
@@ -77,6 +86,10 @@ class FinetuneConfig:
         if self.label_words is not None and not all(isinstance(w, str) for w in self.label_words):
             return (f"finetune.label_words must be strings, got {self.label_words}: quote them "
                     f"(YAML reads yes/no/true/false unquoted as booleans), e.g. ['yes', 'no']")
+        if self.train_examples is not None and self.train_examples < 0:
+            return f"finetune.train_examples must be >= 0 (0: no training, score init_from), got {self.train_examples}"
+        if self.min_steps < 0:
+            return f"finetune.min_steps must be >= 0, got {self.min_steps}"
         if self.eval_batch_size < 1:
             return f"finetune.eval_batch_size must be >= 1, got {self.eval_batch_size}"
         return None

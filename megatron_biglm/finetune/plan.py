@@ -1,6 +1,9 @@
 """From a run config with a `finetune:` section to what `train()` runs: the recipe (picked
 by the task's kind), the schedule in steps, and the validation callback.
 
+`finetune.train_examples=0` plans no training (`train_steps` 0, no schedule overrides): the
+entry point scores the start point on the evaluation splits instead (`finetune/start_scores.py`).
+
 The epochs become steps here because only the encoded training set says how many examples
 there are (rounding: see `config/finetune_section.py`). What is derived is returned as
 `key=value` overrides, so the run's saved config.yaml holds the steps it really ran.
@@ -31,7 +34,7 @@ class FinetunePlan:
 def derived_schedule(n_train: int, options, global_batch_size: int, n_valid: int) -> dict:
     """The schedule keys the epochs decide (see the module doc)."""
     steps_per_epoch = math.ceil(n_train / global_batch_size)
-    train_steps = options.epochs * steps_per_epoch
+    train_steps = max(options.epochs * steps_per_epoch, options.min_steps)
     interval = options.validate_every_steps or steps_per_epoch
     warmup = int(round(options.warmup_fraction * train_steps))
     return {
@@ -67,6 +70,8 @@ def plan_finetune(config_or_path, overrides=()) -> FinetunePlan:
         raise ConfigError(f"finetune.task={options.task}: {exc}") from None
     recipe.prepare(cfg)
     gbs = cfg.training.global_batch_size
+    if options.train_examples == 0:
+        return _no_training_plan(cfg, list(overrides), recipe)
     n_valid = len(recipe.eval_examples[recipe.select_split])
     derived = derived_schedule(len(recipe.train_examples), options, gbs, n_valid)
     steps = derived["schedule.train_steps"]
@@ -75,8 +80,29 @@ def plan_finetune(config_or_path, overrides=()) -> FinetunePlan:
                               run_dir=cfg.run_dir, checkpoint_root=cfg.checkpoint_dir,
                               data_summary=recipe.row_summaries())
     notes = [f"{name}: {line}" for name, line in recipe.row_summaries().items()]
+    lifted = (f", lifted to finetune.min_steps={options.min_steps}"
+              if steps > options.epochs * recipe.steps_per_epoch(gbs) else "")
     notes.append(f"{len(recipe.train_examples)} training examples / global batch {gbs} = "
-                 f"{recipe.steps_per_epoch(gbs)} steps per epoch (rounded up) x {options.epochs} epochs = "
+                 f"{recipe.steps_per_epoch(gbs)} steps per epoch (rounded up) x {options.epochs} epochs{lifted} = "
                  f"{steps} steps; validation every {derived['training.eval_interval']} steps")
     return FinetunePlan(recipe, list(overrides) + [f"{k}={v}" for k, v in derived.items()], validator,
                         recipe.steps_per_epoch(gbs), steps, options.init_from, notes)
+
+
+def _no_training_plan(cfg, overrides: list[str], recipe) -> FinetunePlan:
+    """`finetune.train_examples=0`: nothing to train; the start point is scored as it is,
+    which needs one (`init_from`) and a task that reads answers off the pretrained head."""
+    options = cfg.finetune
+    if not options.init_from:
+        raise ConfigError("finetune.train_examples=0 scores the start point without training: set "
+                          "finetune.init_from=CHECKPOINT (the model to score)")
+    if recipe.task.kind != "verbalizer":
+        raise ConfigError(f"finetune.train_examples=0 scores a model zero-shot, which needs a prompted task "
+                          f"(kind verbalizer); {options.task} is kind {recipe.task.kind!r}: its head would be "
+                          f"untrained. Use finetune.train_examples >= 1")
+    validator = TaskValidator(recipe, interval=1, steps_per_epoch=1, train_steps=0, run_dir=cfg.run_dir,
+                              checkpoint_root=cfg.checkpoint_dir, data_summary=recipe.row_summaries())
+    notes = [f"{name}: {line}" for name, line in recipe.row_summaries().items()]
+    notes.append(f"finetune.train_examples=0: no training; {options.init_from} is scored as it is "
+                 f"on {', '.join(recipe.eval_split_names())}")
+    return FinetunePlan(recipe, overrides, validator, 0, 0, options.init_from, notes)

@@ -11,7 +11,8 @@ step (the entry point sets `checkpoint.save_interval` to the interval); once it 
 a tie keeps the earlier one.
 
 results.json holds only what the history determines (no times), so a run killed and
-resumed writes the same file as an uninterrupted one.
+resumed writes the same file as an uninterrupted one. `validate` is the same scoring for a
+model that is not training (the untrained start point of `finetune.train_examples=0`).
 """
 from __future__ import annotations
 
@@ -51,27 +52,35 @@ class TaskValidator:
     def on_step(self, step: int, loop_state, ctx) -> None:  # noqa: ARG002
         if not self.due(step):
             return
-        r = self.recipe
-        record = {"step": step, "epoch": round(step / self.steps_per_epoch, 4), "valid": {}, "test": None}
         chunk = ctx.model_chunks[0]
         chunk.eval()
         try:
-            for name in r.eval_split_names():
-                record["valid"][name] = r.evaluate_split(chunk, name, r.eval_examples[name], ctx.info.device)
-            if r.options.test_split:
-                name = r.options.test_split
-                record["test"] = {name: r.evaluate_split(chunk, name, r.eval_examples[name], ctx.info.device)}
+            self.validate(chunk, step, ctx.info.device, ctx.metrics)
         finally:
             chunk.train()
+
+    def validate(self, model, step: int, device, metrics=None) -> dict:
+        """Score `model` (in eval mode) on every evaluation split as the record of `step`:
+        into the recipe's history, `metrics` (if given) and results.json. Also what scores an
+        untrained start point (step 0, `finetune.train_examples=0`)."""
+        r = self.recipe
+        record = {"step": step, "epoch": round(step / self.steps_per_epoch, 4), "valid": {}, "test": None}
+        for name in r.eval_split_names():
+            record["valid"][name] = r.evaluate_split(model, name, r.eval_examples[name], device)
+        if r.options.test_split:
+            name = r.options.test_split
+            record["test"] = {name: r.evaluate_split(model, name, r.eval_examples[name], device)}
         if r.select_metric not in record["valid"][r.select_split]:
             raise ValueError(f"finetune.select_metric={r.select_metric!r} is not among the metrics "
                              f"{sorted(record['valid'][r.select_split])} of task {r.task.name}")
         r.history = [h for h in r.history if h["step"] < step] + [record]
-        flat = {f"{split}/{k}": v for split, scores in record["valid"].items() for k, v in scores.items()}
-        flat.update({f"test/{k}": v for scores in (record["test"] or {}).values() for k, v in scores.items()})
-        ctx.metrics.log({"kind": "finetune_valid", "step": step, "epoch": record["epoch"], **flat})
+        if metrics is not None:
+            flat = {f"{split}/{k}": v for split, scores in record["valid"].items() for k, v in scores.items()}
+            flat.update({f"test/{k}": v for scores in (record["test"] or {}).values() for k, v in scores.items()})
+            metrics.log({"kind": "finetune_valid", "step": step, "epoch": record["epoch"], **flat})
         if _is_rank0():
             self.write_results()
+        return record
 
     def on_save(self, loop_state, path) -> None:  # noqa: ARG002
         best = best_record(self.recipe.history, self.recipe.select_split, self.recipe.select_metric)
@@ -93,7 +102,7 @@ class TaskValidator:
             "best_step": best["step"] if best else None,
             "best_epoch": best["epoch"] if best else None,
             "best_metric": best["valid"][r.select_split][r.select_metric] if best else None,
-            "best_checkpoint": iteration_name(best["step"]) if best else None,
+            "best_checkpoint": iteration_name(best["step"]) if best and best["step"] else None,  # step 0: untrained
             "best_valid": best["valid"] if best else None,
             "test": best["test"] if best else None,
             "data": self.data_summary,

@@ -6,7 +6,8 @@ N ∈ {0, 8, ..., 128} training examples and seeds, with the IPR table.
 | the grid (`Grid`, `Cell`; no N = 0 for head fine-tuning) | `grid` |
 | results CSV, mean ± std plots, IPR table | `results` |
 | the resumable run over pluggable cell runners | `runner` |
-| `python -m megatron_biglm.finetune.lowdata` | `__main__` |
+| the real cell runners: one fine-tune per cell through the fine-tuning entry | `cells` |
+| `python -m megatron_biglm.finetune.lowdata` (runs the top-floor `megatron_biglm/lowdata_main.py`) | `__main__` |
 """
 from .grid import PARADIGMS, Cell, Grid
 from .runner import load_runner, run_sweep

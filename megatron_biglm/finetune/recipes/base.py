@@ -19,6 +19,8 @@ task's select metric); `encode(rows, report, training)` defaults to `tasks.encod
 `forward` defaults to `logits(model, batch, device)` (the full-attention forward over the
 padded `tokens` and their `valid_lengths`) with the loss `_loss(batch, logits)`;
 `gold_labels` and `accuracy_loss` are the labelled recipes' shared loss pieces.
+`finetune.train_examples: N` keeps N of the encoded training examples (`draw_examples`, seeded
+by `data.seed`; the draw is reported beside the row counts); N = 0 reads no training split.
 The validation history (per-validation metrics, the best so far) is this recipe's training
 state: it is saved in every checkpoint and restored on resume, so a resumed run's
 results.json equals an uninterrupted run's.
@@ -72,6 +74,19 @@ class Wrapped(torch.utils.data.Dataset):
         return self.examples[int(i) % len(self.examples)]
 
 
+def draw_examples(examples: Sequence, n: int, seed: int) -> list:
+    """`n` of `examples` without replacement, in their original order: the first `n` of one
+    permutation seeded by `seed`, so a seed's smaller draws are subsets of its larger ones
+    (a low-data curve over N adds examples instead of swapping them)."""
+    if n > len(examples):
+        from megatron_biglm.config import ConfigError
+
+        raise ConfigError(f"finetune.train_examples={n} but the training split has only {len(examples)} usable "
+                          f"examples; ask for at most {len(examples)}")
+    keep = np.random.default_rng(seed).permutation(len(examples))[:n]
+    return [examples[i] for i in sorted(keep.tolist())]
+
+
 def gold_labels(batch: dict, device) -> torch.Tensor:
     """The batch's gold labels on `device`; an unlabeled example (-1) is an error in training."""
     labels = batch["labels"].to(device)
@@ -99,6 +114,7 @@ class FinetuneRecipe(Recipe):
         self.reports: dict[str, RowReport] = {}
         self.history: list[dict] = []               # one record per validation
         self.use_split = True
+        self.draw_note: str | None = None           # what finetune.train_examples kept
 
     # ---- data -------------------------------------------------------------------------
     @property
@@ -132,9 +148,16 @@ class FinetuneRecipe(Recipe):
     def prepare(self, config) -> None:
         """Read and encode the training split and every evaluation split (once)."""
         self.use_split = config.objective.resolved.restricts_attention
-        rows, report = self.rows(self.task.train_split)
-        self.train_examples = self.encode(rows, report, training=True)
-        self.reports[self.task.train_split] = report
+        wanted = self.options.train_examples
+        if wanted != 0:
+            rows, report = self.rows(self.task.train_split)
+            self.train_examples = self.encode(rows, report, training=True)
+            self.reports[self.task.train_split] = report
+            if wanted is not None:
+                usable = len(self.train_examples)
+                self.train_examples = draw_examples(self.train_examples, wanted, config.data.seed)
+                self.draw_note = (f"{wanted} of {usable} usable examples drawn with data.seed="
+                                  f"{config.data.seed} (finetune.train_examples)")
         names = self.eval_split_names()
         if self.options.test_split:
             names.append(self.options.test_split)
@@ -143,11 +166,15 @@ class FinetuneRecipe(Recipe):
             self.eval_rows[name] = rows
             self.eval_examples[name] = self.encode(rows, report, training=False)
             self.reports[name] = report
-        if not self.train_examples:
-            raise ValueError(f"task {self.task.name}: no training examples ({report.summary_line()})")
+        if not self.train_examples and wanted != 0:
+            raise ValueError(f"task {self.task.name}: no training examples "
+                             f"({self.reports[self.task.train_split].summary_line()})")
 
     def row_summaries(self) -> dict[str, str]:
-        return {name: report.summary_line() for name, report in self.reports.items()}
+        out = {name: report.summary_line() for name, report in self.reports.items()}
+        if self.draw_note:
+            out["train_examples"] = self.draw_note
+        return out
 
     def steps_per_epoch(self, global_batch_size: int) -> int:
         return math.ceil(len(self.train_examples) / global_batch_size)

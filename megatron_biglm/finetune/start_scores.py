@@ -1,0 +1,33 @@
+"""Score a start point without training it (`finetune.train_examples=0`): seed 001's N = 0
+point of the prompted and instruction-tuned curves (the prompt read zero-shot).
+
+Training zero steps through the loop is no run (the schedule needs a step, and the loop's
+callbacks fire after steps), so the start point is loaded for inference (TP=1, PP=1, this
+process) and scored by the validator's own `validate` as the record of step 0: the same
+results.json, with the same metrics and row counts, as a trained run writes, `finished`
+true at 0 steps.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+#: training.precision -> the inference loader's dtype ("auto": the checkpoint's stored dtype)
+_DTYPE = {"fp32": "float32", "bf16": "bfloat16", "auto": "auto"}
+
+
+def score_start(plan, cfg) -> dict:
+    """Load `plan.init_from` and score it on the plan's evaluation splits (`cfg`: the run
+    config); the results dict (what results.json holds), `train` None (nothing was trained)."""
+    from megatron_biglm.config import save_resolved
+    from megatron_biglm.inference.loading import load_megatron_checkpoint, resolve_device
+
+    device = resolve_device(None)
+    loaded = load_megatron_checkpoint(plan.init_from, tokenizer=cfg.data.tokenizer, device=device,
+                                      dtype=_DTYPE[cfg.training.precision], verify=cfg.checkpoint.verify)
+    for note in loaded.notes:
+        print(f"finetune: {note}", flush=True)
+    plan.validator.validate(loaded.model, 0, device)
+    save_resolved(cfg, Path(cfg.run_dir) / "config.yaml")
+    out = plan.validator.results()
+    out["train"] = None
+    return out
