@@ -60,15 +60,16 @@ def inputs(tmp_path):
     return sg, _write_jsonl(tmp_path / "genset.jsonl", _GENSET)
 
 
-def _brute_force_superglue(model_dir: Path, data_dir: Path) -> dict[str, float]:
-    """Each task's metric from full forwards with a loop-built split mask (eval_fixtures)."""
+def _brute_force_superglue(model_dir: Path, data_dir: Path, split: bool = True):
+    """Each task's predictions and metric from full forwards with a loop-built split mask
+    (eval_fixtures); `split=False`: full attention (split 0)."""
     from transformers import AutoModelForMaskedLM, AutoTokenizer
 
     from megatron_biglm.finetune.data_files import read_rows
 
     model = AutoModelForMaskedLM.from_pretrained(str(model_dir)).eval()
     tok = AutoTokenizer.from_pretrained(str(model_dir))
-    out = {}
+    out, predictions = {}, {}
     for task in _SG_ROWS:
         spec = get_task(task)
         rows, _ = read_rows([str(data_dir / f"{task}.jsonl")], spec.dataset)
@@ -76,13 +77,14 @@ def _brute_force_superglue(model_dir: Path, data_dir: Path) -> dict[str, float]:
         preds, golds = [], []
         for row in rows:
             ex = encoder.encode(row, row["label"])
-            lp = bf_logprobs(model, ex.input_ids, ex.split)
+            lp = bf_logprobs(model, ex.input_ids, ex.split if split else 0)
             scores = [sum(lp[ex.mask_positions[k], t].item() for k, t in enumerate(ids))
                       for ids in encoder.label_token_ids]
             preds.append(max(range(len(scores)), key=scores.__getitem__))
             golds.append(row["label"])
         out[task] = (macro_f1(preds, golds, list(range(3))) if task == "cb" else accuracy(preds, golds))
-    return out
+        predictions[task] = preds
+    return out, predictions
 
 
 def test_table5_row_equals_independent_recomputation(biglm_dir, inputs, tmp_path, capsys):
@@ -95,8 +97,9 @@ def test_table5_row_equals_independent_recomputation(biglm_dir, inputs, tmp_path
     printed = capsys.readouterr().out
     report = json.loads(out.read_text())
 
-    expected = _brute_force_superglue(biglm_dir, sg_dir)
+    expected, predictions = _brute_force_superglue(biglm_dir, sg_dir)
     sg = report["superglue"]
+    assert {t: r["predictions"] for t, r in sg["tasks"].items()} == predictions
     assert {t: r["score"] for t, r in sg["tasks"].items()} == pytest.approx(expected, abs=1e-12)
     assert sg["tasks"]["cb"]["metric"] == "macro_f1" and sg["tasks"]["rte"]["rows"] == 3
     assert sg["average"] == pytest.approx(sum(expected.values()) / 3)
@@ -122,6 +125,18 @@ def test_table5_row_equals_independent_recomputation(biglm_dir, inputs, tmp_path
     assert "MMLU: skipped (no --mmlu-shots given)" in printed
     assert "SuperGLUE AVG over 3 of 5 tasks" in printed
     assert report["mmlu"] == {"skipped": "no --mmlu-shots given"}
+
+
+def test_split_attention_off_scores_with_full_attention(biglm_dir, inputs, tmp_path):
+    sg_dir, _ = inputs
+    out = tmp_path / "mt.json"
+    assert main(["--model", str(biglm_dir), "--device", "cpu", "--superglue-data", str(sg_dir),
+                 "--split-attention", "off", "--output", str(out)]) == 0
+    report = json.loads(out.read_text())
+    assert report["model_info"]["split_attention"] is False
+    expected, predictions = _brute_force_superglue(biglm_dir, sg_dir, split=False)
+    assert {t: r["predictions"] for t, r in report["superglue"]["tasks"].items()} == predictions
+    assert {t: r["score"] for t, r in report["superglue"]["tasks"].items()} == pytest.approx(expected, abs=1e-12)
 
 
 def test_mmlu_smoke_offline_equals_lm_eval_biglm_model(biglm_dir, tmp_path, capsys):

@@ -5,7 +5,8 @@ after instruction tuning): MMLU zero-/k-shot, SuperGLUE average, Genset BLEU-2 /
         --superglue-data SG_DIR --genset genset.jsonl --max-new-tokens 32 --steps 10 \
         [--genset-template default] --output multitask.json
 
-PATH is an HF export or a megatron checkpoint, loaded once for all three sections. A section
+PATH is an HF export or a megatron checkpoint, loaded once for all three sections, run with
+split attention (`--split-attention off` for a model trained without it). A section
 whose input is not given is reported as skipped, with the reason, in the table and the JSON.
 Bad input (a missing file, rows in the wrong schema, MMLU unreachable offline) prints
 `error: ...` saying what to do and exits with status 2, before the model is loaded where it
@@ -41,6 +42,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--device", help="default: cuda when available, else cpu")
     p.add_argument("--dtype", help="default: bfloat16 on GPU, float32 on CPU")
     p.add_argument("--batch-size", type=int, default=16, help="rows per forward pass (scoring)")
+    p.add_argument("--split-attention", choices=("on", "off"), default="on",
+                   help="on: prefix rows never see the answer slots (BiGLM as trained); off: full "
+                        "attention, for a model trained without the split (an mlm baseline)")
     mmlu = p.add_argument_group("MMLU (lm-eval's mmlu tasks through our masked-LM backend)")
     mmlu.add_argument("--mmlu-shots", type=int, nargs="+", help="e.g. 0 5 (ZS / FS)")
     mmlu.add_argument("--mmlu-data", help=f"local cais/mmlu jsonl: DIR/<subject>/test.jsonl (+ dev.jsonl "
@@ -98,7 +102,8 @@ def run_multitask(args) -> dict:
     from .superglue import evaluate_superglue
     from .table import format_row
 
-    adapter, tokenizer = load_for_generation(args.model, device=args.device, dtype=args.dtype)
+    adapter, tokenizer = load_for_generation(args.model, device=args.device, dtype=args.dtype,
+                                             split_attention=args.split_attention)
     report = {"model": str(args.model), "label": args.label or Path(args.model).name,
               "model_info": adapter.describe()}
     if args.mmlu_shots:

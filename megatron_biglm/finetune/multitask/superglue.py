@@ -81,7 +81,8 @@ def predict(adapter, tokenizer, task: str, rows: list[dict], *,
 
 
 def score_task(adapter, tokenizer, task: str, path, *, batch_size: int = 16) -> dict:
-    """{"metric", "score" (fraction), "scores" (all the task's metrics), "rows", "report"}."""
+    """{"metric", "score" (fraction), "scores" (all the task's metrics), "rows", "predictions"
+    (label index per scored row, in file order), "report"}."""
     spec = get_task(task)
     rows, read_report = load_task_rows(path, task)
     predictions, labels, fit_report = predict(adapter, tokenizer, task, rows, batch_size=batch_size)
@@ -91,7 +92,7 @@ def score_task(adapter, tokenizer, task: str, path, *, batch_size: int = 16) -> 
     scores = task_scores(spec.metrics, predictions, labels,
                          classes=list(range(len(spec.prompt.label_words))))
     return {"metric": spec.select, "score": scores[spec.select], "scores": scores,
-            "rows": len(predictions), "file": str(path),
+            "rows": len(predictions), "file": str(path), "predictions": predictions,
             "report": {"read": read_report.summary_line(), "fit": fit_report.summary_line()}}
 
 
