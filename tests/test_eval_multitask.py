@@ -243,3 +243,14 @@ def test_megatron_checkpoint_and_its_export_give_the_same_row(gen_checkpoint, ge
         [g["prediction"] for g in export["genset"]["generations"]]
     assert ckpt["mmlu"]["runs"]["0"]["accuracy"] == export["mmlu"]["runs"]["0"]["accuracy"]
     assert ckpt["row"] == export["row"]
+
+
+def test_genset_prompt_is_the_instruction_tuning_layout():
+    from megatron_biglm.finetune.instruct.chat_template import TEMPLATES
+    from megatron_biglm.finetune.multitask.genset import prompt_of
+
+    assert prompt_of("Paraphrase: hi", None) == "Paraphrase: hi"
+    t = TEMPLATES["default"]
+    assert prompt_of("Paraphrase: hi", "default") == "### Instruction:\nParaphrase: hi\n### Response:\n"
+    assert prompt_of("x", "plain") == TEMPLATES["plain"].user + "x" + TEMPLATES["plain"].assistant
+    assert t.user == "### Instruction:\n"
