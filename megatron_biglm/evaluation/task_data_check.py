@@ -23,6 +23,7 @@ SCHEMAS = {
     "boolq": (("question", "passage", "label"), None),
     "hellaswag": (("ctx", "activity_label", "endings", "label"), "endings"),
     "truthfulqa_mc1": (("question", "mc1_targets.choices", "mc1_targets.labels"), "mc1_targets.choices"),
+    "mmlu": (("question", "choices", "answer"), "choices"),  # every mmlu_<subject> (cais/mmlu)
 }
 
 

@@ -36,6 +36,21 @@ def build_parser() -> argparse.ArgumentParser:
     src.add_argument("--prompt", help="one prompt")
     src.add_argument("--input", type=Path, help="prompts.jsonl: {\"prompt\": ...} or a string per line")
     p.add_argument("--output", type=Path, help="out.jsonl: one JSON row per prompt, in order")
+    add_decoding_args(p)
+    p.add_argument("--show-steps", action="store_true", help="print the canvas after every iteration")
+    p.add_argument("--batch-size", type=int, default=8)
+    p.add_argument("--device", help="default: cuda when available, else cpu")
+    p.add_argument("--dtype", help="default: bfloat16 on GPU, float32 on CPU")
+    p.add_argument("--length-buckets", default="auto",
+                   help="round padded lengths up so compiled kernels see few shapes: auto "
+                        "(multiples of 64 on GPU, off on CPU), off, pow2 or N")
+    p.add_argument("--no-progress", action="store_true")
+    return p
+
+
+def add_decoding_args(p: argparse.ArgumentParser) -> None:
+    """The Mask-Predict options (`config_from_args` reads them): shared by every command
+    that generates, so they are spelled and checked the same everywhere."""
     size = p.add_mutually_exclusive_group()
     size.add_argument("--length", type=int, help="exactly N tokens (no EOS cut)")
     size.add_argument("--max-new-tokens", type=int, help="decode N slots, cut at the first EOS")
@@ -53,15 +68,6 @@ def build_parser() -> argparse.ArgumentParser:
                    help="a prompt too long for the model: refuse, or drop tokens from the left")
     p.add_argument("--set", dest="extra", action="append", default=[], metavar="KEY=VALUE",
                    help="any other GenerationConfig field (repeatable)")
-    p.add_argument("--show-steps", action="store_true", help="print the canvas after every iteration")
-    p.add_argument("--batch-size", type=int, default=8)
-    p.add_argument("--device", help="default: cuda when available, else cpu")
-    p.add_argument("--dtype", help="default: bfloat16 on GPU, float32 on CPU")
-    p.add_argument("--length-buckets", default="auto",
-                   help="round padded lengths up so compiled kernels see few shapes: auto "
-                        "(multiples of 64 on GPU, off on CPU), off, pow2 or N")
-    p.add_argument("--no-progress", action="store_true")
-    return p
 
 
 def config_from_args(args) -> GenerationConfig:
@@ -69,7 +75,7 @@ def config_from_args(args) -> GenerationConfig:
               "length_beam": args.length_beam, "block_size": args.block_size, "blocks": args.blocks,
               "remask": args.remask, "temperature": args.temperature, "top_k": args.top_k,
               "top_p": args.top_p, "seed": args.seed, "until": tuple(args.until),
-              "overflow": args.overflow, "return_steps": bool(args.show_steps)}
+              "overflow": args.overflow, "return_steps": bool(getattr(args, "show_steps", False))}
     for item in args.extra:
         key, sep, raw = item.partition("=")
         if not sep or not key:
