@@ -19,6 +19,8 @@ import json
 import sys
 from pathlib import Path
 
+from megatron_biglm.common.json_lines import json_lines
+
 from .config import GenerationConfig, GenerationConfigError
 from .output import render_canvas
 
@@ -91,14 +93,7 @@ def read_prompts(path: Path) -> list[str]:
     if not path.is_file():
         raise BadInput(f"--input {path} does not exist")
     prompts = []
-    for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise BadInput(f"{path}:{n} is not JSON ({exc.msg}); write one {{\"prompt\": ...}} "
-                           "object per line") from None
+    for n, row in json_lines(path, BadInput, 'write one {"prompt": ...} object per line'):
         prompt = row.get("prompt") if isinstance(row, dict) else row
         if not isinstance(prompt, str):
             raise BadInput(f"{path}:{n} has no string \"prompt\"; write one {{\"prompt\": ...}} "

@@ -11,8 +11,9 @@ so an instruction-tuned model sees the layout it was tuned on.
 """
 from __future__ import annotations
 
-import json
 from pathlib import Path
+
+from megatron_biglm.common.json_lines import json_lines
 
 from ..instruct.chat_template import get_template
 from ..metrics.genset import genset_scores
@@ -31,13 +32,7 @@ def read_pairs(path) -> list[dict]:
     if not path.is_file():
         raise BadGensetData(f"--genset {path} does not exist; {_HINT}")
     rows = []
-    for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            raw = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise BadGensetData(f"{path}:{n} is not JSON ({exc.msg}); {_HINT}") from None
+    for n, raw in json_lines(path, BadGensetData, _HINT):
         if not isinstance(raw, dict):
             raise BadGensetData(f"{path}:{n} is not a JSON object; {_HINT}")
         source, ref = raw.get("source"), raw.get("reference")

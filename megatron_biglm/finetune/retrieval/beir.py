@@ -15,12 +15,13 @@ from __future__ import annotations
 
 import csv
 import hashlib
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
 import torch
+
+from megatron_biglm.common.json_lines import json_lines
 
 METRICS = ("ndcg@10", "recall@100", "mrr@10")
 
@@ -44,17 +45,10 @@ def _jsonl(path: Path) -> list[dict]:
         raise BeirFormatError(f"{path} is missing: a BEIR folder holds corpus.jsonl, queries.jsonl "
                               "and qrels/<split>.tsv")
     rows = []
-    with open(path, encoding="utf-8") as fh:
-        for number, line in enumerate(fh, start=1):
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise BeirFormatError(f"{path}:{number}: invalid JSON ({exc.msg})") from None
-            if not isinstance(row, dict) or "_id" not in row or "text" not in row:
-                raise BeirFormatError(f'{path}:{number}: a row needs "_id" and "text"')
-            rows.append(row)
+    for number, row in json_lines(path, BeirFormatError, 'write one {"_id": ..., "text": ...} object per line'):
+        if not isinstance(row, dict) or "_id" not in row or "text" not in row:
+            raise BeirFormatError(f'{path}:{number}: a row needs "_id" and "text"')
+        rows.append(row)
     return rows
 
 
