@@ -35,15 +35,22 @@ install: $(STAMP) wordnet
 quickstart: $(STAMP)
 	$(PY) -m megatron_biglm.quickstart $(ARGS)
 
-# Everything CI runs: the fast set plus the tests marked slow (multi-process, training).
-# PYTEST_RC_FILE (set by .ci/run) receives pytest's own exit status: make reports every failure as 2.
+# Everything CI runs: the fast set, spread over TEST_WORKERS processes (pytest-xdist, whole
+# files per worker), then the tests marked slow one at a time (they start 2-process jobs of
+# their own and compare numbers at tight tolerances, so they get the machine to themselves).
+# PYTEST_RC_FILE (set by .ci/run) receives pytest's own exit status (5 only when neither run
+# collected a test): make reports every failure as 2.
+TEST_WORKERS ?= 2
 test: $(STAMP) wordnet
 	$(PY) -m megatron_biglm.data.sample_corpus --fetch
-	$(PY) -m pytest -q -p no:cacheprovider $(ARGS); rc=$$?; \
+	$(PY) -m pytest -q -p no:cacheprovider -m "not slow" -n $(TEST_WORKERS) --dist loadfile $(ARGS); fast=$$?; \
+	$(PY) -m pytest -q -p no:cacheprovider -m slow $(ARGS); slow=$$?; \
+	  if [ $$fast -ne 0 ] && [ $$fast -ne 5 ]; then rc=$$fast; elif [ $$slow -ne 0 ] && [ $$slow -ne 5 ]; then rc=$$slow; \
+	  elif [ $$fast -eq 5 ] && [ $$slow -eq 5 ]; then rc=5; else rc=0; fi; \
 	  if [ -n "$(PYTEST_RC_FILE)" ]; then echo $$rc > "$(PYTEST_RC_FILE)"; fi; exit $$rc
 
 test-fast: $(STAMP)
-	$(PY) -m pytest -q -m "not slow" $(ARGS)
+	$(PY) -m pytest -q -m "not slow" -n $(TEST_WORKERS) --dist loadfile $(ARGS)
 
 clean:
 	rm -rf $(VENV) runs outputs .pytest_cache

@@ -35,7 +35,7 @@ setup(
         "eval": ["lm-eval>=0.4.5", "rouge-score", "sacrebleu", "nltk"],
         # retrieval: the sentence-transformers export and BEIR metrics (trec_eval through pytrec_eval)
         "retrieval": ["sentence-transformers>=5", "pytrec-eval-terrier>=0.5.6"],
-        "dev": ["pytest", "pytest-timeout", "scipy", "matplotlib", "tensorboard"],
+        "dev": ["pytest", "pytest-timeout", "pytest-xdist", "scipy", "matplotlib", "tensorboard"],
     },
     entry_points={
         "console_scripts": [
