@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from export_fixtures import BLOCK_OUR_PACKAGES
 from finetune_entry_fixtures import finetune_overrides, write_task
 
 REPO = Path(__file__).resolve().parents[1]
@@ -225,3 +226,65 @@ def test_data_parallel_fine_tune_learns_and_resumes(task, tmp_path):
     assert res["resumed"] == res["straight"]
     assert json.loads((tmp_path / "straight" / "results.json").read_text())["best_metric"] == \
         res["straight"]["best_metric"]
+
+
+VERBALIZER_HF_SCRIPT = BLOCK_OUR_PACKAGES + r"""
+import json, sys, torch
+from transformers import AutoModelForMaskedLM
+folder, batch = sys.argv[1], json.load(open(sys.argv[2]))
+model = AutoModelForMaskedLM.from_pretrained(folder).eval()
+ids, lengths, split = (torch.tensor(batch[k]) for k in ("tokens", "lengths", "split"))
+q = torch.arange(ids.shape[1])[None, :, None]
+k = torch.arange(ids.shape[1])[None, None, :]
+# the model card's split mask, padding included: prefix rows never see the suffix
+blocked = ((k >= split[:, None, None]) & (q < split[:, None, None])) | (k >= lengths[:, None, None])
+mask = torch.zeros(blocked.shape).masked_fill(blocked, torch.finfo(torch.float32).min)[:, None]
+with torch.no_grad():
+    logp = model(input_ids=ids, attention_mask=mask).logits.log_softmax(-1)
+slots = torch.tensor(batch["mask_positions"])
+labels = torch.tensor(batch["label_tokens"])  # [L, K]: one token per slot
+at = logp[torch.arange(len(ids))[:, None], slots]  # [B, K, V]
+scores = torch.stack([at[:, torch.arange(labels.shape[1]), label].sum(-1) for label in labels], -1)
+print(json.dumps({"scores": scores.tolist(), "predicted": scores.argmax(-1).tolist()}))
+"""
+
+
+def test_verbalizer_model_exports_as_masked_lm_with_the_same_predictions(straight, task, tmp_path):
+    """The fine-tuned verbalizer model, exported, loads in a fresh process with plain
+    transformers only (our packages blocked) and, with the model card's split mask, scores the
+    label words at the mask slot as we do: the same predictions."""
+    from megatron_biglm.config import load_config
+    from megatron_biglm.data.tokenizer import load_tokenizer
+    from megatron_biglm.export.convert_to_hf import to_hf
+    from megatron_biglm.finetune.recipes import recipe_for
+    from megatron_biglm.finetune.row_report import RowReport
+    from megatron_biglm.finetune.tasks import get_task
+    from megatron_biglm.inference.loading import load_megatron_checkpoint
+
+    from finetune_entry_fixtures import rows
+
+    run, results = straight
+    best = run / "checkpoints" / results["best_checkpoint"]
+    to_hf(best, tmp_path / "hf", progress=False)
+    assert json.loads((tmp_path / "hf" / "config.json").read_text())["architectures"] == ["EuroBertForMaskedLM"]
+    loaded = load_megatron_checkpoint(best)
+    cfg = load_config(best / "config.yaml")
+    recipe = recipe_for(get_task(cfg.finetune.task), load_tokenizer(cfg.data.tokenizer), cfg.finetune)
+    recipe.use_split = cfg.objective.resolved.restricts_attention
+    examples = recipe.encode(rows(24, 9), RowReport(), training=False)
+    batch = recipe.collate(examples)
+    assert bool((batch["split"] > 0).all()) and recipe.slot_targets.shape == (2, 1)
+    ours = recipe.predict(loaded.model, examples, "cpu", 32)
+    spec = tmp_path / "batch.json"
+    spec.write_text(json.dumps({"tokens": batch["tokens"].tolist(), "lengths": batch["valid_lengths"].tolist(),
+                                "split": batch["split"].tolist(), "mask_positions": batch["mask_positions"].tolist(),
+                                "label_tokens": recipe.slot_targets.tolist()}))
+    done = subprocess.run([sys.executable, "-c", VERBALIZER_HF_SCRIPT, str(tmp_path / "hf"), str(spec)],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    theirs = json.loads(done.stdout.strip().splitlines()[-1])
+    assert theirs["predicted"] == ours
+    with torch.no_grad():
+        our_scores = recipe.scores(batch, recipe.logits(loaded.model, batch, "cpu")).float()
+    torch.testing.assert_close(torch.tensor(theirs["scores"]), our_scores, atol=1e-4, rtol=1e-4)
+    assert sum(p == e.label for p, e in zip(ours, examples)) >= 22  # the fine-tune's answers, not noise

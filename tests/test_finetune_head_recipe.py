@@ -1,8 +1,9 @@
 """Head classification through `python -m megatron_biglm.finetune`'s main(): a tiny model
 learns the synthetic "does the premise contain `cat`?" task (tests/finetune_entry_fixtures.py,
 balanced: chance 50 %) with the `classification` head on mean-pooled states, and the trained
-model exports as HF EuroBertForSequenceClassification that predicts the same in a fresh
-process. A head that pooled padding, a wrong loss or labels would not reach 95 %."""
+model exports as HF EuroBertForSequenceClassification that predicts the same, under the same
+label names (RTE's entailment / not_entailment), in a fresh process. A head that pooled
+padding, a wrong loss or labels would not reach 95 %."""
 from __future__ import annotations
 
 import json
@@ -10,6 +11,7 @@ from pathlib import Path
 
 import pytest
 import torch
+import yaml
 
 from finetune_entry_fixtures import finetune_overrides, rows, write_task
 
@@ -74,8 +76,64 @@ def test_head_model_exports_as_sequence_classification_with_the_same_predictions
     for i, e in enumerate(examples):
         tokens[i, :e.length] = torch.tensor(e.input_ids)
     batch = {"tokens": tokens, "valid_lengths": torch.tensor([e.length for e in examples])}
-    ours, theirs = export_and_compare(run, tmp_path / "hf", batch, "EuroBertForSequenceClassification")
+    ours, theirs, read = export_and_compare(run, tmp_path / "hf", batch, "EuroBertForSequenceClassification")
     assert theirs.shape == ours.shape == (24, 2)
     torch.testing.assert_close(theirs, ours, atol=1e-4, rtol=1e-4)
     assert theirs.argmax(-1).tolist() == ours.argmax(-1).tolist()
     assert (ours.argmax(-1) == torch.tensor([e.label for e in examples])).float().mean() >= 0.9
+    # config.json names the labels as the fine-tune did: plain transformers' argmax label names
+    # are the names of our predictions
+    names = ("entailment", "not_entailment")
+    assert read["id2label"] == {"0": names[0], "1": names[1]}
+    assert read["argmax_labels"] == [names[i] for i in ours.argmax(-1).tolist()]
+    assert json.loads((tmp_path / "hf" / "config.json").read_text())["label2id"] == {n: i for i, n in enumerate(names)}
+    assert yaml.safe_load((run / "config.yaml").read_text())["finetune"]["label_names"] == list(names)
+
+
+class _Weights(dict):
+    def shape(self, name):
+        return self[name]
+
+
+def _checkpoint(label_names, rows: int = 3):
+    from types import SimpleNamespace
+
+    from megatron_biglm.config import FinetuneConfig
+
+    weights = _Weights({"task_head.dense.weight": (8, 8), "task_head.classifier.weight": (rows, 8)})
+    return SimpleNamespace(path="ckpt/iter_0000010", weights=lambda: weights,
+                           run_config=SimpleNamespace(finetune=FinetuneConfig(task="mnli_head", label_names=label_names)))
+
+
+def test_export_names_the_labels_from_the_saved_run_config():
+    from transformers import AutoConfig
+
+    from megatron_biglm.config import ConfigError
+    from megatron_biglm.export.head_export import export_head
+
+    head = export_head(_checkpoint(["entailment", "neutral", "contradiction"]))
+    config = AutoConfig.for_model("bert")
+    head.configure(config)
+    assert config.id2label == {0: "entailment", 1: "neutral", 2: "contradiction"} and head.note is None
+    assert config.label2id == {"entailment": 0, "neutral": 1, "contradiction": 2}
+    unnamed = export_head(_checkpoint(None))  # a run from before the names were saved
+    assert unnamed.label_names == ("LABEL_0", "LABEL_1", "LABEL_2") and "no finetune.label_names" in unnamed.note
+    with pytest.raises(ConfigError, match="names 2 labels .* classifier has 3 rows"):
+        export_head(_checkpoint(["yes", "no"]))
+
+
+def test_label_names_are_the_data_sets_unless_set_and_must_fit(tmp_path):
+    from megatron_biglm.config import ConfigError, load_config
+    from megatron_biglm.finetune.plan import plan_finetune
+
+    task = write_task(tmp_path)
+    base = [f"data.tokenizer={task['tokenizer']}", "finetune.task=rte_head",
+            *(f"finetune.data.{k}={v}" for k, v in task["files"].items())]
+    plan = plan_finetune(None, base)
+    assert load_config(None, plan.overrides).finetune.label_names == ["entailment", "not_entailment"]
+    plan = plan_finetune(None, [*base, "finetune.label_names=[follows, 'no']"])
+    assert load_config(None, plan.overrides).finetune.label_names == ["follows", "no"]
+    with pytest.raises(ConfigError, match="names 3 labels .* has 2: give one name per label"):
+        plan_finetune(None, [*base, "finetune.label_names=[a, b, c]"])
+    with pytest.raises(ConfigError, match="distinct non-empty strings"):
+        load_config(None, ["finetune.task=rte_head", "finetune.label_names=[a, a]"])

@@ -18,7 +18,11 @@ evaluation split, e.g. MNLI's validation_matched). `test_split`, when given, is 
 every validation and reported for the best one. `template` / `label_words` replace the
 task's verbalizer prompt; `loss_over` is `labels` (softmax over the verbalizer) or `vocab`.
 `init_from`: a checkpoint (pretraining run, `from-hf` import) whose model weights a fresh
-fine-tune starts from (fresh optimizer and schedule). `options`: recipe-specific settings
+fine-tune starts from (fresh optimizer and schedule). `label_names`: what a `head` task's
+label indices are called (index order). The fine-tune fills it in from the data set's schema
+(e.g. MNLI: entailment, neutral, contradiction) as a derived key, so the checkpoint's
+config.yaml carries it and the HF export names config.json's `id2label` after it; set it to
+rename the labels (one distinct name per label). `options`: recipe-specific settings
 (e.g. span QA's `doc_stride`, seq2seq's `max_target_length`), read by the task kind's recipe.
 
 Low data (seed 001 §4.3): `train_examples: N` trains on N examples drawn from the usable
@@ -54,6 +58,7 @@ class FinetuneConfig:
     loss_over: Literal["labels", "vocab"] = "labels"
     fill_short_labels_with: Optional[int] = None
     init_from: Optional[str] = None
+    label_names: Optional[list] = None
     eval_batch_size: int = 16
     train_examples: Optional[int] = None
     min_steps: int = 0
@@ -90,6 +95,10 @@ class FinetuneConfig:
             return f"finetune.train_examples must be >= 0 (0: no training, score init_from), got {self.train_examples}"
         if self.min_steps < 0:
             return f"finetune.min_steps must be >= 0, got {self.min_steps}"
+        if self.label_names is not None and (not all(isinstance(n, str) and n for n in self.label_names)
+                                             or len(set(self.label_names)) != len(self.label_names)):
+            return (f"finetune.label_names must be distinct non-empty strings, got {self.label_names}: "
+                    f"quote them (YAML reads yes/no/true/false unquoted as booleans)")
         if self.eval_batch_size < 1:
             return f"finetune.eval_batch_size must be >= 1, got {self.eval_batch_size}"
         return None

@@ -89,6 +89,8 @@ def to_hf(checkpoint_dir, output_dir, *, tokenizer: str | None = None, dtype: st
         notes.append(f"the checkpoint mixes dtypes {stored}; exported as float32")
     head = export_head(checkpoint)  # a fine-tuned head model: its class and rows
     table = head.table if head is not None else None
+    if head is not None and head.note:
+        notes.append(head.note)
     report = ConversionReport()
     stream = megatron_to_hf(weights, shape, report=report, table=table)  # checks every key before reading
     notes.append(verify_checkpoint(checkpoint.path).note() if verify else  # flipped bytes keep the size

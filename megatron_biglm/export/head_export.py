@@ -5,7 +5,10 @@ trunk plus `task_head.*`; the checkpoint's weights say which head it is. Export 
 head as the matching EuroBERT class, so plain transformers loads it:
 
   classification -> EuroBertForSequenceClassification: the same pooling ("mean", or "first"
-      = HF's "bos"), dense, GELU, classifier; `num_labels` from the classifier's rows.
+      = HF's "bos"), dense, GELU, classifier; `num_labels` from the classifier's rows,
+      `id2label` / `label2id` from the run config's `finetune.label_names` (the fine-tune
+      writes the data set's label names there, e.g. MNLI: entailment, neutral,
+      contradiction); a checkpoint without them gets LABEL_0, LABEL_1, ... and a note.
   span           -> EuroBertForTokenClassification with 2 labels, "start" and "end":
       transformers has no EuroBertForQuestionAnswering; its logits[..., 0] / [..., 1] are the
       start / end logits (our head is the same linear map; HF does not mask padding, so
@@ -27,6 +30,7 @@ class ExportHead:
     head: str
     options: dict = field(default_factory=dict)
     label_names: tuple[str, ...] = ()
+    note: str | None = None  # for the conversion summary, e.g. why the labels are unnamed
 
     @property
     def table(self):
@@ -45,13 +49,25 @@ class ExportHead:
 
 def export_head(checkpoint) -> ExportHead | None:
     """The task head a checkpoint holds (read off its `task_head.*` weights), or None when it
-    has the masked-LM head. Labels are named LABEL_0.. (the data set's label names live in
-    finetune/, above this floor; set `id2label` in config.json to name them)."""
+    has the masked-LM head; a classification head's label names from the saved run config."""
+    from megatron_biglm.config import ConfigError
     from megatron_biglm.model.head_model import head_of_checkpoint
 
     found = head_of_checkpoint(checkpoint)
     if found is None:
         return None
     head, options = found
-    labels = tuple(f"LABEL_{i}" for i in range(options.get("num_labels", 0)))
-    return ExportHead(head, options, labels)
+    if head != "classification":
+        return ExportHead(head, options)
+    count = options["num_labels"]
+    finetune = getattr(checkpoint.run_config, "finetune", None)
+    saved = tuple(getattr(finetune, "label_names", None) or ())
+    if saved and len(saved) != count:
+        raise ConfigError(f"{checkpoint.path}/config.yaml names {len(saved)} labels ({list(saved)}) but the "
+                         f"classifier has {count} rows; fix finetune.label_names there, or remove it to "
+                         "export the labels as LABEL_0..")
+    if saved:
+        return ExportHead(head, options, saved)
+    return ExportHead(head, options, tuple(f"LABEL_{i}" for i in range(count)),
+                      note=f"{checkpoint.path}/config.yaml has no finetune.label_names: config.json names the "
+                           f"labels LABEL_0..LABEL_{count - 1}; set id2label there to name them")

@@ -5,11 +5,14 @@ by the task's kind), the schedule in steps, and the validation callback.
 entry point scores the start point on the evaluation splits instead (`finetune/start_scores.py`).
 
 The epochs become steps here because only the encoded training set says how many examples
-there are (rounding: see `config/finetune_section.py`). What is derived is returned as
-`key=value` overrides, so the run's saved config.yaml holds the steps it really ran.
+there are (rounding: see `config/finetune_section.py`). What is derived (the schedule, and the
+settings a recipe settles, e.g. a head's `finetune.label_names`) is returned as `key=value`
+overrides, so the run's saved config.yaml holds the steps it really ran and what an export
+needs to know.
 """
 from __future__ import annotations
 
+import json
 import math
 from dataclasses import dataclass, field
 
@@ -74,6 +77,7 @@ def plan_finetune(config_or_path, overrides=()) -> FinetunePlan:
         return _no_training_plan(cfg, list(overrides), recipe)
     n_valid = len(recipe.eval_examples[recipe.select_split])
     derived = derived_schedule(len(recipe.train_examples), options, gbs, n_valid)
+    settled = {k: json.dumps(v) for k, v in recipe.derived_settings().items()}  # YAML reads JSON back
     steps = derived["schedule.train_steps"]
     validator = TaskValidator(recipe, interval=derived["training.eval_interval"],
                               steps_per_epoch=recipe.steps_per_epoch(gbs), train_steps=steps,
@@ -85,7 +89,8 @@ def plan_finetune(config_or_path, overrides=()) -> FinetunePlan:
     notes.append(f"{len(recipe.train_examples)} training examples / global batch {gbs} = "
                  f"{recipe.steps_per_epoch(gbs)} steps per epoch (rounded up) x {options.epochs} epochs{lifted} = "
                  f"{steps} steps; validation every {derived['training.eval_interval']} steps")
-    return FinetunePlan(recipe, list(overrides) + [f"{k}={v}" for k, v in derived.items()], validator,
+    derived_keys = [f"{k}={v}" for k, v in {**derived, **settled}.items()]
+    return FinetunePlan(recipe, list(overrides) + derived_keys, validator,
                         recipe.steps_per_epoch(gbs), steps, options.init_from, notes)
 
 

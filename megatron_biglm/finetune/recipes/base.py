@@ -179,6 +179,11 @@ class FinetuneRecipe(Recipe):
     def steps_per_epoch(self, global_batch_size: int) -> int:
         return math.ceil(len(self.train_examples) / global_batch_size)
 
+    def derived_settings(self) -> dict:
+        """Run-config keys this recipe settles (e.g. the head's label names), written into the
+        run's config.yaml with the schedule so that its checkpoints carry them."""
+        return {}
+
     def build_data(self, config, model_config, dp_size: int) -> RecipeData:  # noqa: ARG002
         if not self.train_examples:
             self.prepare(config)

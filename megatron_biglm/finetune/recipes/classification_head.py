@@ -7,7 +7,9 @@ valid tokens, or the first token with `finetune.options.pooling: first`; then de
 classifier, as HF's EuroBertForSequenceClassification). Loss: cross-entropy of the gold label,
 one term per example, averaged over the global batch's examples. Validation scores the argmax
 with the task's metrics (accuracy, macro-F1 for CB). Exports as EuroBertForSequenceClassification
-(`export.head_export`).
+(`export.head_export`) with config.json's `id2label` named by `finetune.label_names` (the data
+set's label names unless set; the recipe writes them into the run config, so its checkpoints
+carry them).
 """
 from __future__ import annotations
 
@@ -27,7 +29,11 @@ class HeadClassificationRecipe(LabelRecipe):
 
     def __init__(self, task, tokenizer, options):
         super().__init__(task, tokenizer, options)
+        self.label_names = list(options.label_names or get_schema(task.dataset).label_names)
         self.num_labels = len(get_schema(task.dataset).label_names)
+        if len(self.label_names) != self.num_labels:
+            raise ValueError(f"finetune.label_names names {len(self.label_names)} labels "
+                             f"({self.label_names}); {task.dataset} has {self.num_labels}: give one name per label")
         self.pooling = str(options.get("pooling", "mean"))
         if self.pooling not in ("mean", "first"):
             raise ValueError(f"finetune.options.pooling must be 'mean' or 'first', got {self.pooling!r}")
@@ -37,6 +43,9 @@ class HeadClassificationRecipe(LabelRecipe):
     @property
     def head_options(self) -> dict:
         return {"num_labels": self.num_labels, "pooling": self.pooling}
+
+    def derived_settings(self) -> dict:
+        return {"finetune.label_names": self.label_names}
 
     def model_provider(self, pre_process, post_process, config, transformer_config):
         return head_model_provider("classification", self.head_options)(
