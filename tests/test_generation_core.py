@@ -424,3 +424,18 @@ def test_bad_prompts_and_tokenizers():
     assert gen.generate(["defgh"], length=6)[0].ids == out.ids  # the last 5 prompt tokens kept
     with pytest.raises(ValueError, match="do not fit"):
         gen.generate(["ab"], length=11, overflow="truncate_left")
+
+
+def test_generate_ids_equals_generate_on_the_same_tokens(hf_model):
+    """Pre-tokenized prompts (a fine-tuning set's sources) decode exactly as their text does,
+    including seeded sampling (the seeds hang off the ids, not the text)."""
+    gen = hf_generator(hf_model, "on")
+    prompts = random_prompts(11, 6)
+    ids = [gen.tokenizer(p, add_special_tokens=False)["input_ids"] for p in prompts]
+    for config in (GenerationConfig(length=5, steps=3),
+                   GenerationConfig(length=4, steps=2, temperature=1.0, seed=3, length_beam=2)):
+        by_text, by_ids = gen.generate(prompts, config, batch_size=4), gen.generate_ids(ids, config, batch_size=4)
+        assert [o.ids for o in by_ids] == [o.ids for o in by_text]
+        assert [o.text for o in by_ids] == [o.text for o in by_text]
+    with pytest.raises(ValueError, match="prompt 1 has no ids"):
+        gen.generate_ids([ids[0], []], GenerationConfig(length=2))
