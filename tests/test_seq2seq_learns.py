@@ -13,16 +13,21 @@ log-probability -0.0003 for "sand sand" and for the whole reversal alike), so th
 log-probability cannot rank the lengths; measured: exact match 1.00 with beam 1 and 0.47 with
 beam 5 from the same checkpoint, length head accuracy 1.00.
 The best checkpoint then exports to HF (EuroBertForMaskedLM + length_head.safetensors): the
-export predicts the same lengths and decodes the same ids as the megatron checkpoint.
+export predicts the same lengths and decodes the same ids as the megatron checkpoint, and
+plain transformers in a fresh process (our packages blocked) fills N masked slots after the
+source, under the model card's split mask, exactly as one Mask-Predict step does.
 """
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 
 import numpy as np
 import pytest
 import torch
 
+from export_fixtures import BLOCK_OUR_PACKAGES
 from finetune_entry_fixtures import tiny_run, write_splits
 
 WORDS = ["red", "blue", "green", "dog", "fish", "bird", "tree", "sun", "moon", "rock", "sand", "snow"]
@@ -41,6 +46,26 @@ def reversal_rows():
             pool.append({"id": str(len(pool)), "document": " ".join(doc), "summary": " ".join(doc[::-1])})
     parts = {1: pool[:N_TRAIN], 2: pool[N_TRAIN:], 3: pool[N_TRAIN:N_TRAIN + 8]}
     return lambda n, seed: parts[seed][:n]
+
+
+# plain transformers in a fresh interpreter (our packages blocked): [BOS] source + N <mask>
+# slots under the model card's split mask (source rows never see the slots), each slot's argmax
+SLOTS_ARGMAX_SCRIPT = BLOCK_OUR_PACKAGES + r"""
+import json, sys, torch
+from transformers import AutoModelForMaskedLM
+folder, rows = sys.argv[1], json.load(open(sys.argv[2]))
+model = AutoModelForMaskedLM.from_pretrained(folder).eval()
+out = []
+for prefix, n, mask_id in rows:
+    ids = torch.tensor([prefix + [mask_id] * n])
+    q, k = torch.arange(ids.shape[1])[:, None], torch.arange(ids.shape[1])[None, :]
+    blocked = (k >= len(prefix)) & (q < len(prefix))
+    mask = torch.zeros(blocked.shape).masked_fill(blocked, torch.finfo(torch.float32).min)[None, None]
+    with torch.no_grad():
+        logits = model(input_ids=ids, attention_mask=mask).logits[0, len(prefix):]
+    out.append(logits.argmax(-1).tolist())
+print(json.dumps(out))
+"""
 
 
 @pytest.mark.slow
@@ -96,3 +121,14 @@ def test_reverse_task_learned_through_the_entry_point_and_decoded_by_mask_predic
     config = GenerationConfig(steps=10, length_beam=1, max_new_tokens=MAX_LEN)
     from_ours = MaskPredictGenerator(ours, tok).generate(sources, config)
     assert [o.ids for o in MaskPredictGenerator(hf, tok).generate(sources, config)] == [o.ids for o in from_ours]
+
+    # ... and plain transformers in a fresh process fills the slots as one Mask-Predict step does
+    one_pass = MaskPredictGenerator(ours, tok)
+    one_step = [one_pass.generate_ids([p[1:]], GenerationConfig(steps=1, length=len(s.split())))[0].ids
+                for p, s in zip(prefixes, sources)]
+    spec = tmp_path / "slots.json"
+    spec.write_text(json.dumps([[p, len(s.split()), tok.mask_token_id] for p, s in zip(prefixes, sources)]))
+    done = subprocess.run([sys.executable, "-c", SLOTS_ARGMAX_SCRIPT, str(tmp_path / "hf"), str(spec)],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert json.loads(done.stdout.strip().splitlines()[-1]) == one_step
