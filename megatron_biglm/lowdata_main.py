@@ -13,12 +13,14 @@ options --tasks/--ns/--seeds, or after `--`). `--runner PARADIGM=MODULE:CALLABLE
 `callable(cell) -> score` instead (and is the only way without `--config`). Writes
 results.csv (finished cells are skipped on a rerun), <task>.png, ipr.csv and ipr.md.
 
+One process (refused under torchrun: every rank would write the same files).
 An entry point (top floor) because it hands the fine-tuning entry to the sweep's runners;
 `python -m megatron_biglm.finetune.lowdata` runs this module.
 """
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 
@@ -44,6 +46,10 @@ def main(argv=None) -> int:
     parser.add_argument("--runner", action="append", default=[], metavar="PARADIGM=MODULE:CALLABLE")
     parser.add_argument("overrides", nargs="*", help="section.key=value overrides for every cell")
     args = parser.parse_args(argv)
+    if int(os.environ.get("WORLD_SIZE", "1")) > 1:
+        parser.error("the sweep runs its cells one after another in one process (every rank would write "
+                     "results.csv); run it with plain python, not torchrun, and give a cell more GPUs "
+                     "through --runner if needed")
     runners = {}
     for spec in args.runner:
         paradigm, sep, target = spec.partition("=")

@@ -45,3 +45,23 @@ def test_seq2seq_configs_decode_with_the_paper_mask_predict_settings(name):
     assert recipe.decoding.max_new_tokens == recipe.max_target_length
     assert recipe.max_source_length + recipe.max_target_length == cfg.finetune.max_length
     assert cfg.model.overrides["length_head_max"] >= recipe.max_target_length
+
+
+def test_seq2seq_decoding_options_are_checked_and_a_fixed_length_is_kept():
+    from finetune_fixtures import word_tokenizer
+
+    from megatron_biglm.config.finetune_section import FinetuneConfig
+    from megatron_biglm.finetune.recipes import recipe_for
+
+    def recipe(**options):
+        return recipe_for(get_task("xsum"), word_tokenizer(["a b c"]),
+                          FinetuneConfig(task="xsum", max_length=32, options={"max_target_length": 8, **options}))
+
+    assert recipe().decoding.max_new_tokens == 8 and recipe().max_source_length == 24
+    fixed = recipe(generation={"length": 5}).decoding
+    assert (fixed.length, fixed.max_new_tokens, fixed.length_beam) == (5, None, 5)
+    for bad in (0, -3, 2.5, True):
+        with pytest.raises(ValueError, match="eval_limit must be a whole number >= 1"):
+            recipe(eval_limit=bad)
+    with pytest.raises(ValueError, match="generation must be a mapping"):
+        recipe(generation=[10])

@@ -17,7 +17,7 @@ for training or fine-tuning, not a resume point).
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 from .dirs import LATEST, MANIFEST, TRAIN_STATE, WEIGHTS_ONLY_KEY, CheckpointError, is_weights_only, resolve_load_path
@@ -34,7 +34,6 @@ class SavedCheckpoint:
     path: Path
     train_state: dict
     signature: dict
-    fresh_heads: list = field(default_factory=list)  # set by weights_only.load_model_weights
 
     @property
     def dist_dir(self) -> Path:

@@ -11,11 +11,13 @@ tensors have), so no run config or model config needs rebuilding here.
 
 Heads a fine-tune adds (`FRESH_HEAD_PREFIXES`: the task head, the CMLM length head) may be
 absent from the start checkpoint (a pretraining run has neither): a head the checkpoint stores
-none of keeps its fresh initialisation, and its names are returned in
-`SavedCheckpoint.fresh_heads` and printed. A head stored only in part, or any other tensor the
+none of keeps its fresh initialisation, and its names are printed (only
+where the caller allows it: a fine-tune's start point, not inference). A head stored only in part, or any other tensor the
 checkpoint lacks, is an error.
 """
 from __future__ import annotations
+
+import torch
 
 from .dirs import CheckpointError
 from .dist_reader import stored_keys
@@ -24,11 +26,13 @@ from .signature import normalise_signature, signature_of
 from .verify import verify_checkpoint
 
 
-def load_model_weights(checkpoint, model, *, verify: bool = True) -> SavedCheckpoint:
+def load_model_weights(checkpoint, model, *, verify: bool = True, fresh_heads: bool = False) -> SavedCheckpoint:
     """Copy the checkpoint's model weights into `model` (a `BiGLMModel` chunk, optionally
     wrapped by DDP); return the checkpoint read (path, train state, `weights_only`).
     `verify`: CRC-check the checkpoint first (verify.py; collective); False when the caller
-    already did (train.py, inference/loading.py) or the user opted out."""
+    already did (train.py, inference/loading.py) or the user opted out.
+    `fresh_heads`: a head the checkpoint stores none of keeps its initialisation (a fine-tune's
+    start point); False (inference) refuses it, as any missing tensor."""
     from megatron.core import dist_checkpointing
 
     saved = read_checkpoint(checkpoint)
@@ -43,6 +47,9 @@ def load_model_weights(checkpoint, model, *, verify: bool = True) -> SavedCheckp
         raise CheckpointError(f"checkpoint {saved.path} holds another model shape: {'; '.join(diffs)}")
     wanted = module.sharded_state_dict()
     fresh = absent_heads(wanted, stored_keys(saved.dist_dir))
+    if fresh and not fresh_heads:
+        raise CheckpointError(f"checkpoint {saved.path} lacks the model's {', '.join(fresh)}: its saved config "
+                              f"has a head its weights do not; re-export or re-save the checkpoint")
     for name in fresh:
         wanted.pop(name)
     loaded = dist_checkpointing.load({"model": wanted}, str(saved.dist_dir))
@@ -51,8 +58,7 @@ def load_model_weights(checkpoint, model, *, verify: bool = True) -> SavedCheckp
     if missing or result.unexpected_keys:
         raise CheckpointError(f"checkpoint {saved.path} does not fill the model: missing {missing[:4]}, "
                               f"unexpected {list(result.unexpected_keys)[:4]}")
-    saved.fresh_heads = fresh
-    if fresh:
+    if fresh and (not torch.distributed.is_initialized() or torch.distributed.get_rank() == 0):
         print(f"weights from {saved.path}; not in it, so freshly initialised: {', '.join(fresh)}", flush=True)
     return saved
 

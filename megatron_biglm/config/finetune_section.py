@@ -30,7 +30,8 @@ training examples with `data.seed` (reported in results.json's `data`; more than
 an error, not a silent cap); `N = 0` trains nothing and scores `init_from` as it is on the
 evaluation splits (zero-shot; prompted tasks only). `min_steps` lifts the schedule to at least
 that many steps (8 examples x 3 epochs would be 3 steps; the seed trains >= 300):
-train_steps = max(epochs * steps_per_epoch, min_steps).
+train_steps = max(epochs * steps_per_epoch, min_steps); when min_steps is what decides, the
+run validates once, at the end (unless `validate_every_steps` is set), not every "epoch".
 """
 from __future__ import annotations
 

@@ -51,7 +51,8 @@ class MMLUResult:
 
     def to_json(self) -> dict:
         return {"shots": self.shots, "accuracy": self.accuracy, "source": self.source,
-                "questions": sum(self.questions.values()), "per_subject": self.per_subject}
+                "questions": sum(self.questions.values()), "subjects": len(self.per_subject),
+                "per_subject": self.per_subject}
 
 
 def _mmlu_dir() -> Path:

@@ -38,7 +38,10 @@ def derived_schedule(n_train: int, options, global_batch_size: int, n_valid: int
     """The schedule keys the epochs decide (see the module doc)."""
     steps_per_epoch = math.ceil(n_train / global_batch_size)
     train_steps = max(options.epochs * steps_per_epoch, options.min_steps)
-    interval = options.validate_every_steps or steps_per_epoch
+    # every epoch, unless min_steps stretched the run: an "epoch" of a few examples is a step or
+    # two, and a validation and checkpoint per step is no schedule; then once, at the end
+    stretched = train_steps > options.epochs * steps_per_epoch
+    interval = options.validate_every_steps or (train_steps if stretched else steps_per_epoch)
     warmup = int(round(options.warmup_fraction * train_steps))
     return {
         "data.seq_length": options.max_length,

@@ -11,8 +11,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-#: training.precision -> the inference loader's dtype ("auto": the checkpoint's stored dtype)
-_DTYPE = {"fp32": "float32", "bf16": "bfloat16", "auto": "auto"}
+#: the precision training would run at (training.build.resolve_precision) -> the loader's dtype,
+#: so the N = 0 point is scored at the precision the trained cells validate at
+_DTYPE = {"fp32": "float32", "bf16": "bfloat16"}
 
 
 def score_start(plan, cfg) -> dict:
@@ -20,10 +21,11 @@ def score_start(plan, cfg) -> dict:
     config); the results dict (what results.json holds), `train` None (nothing was trained)."""
     from megatron_biglm.config import save_resolved
     from megatron_biglm.inference.loading import load_megatron_checkpoint, resolve_device
+    from megatron_biglm.training.build import resolve_precision
 
     device = resolve_device(None)
     loaded = load_megatron_checkpoint(plan.init_from, tokenizer=cfg.data.tokenizer, device=device,
-                                      dtype=_DTYPE[cfg.training.precision], verify=cfg.checkpoint.verify)
+                                      dtype=_DTYPE[resolve_precision(cfg)], verify=cfg.checkpoint.verify)
     for note in loaded.notes:
         print(f"finetune: {note}", flush=True)
     plan.validator.validate(loaded.model, 0, device)

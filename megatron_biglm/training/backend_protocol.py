@@ -32,4 +32,4 @@ def load_initial_weights(path: Path, modules) -> None:
     TP/PP: dist_checkpointing reshards); refuses a checkpoint of another shape. train.py has
     verified the checkpoint (checkpoint.verify) before anything was built."""
     for module in modules:
-        load_model_weights(path, module, verify=False)
+        load_model_weights(path, module, verify=False, fresh_heads=True)  # a fine-tune's new heads

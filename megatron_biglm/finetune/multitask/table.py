@@ -36,6 +36,10 @@ def format_row(label: str, report: dict) -> str:
             lines.append(f"{name}: skipped ({section['skipped']})")
     if "source" in mmlu and mmlu["source"] != "hub: cais/mmlu":
         lines.append(f"MMLU data: {mmlu['source']}")
+    ran = {run.get("subjects") for run in mmlu.get("runs", {}).values() if isinstance(run, dict)} - {None}
+    if ran and min(ran) < 57 and not mmlu.get("subjects_only"):
+        lines.append(f"MMLU covers {min(ran)} of the 57 subjects (the others had no data): not the "
+                     f"paper's average")
     if mmlu.get("subjects_only") or mmlu.get("limit"):
         lines.append(f"MMLU quick run: subjects {', '.join(mmlu.get('subjects_only') or ['all'])}, "
                      f"limit {mmlu.get('limit') or 'none'} per subject (not comparable to the paper)")

@@ -128,6 +128,10 @@ class Seq2SeqRecipe(FinetuneRecipe):
                                       append_eos=bool(_option(options, "append_eos")),
                                       overlong_source=str(_option(options, "overlong_source")))
         self.eval_limit = _option(options, "eval_limit")
+        if self.eval_limit is not None and (isinstance(self.eval_limit, bool) or not isinstance(self.eval_limit, int)
+                                            or self.eval_limit < 1):
+            raise ValueError(f"finetune.options.eval_limit must be a whole number >= 1 (decode that many "
+                             f"examples per split) or null (all), got {self.eval_limit!r}")
         self.decoding = self._decoding_config(options.get("generation", None) or {})
         ids = self.encoder.ids
         if ids.mask_id is None:
@@ -141,7 +145,9 @@ class Seq2SeqRecipe(FinetuneRecipe):
         if not isinstance(overrides, dict):
             raise ValueError(f"finetune.options.generation must be a mapping of Mask-Predict options "
                              f"(e.g. {{steps: 10, length_beam: 5}}), got {overrides!r}")
-        values = {**DECODING_DEFAULTS, "max_new_tokens": self.max_target_length, **overrides}
+        values = {**DECODING_DEFAULTS, **overrides}
+        if "length" not in overrides and "max_new_tokens" not in overrides:
+            values["max_new_tokens"] = self.max_target_length  # caps the length head's candidates
         return GenerationConfig.from_dict(values)
 
     # ---- data -------------------------------------------------------------------------
@@ -259,6 +265,9 @@ class Seq2SeqRecipe(FinetuneRecipe):
             print(f"[seq2seq] {name}: decoding the first {int(self.eval_limit)} of {len(examples)} "
                   f"examples (finetune.options.eval_limit)", flush=True)
             examples = examples[:int(self.eval_limit)]
+        if not examples:
+            raise ValueError(f"split {name} has no examples left to decode; see its row report (finetune: "
+                             f"{name}: ...) for why every row was dropped")
         references = [e.reference for e in examples]
         if any(r is None for r in references):
             raise ValueError(f"split {name}: examples without reference text cannot be scored; encode them "
