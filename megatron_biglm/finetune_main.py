@@ -24,7 +24,6 @@ import sys
 def finetune(config_or_path, overrides=(), callbacks=()) -> dict:
     """Run (or resume) a fine-tune; return the results (what results.json holds) and the
     `TrainResult` under "train"."""
-    from megatron_biglm.config import load_config
     from megatron_biglm.finetune.plan import plan_finetune
     from megatron_biglm.finetune.start_scores import score_start
     from megatron_biglm.train import train
@@ -33,7 +32,7 @@ def finetune(config_or_path, overrides=(), callbacks=()) -> dict:
     for note in plan.notes:
         print(f"finetune: {note}", flush=True)
     if plan.train_steps == 0:
-        return score_start(plan, load_config(config_or_path, plan.overrides))
+        return score_start(plan, plan.config)  # no derived overrides: the config the plan read
     result = train(config_or_path, plan.overrides, callbacks=[plan.validator, *callbacks],
                    recipe=plan.recipe, init_from=plan.init_from)
     out = plan.validator.results()

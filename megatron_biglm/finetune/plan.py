@@ -32,6 +32,7 @@ class FinetunePlan:
     train_steps: int
     init_from: str | None
     notes: list[str] = field(default_factory=list)
+    config: object = None  # the run config loaded with the caller's overrides (before the derived ones)
 
 
 def derived_schedule(n_train: int, options, global_batch_size: int, n_valid: int) -> dict:
@@ -94,7 +95,7 @@ def plan_finetune(config_or_path, overrides=()) -> FinetunePlan:
                  f"{steps} steps; validation every {derived['training.eval_interval']} steps")
     derived_keys = [f"{k}={v}" for k, v in {**derived, **settled}.items()]
     return FinetunePlan(recipe, list(overrides) + derived_keys, validator,
-                        recipe.steps_per_epoch(gbs), steps, options.init_from, notes)
+                        recipe.steps_per_epoch(gbs), steps, options.init_from, notes, cfg)
 
 
 def _no_training_plan(cfg, overrides: list[str], recipe) -> FinetunePlan:
@@ -113,4 +114,4 @@ def _no_training_plan(cfg, overrides: list[str], recipe) -> FinetunePlan:
     notes = [f"{name}: {line}" for name, line in recipe.row_summaries().items()]
     notes.append(f"finetune.train_examples=0: no training; {options.init_from} is scored as it is "
                  f"on {', '.join(recipe.eval_split_names())}")
-    return FinetunePlan(recipe, overrides, validator, 0, 0, options.init_from, notes)
+    return FinetunePlan(recipe, overrides, validator, 0, 0, options.init_from, notes, cfg)
