@@ -32,7 +32,7 @@ def finetune(config_or_path, overrides=(), callbacks=()) -> dict:
     for note in plan.notes:
         print(f"finetune: {note}", flush=True)
     if plan.train_steps == 0:
-        return score_start(plan, plan.config)  # no derived overrides: the config the plan read
+        return score_start(plan)
     result = train(config_or_path, plan.overrides, callbacks=[plan.validator, *callbacks],
                    recipe=plan.recipe, init_from=plan.init_from)
     out = plan.validator.results()

@@ -16,13 +16,14 @@ from pathlib import Path
 _DTYPE = {"fp32": "float32", "bf16": "bfloat16"}
 
 
-def score_start(plan, cfg) -> dict:
-    """Load `plan.init_from` and score it on the plan's evaluation splits (`cfg`: the run
-    config); the results dict (what results.json holds), `train` None (nothing was trained)."""
+def score_start(plan) -> dict:
+    """Load `plan.init_from` and score it on the plan's evaluation splits (`plan.config`: the
+    run config); the results dict (what results.json holds), `train` None (nothing was trained)."""
     from megatron_biglm.config import save_resolved
     from megatron_biglm.inference.loading import load_megatron_checkpoint, resolve_device
     from megatron_biglm.training.build import resolve_precision
 
+    cfg = plan.config
     device = resolve_device(None)
     loaded = load_megatron_checkpoint(plan.init_from, tokenizer=cfg.data.tokenizer, device=device,
                                       dtype=_DTYPE[resolve_precision(cfg)], verify=cfg.checkpoint.verify)
