@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -75,6 +76,31 @@ def test_same_seed_same_samples_other_seed_other_samples(corpora, tmp_path, proc
         assert all(torch.equal(a[i][k], b[i][k]) for k in ("tokens", "labels", "loss_mask"))
         assert a[i]["split"] == b[i]["split"]
     assert sum(not torch.equal(a[i]["tokens"], c[i]["tokens"]) for i in range(20)) >= 18
+
+
+def test_masking_depends_on_the_corpus_not_its_folder(corpora, tmp_path, process_group):
+    """The same files at another path (another job's scratch, pytest's numbered temp folders)
+    give the same masked samples; another corpus under the same file name does not."""
+    import shutil
+
+    src = Path(corpora.prefixes[MAIN])
+    moved = tmp_path / "elsewhere" / "deeper" / src.name
+    moved.parent.mkdir(parents=True)
+    for suffix in (".bin", ".idx"):
+        shutil.copyfile(f"{src}{suffix}", f"{moved}{suffix}")
+    impostor = tmp_path / "impostor" / src.name
+    impostor.parent.mkdir()
+    other = Path(corpora.prefixes[OTHER])
+    for suffix in (".bin", ".idx"):
+        shutil.copyfile(f"{other}{suffix}", f"{impostor}{suffix}")
+
+    a = build(corpora, tmp_path / "a").train
+    b = build(corpora, tmp_path / "b", blend=[[1.0, str(moved)]]).train
+    c = build(corpora, tmp_path / "c", blend=[[1.0, str(impostor)]]).train
+    for i in range(20):
+        assert all(torch.equal(a[i][k], b[i][k]) for k in ("tokens", "labels", "loss_mask")), i
+        assert a[i]["split"] == b[i]["split"]
+    assert sum(a[i]["split"] != c[i]["split"] for i in range(20)) >= 15
 
 
 def test_cached_indices_reload_identically(corpora, tmp_path, process_group):

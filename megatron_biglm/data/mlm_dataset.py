@@ -15,6 +15,7 @@ from __future__ import annotations
 import hashlib
 import json
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import numpy as np
 import torch
@@ -51,6 +52,13 @@ class MaskedLMDatasetConfig(GPTDatasetConfig):
         super().__post_init__()
 
 
+def corpus_fingerprint(indexed, path: str | None) -> dict:
+    """A location-independent name of an indexed corpus: file name, documents, tokens."""
+    lengths = np.asarray(indexed.sequence_lengths)
+    return {"name": None if path is None else Path(path).name,
+            "documents": int(lengths.size), "tokens": int(lengths.sum(dtype=np.int64))}
+
+
 class MaskedLMDataset(GPTDataset):
     """A GPTDataset whose samples are objective-masked windows (see module docstring).
 
@@ -71,11 +79,16 @@ class MaskedLMDataset(GPTDataset):
         """A 32-bit key naming this dataset's masking stream: distinct per (corpus, split), so
         sample i of two corpora or two splits never shares draws.
 
-        It is megatron's identity of the dataset, except that of the split matrix only this
-        split's own bookends count: the builder drops unrequested splits from the matrix, and
-        requesting validation samples must not change how training samples are masked.
+        It is megatron's identity of the dataset with two changes. The corpus is named by what
+        it holds, not where it lies: the file name, the document count and the token count
+        replace megatron's absolute ``dataset_path``, so the same files copied or mounted
+        elsewhere (another job's scratch, a test's temporary folder) are masked identically.
+        And of the split matrix only this split's own bookends count: the builder drops
+        unrequested splits from the matrix, and requesting validation samples must not change
+        how training samples are masked.
         """
         identity = dict(self.unique_identifiers)
+        identity["dataset_path"] = corpus_fingerprint(self.dataset, self.dataset_path)
         matrix = identity.pop("split_matrix", None)
         identity.pop("split", None)  # the split text; its effect on this split is the bookends
         identity["split_bookends"] = matrix[self.index_split.value] if matrix else None
