@@ -7,7 +7,7 @@ PY     := $(VENV)/bin/python
 PIP    := $(PY) -m pip
 STAMP  := $(VENV)/.installed
 
-.PHONY: install wordnet quickstart test test-fast clean
+.PHONY: install wordnet quickstart test test-one test-fast clean
 
 $(STAMP): setup.py constraints-cpu.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -35,22 +35,43 @@ install: $(STAMP) wordnet
 quickstart: $(STAMP)
 	$(PY) -m megatron_biglm.quickstart $(ARGS)
 
-# Everything CI runs: the fast set, spread over TEST_WORKERS processes (pytest-xdist, whole
-# files per worker), then the tests marked slow one at a time (they start 2-process jobs of
-# their own and compare numbers at tight tolerances, so they get the machine to themselves).
-# PYTEST_RC_FILE (set by .ci/run) receives pytest's own exit status (5 only when neither run
-# collected a test): make reports every failure as 2.
+# The test suite, on one interpreter (PYTHON, installed into VENV): the fast set spread over
+# TEST_WORKERS processes (pytest-xdist, whole files per worker), then the tests marked slow one
+# at a time (they start 2-process jobs of their own and compare numbers at tight tolerances, so
+# they get the machine to themselves). TEST_SETS picks the sets. PYTEST_RC_FILE, when set,
+# receives pytest's own exit status (5 only when no set collected a test): make reports every
+# failure as 2.
 TEST_WORKERS ?= 2
-test: $(STAMP) wordnet
+TEST_SETS ?= fast slow
+test-one: $(STAMP) wordnet
 	$(PY) -m megatron_biglm.data.sample_corpus --fetch
-	$(PY) -m pytest -q -p no:cacheprovider -m "not slow" -n $(TEST_WORKERS) --dist loadfile $(ARGS); fast=$$?; \
-	$(PY) -m pytest -q -p no:cacheprovider -m slow $(ARGS); slow=$$?; \
-	  if [ $$fast -ne 0 ] && [ $$fast -ne 5 ]; then rc=$$fast; elif [ $$slow -ne 0 ] && [ $$slow -ne 5 ]; then rc=$$slow; \
-	  elif [ $$fast -eq 5 ] && [ $$slow -eq 5 ]; then rc=5; else rc=0; fi; \
+	@fail=0; ran=0; for set in $(TEST_SETS); do \
+	  case $$set in \
+	    fast) $(PY) -m pytest -q -p no:cacheprovider -m "not slow" -n $(TEST_WORKERS) --dist loadfile $(ARGS); r=$$?;; \
+	    slow) $(PY) -m pytest -q -p no:cacheprovider -m slow $(ARGS); r=$$?;; \
+	    *) echo "unknown test set '$$set' (fast, slow)"; r=2;; \
+	  esac; \
+	  if [ $$r -eq 0 ]; then ran=1; elif [ $$r -ne 5 ] && [ $$fail -eq 0 ]; then fail=$$r; fi; \
+	done; \
+	if [ $$fail -ne 0 ]; then rc=$$fail; elif [ $$ran -eq 1 ]; then rc=0; else rc=5; fi; \
 	  if [ -n "$(PYTEST_RC_FILE)" ]; then echo $$rc > "$(PYTEST_RC_FILE)"; fi; exit $$rc
+
+# Everything CI runs: the two supported stacks, each in its own venv.
+#   (a) Python 3.11 and the megatron-core pip resolves there (0.16.x): fast and slow sets;
+#   (b) Python 3.12 and the newest megatron-core (0.19.x; torch 2.13.0's CUDA build, which runs
+#       on CPU): STACK_B_SETS.
+# .ci/find-python locates each interpreter (PATH, pyenv, /usr/bin) or says how to install it.
+STACK_B_SETS ?= fast slow
+test:
+	$(MAKE) --no-print-directory test-one PYTHON="$$(.ci/find-python 3.11)" VENV=.venv \
+	  PYTEST_RC_FILE="$(if $(PYTEST_RC_FILE),$(PYTEST_RC_FILE).a)"; a=$$?; \
+	$(MAKE) --no-print-directory test-one PYTHON="$$(.ci/find-python 3.12)" VENV=.venv-py312 \
+	  TEST_SETS="$(STACK_B_SETS)" PYTEST_RC_FILE="$(if $(PYTEST_RC_FILE),$(PYTEST_RC_FILE).b)"; b=$$?; \
+	echo "stacks: (a) Python 3.11 exit $$a, (b) Python 3.12 exit $$b"; \
+	[ $$a -eq 0 ] && [ $$b -eq 0 ]
 
 test-fast: $(STAMP)
 	$(PY) -m pytest -q -m "not slow" -n $(TEST_WORKERS) --dist loadfile $(ARGS)
 
 clean:
-	rm -rf $(VENV) runs outputs .pytest_cache
+	rm -rf .venv .venv-py312 runs outputs .pytest_cache

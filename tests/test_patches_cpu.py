@@ -15,9 +15,11 @@ from pathlib import Path
 import pytest
 import torch
 
+from no_cuda import torch_no_cuda_errors
+
 REPO = Path(__file__).resolve().parents[1]
 SCENARIOS = REPO / "tests" / "patches_cpu_scenarios.py"
-NO_CUDA = "Torch not compiled with CUDA enabled"
+NO_CUDA = "no CUDA"  # the installed torch build's own error for a CUDA call (no_cuda.py)
 
 pytestmark = pytest.mark.skipif(torch.cuda.is_available(), reason="CPU-shim tests")
 
@@ -79,18 +81,18 @@ def test_cpu_streams_let_megatron_set_up_and_use_streams(with_all_shims):
 
 # (shim left out, scenario, error type, error text, deepest megatron frame)
 FAILURES_WITHOUT = [
-    ("cpu_current_device", "train_step", "AssertionError", NO_CUDA,
+    ("cpu_current_device", "train_step", None, NO_CUDA,
      "megatron/core/distributed/param_and_grad_buffer.py:__init__"),
-    ("cpu_device_mode", "train_step", "AssertionError", NO_CUDA,
+    ("cpu_device_mode", "train_step", None, NO_CUDA,
      "megatron/core/optimizer/optimizer.py:__init__"),
     ("cpu_tensor_type", "train_step", "AssertionError", "",
      "megatron/core/optimizer/clip_grads.py:clip_grad_by_total_norm_fp32"),
     ("cpu_tensor_type", "train_step_distopt", "TypeError",
      "Wrapped parameters must be one of torch.cuda.FloatTensor",
      "megatron/core/optimizer/distrib_optimizer.py:_build_model_and_main_param_groups"),
-    ("cpu_rng_tracker", "rng", "AssertionError", NO_CUDA,
+    ("cpu_rng_tracker", "rng", None, NO_CUDA,
      "megatron/core/tensor_parallel/random.py:add"),
-    ("cpu_streams", "streams", "AssertionError", NO_CUDA,
+    ("cpu_streams", "streams", None, NO_CUDA,
      "megatron/core/pipeline_parallel/utils.py:set_streams"),
 ]
 # Shims whose scenarios never touch each other's targets share one subprocess (megatron's
@@ -113,8 +115,11 @@ def test_each_shim_prevents_a_real_megatron_failure(shim, scenario, error_type, 
     report = _report_without(_SHARED_RUN.get(shim, (shim,)))
     assert shim not in report["applied"]
     r = report[scenario]
-    assert r.get("error_type") == error_type, r
-    assert text in r["error"]
+    if text == NO_CUDA:
+        assert (r.get("error_type"), r.get("error", "").splitlines()[0]) in torch_no_cuda_errors(), r
+    else:
+        assert r.get("error_type") == error_type, r
+        assert text in r["error"]
     assert r["raised_in"] == raised_in
 
 

@@ -21,6 +21,7 @@ import numpy as np
 import torch
 from megatron.core.datasets.gpt_dataset import GPTDataset, GPTDatasetConfig
 
+from megatron_biglm.common.mcore_internals import gpt_sample_tokens
 from megatron_biglm.objective import ObjectiveConfig, apply_objective
 
 from .token_ids import MegatronTokenIds, TokenIds
@@ -101,8 +102,7 @@ class MaskedLMDataset(GPTDataset):
 
     def window(self, idx: int) -> np.ndarray:
         """The raw token window of sample ``idx`` (megatron's sample+shuffle index lookup)."""
-        tokens, _ = self._query_document_sample_shuffle_indices(idx)
-        return tokens
+        return gpt_sample_tokens(self, idx)
 
     def sample_rng(self, idx: int) -> np.random.Generator:
         """The generator for sample ``idx``: the dataset's stream jumped ahead by idx·2^64 draws.

@@ -1,0 +1,60 @@
+"""The private megatron-core members this project relies on, each in one place.
+
+megatron-core's public API covers almost everything BiGLM needs. Where it does not, the
+private member is wrapped here, its behaviour per supported release is checked, and anything
+else fails with a message that names the member and the releases this project was tested on
+(rather than an unpacking error deep in a data-loader worker). ``tests/test_mcore_internals.py``
+pins each wrapper against megatron-core's public behaviour.
+
+Supported: megatron-core 0.16.1 (what Python 3.11 resolves) through 0.19.x (Python >= 3.12).
+"""
+from __future__ import annotations
+
+from importlib.metadata import version
+
+import numpy as np
+
+#: The megatron-core releases the test suite runs on (CI: one per supported Python stack).
+TESTED_RELEASES = ("0.16.1", "0.19.2")
+
+
+def mcore_version() -> tuple[int, ...]:
+    """The installed megatron-core release as a tuple of ints, e.g. (0, 19, 2)."""
+    parts = []
+    for piece in version("megatron-core").split(".")[:3]:
+        digits = "".join(ch for ch in piece if ch.isdigit())
+        parts.append(int(digits) if digits else 0)
+    return tuple(parts)
+
+
+class UnsupportedMegatronCore(RuntimeError):
+    """A private megatron-core member changed shape in a release this project does not know."""
+
+
+def _unsupported(member: str, got: str) -> UnsupportedMegatronCore:
+    found = ".".join(map(str, mcore_version()))
+    return UnsupportedMegatronCore(
+        f"megatron-core {found}: {member} returned {got}, which this version of megatron-biglm "
+        f"does not know (tested on {', '.join(TESTED_RELEASES)}). Install a tested release, e.g. "
+        f"pip install 'megatron-core=={TESTED_RELEASES[-1]}', or report the change.")
+
+
+def gpt_sample_tokens(dataset, idx: int) -> np.ndarray:
+    """The raw token window of sample ``idx`` of a megatron ``GPTDataset`` (no shifting, no
+    padding replacement): megatron's document/sample/shuffle index lookup.
+
+    Wraps the private ``GPTDataset._query_document_sample_shuffle_indices``, which returns
+    ``(tokens, document_ids)`` up to 0.16 and ``(tokens, document_ids, document_lengths)``
+    from 0.19 on (the lengths feed its inter-document masking). The public ``__getitem__``
+    would return the same tokens but also builds labels, loss and position tensors, and
+    rewrites pad-id tokens, none of which a masked LM wants.
+    """
+    member = "GPTDataset._query_document_sample_shuffle_indices"
+    result = dataset._query_document_sample_shuffle_indices(idx)
+    if not isinstance(result, tuple) or len(result) not in (2, 3):
+        raise _unsupported(member, f"a {type(result).__name__} of length {len(result)}"
+                           if isinstance(result, tuple) else f"a {type(result).__name__}")
+    tokens = result[0]
+    if not isinstance(tokens, np.ndarray) or tokens.ndim != 1:
+        raise _unsupported(member, f"tokens of type {type(tokens).__name__}")
+    return tokens

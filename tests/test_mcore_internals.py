@@ -1,0 +1,51 @@
+"""Each private megatron-core member the project wraps (common/mcore_internals.py), pinned
+against megatron-core's public behaviour on the installed release."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from megatron.core.datasets.gpt_dataset import GPTDataset
+
+from dataset_fixtures import corpora, process_group  # noqa: F401  (fixtures)
+from megatron_biglm.common.mcore_internals import UnsupportedMegatronCore, gpt_sample_tokens, mcore_version
+from megatron_biglm.data.pretrain_data import build_pretrain_datasets
+
+
+def test_query_document_sample_shuffle_indices_gives_the_public_sample_tokens(corpora, tmp_path, process_group):
+    """GPTDataset._query_document_sample_shuffle_indices: its tokens are what the public
+    GPTDataset.__getitem__ returns as `tokens` for the same sample (no extra token, full windows)."""
+    prefix = next(iter(corpora.prefixes.values()))
+    config = {"blend": [[1.0, prefix]], "split": "100,0,0", "seq_length": 96, "seed": 3,
+              "cache_dir": str(tmp_path / "cache")}
+    train = build_pretrain_datasets(config, token_ids=corpora.token_ids, train_samples=24,
+                                    valid_samples=0, test_samples=0).train
+    assert isinstance(train, GPTDataset)  # one corpus: megatron returns it unblended
+    for idx in range(24):
+        ours = gpt_sample_tokens(train, idx)
+        public = GPTDataset.__getitem__(train, idx)["tokens"]
+        assert ours.dtype == np.int64 and ours.shape == (96,)
+        assert torch.equal(torch.from_numpy(ours), public), idx
+
+
+class _Changed:
+    """A dataset whose private lookup returns a shape no supported release returns."""
+
+    def __init__(self, result):
+        self.result = result
+
+    def _query_document_sample_shuffle_indices(self, idx):
+        return self.result
+
+
+@pytest.mark.parametrize("result", [(np.arange(4), [0], [4], "new"), {"tokens": np.arange(4)},
+                                    (np.arange(8).reshape(2, 4), [0])])
+def test_an_unknown_return_shape_names_the_member_and_the_tested_releases(result):
+    with pytest.raises(UnsupportedMegatronCore, match=r"_query_document_sample_shuffle_indices.*tested on 0\.16\.1"):
+        gpt_sample_tokens(_Changed(result), 0)
+
+
+def test_version_reads_the_installed_release():
+    from importlib.metadata import version
+
+    assert ".".join(map(str, mcore_version())) == ".".join(version("megatron-core").split(".")[:3])
