@@ -1,4 +1,5 @@
-"""The private megatron-core members this project relies on, each in one place.
+"""The private megatron-core members this project relies on, and the per-release differences
+of its public ones, each in one place.
 
 megatron-core's public API covers almost everything BiGLM needs. Where it does not, the
 private member is wrapped here, its behaviour per supported release is checked, and anything
@@ -58,3 +59,21 @@ def gpt_sample_tokens(dataset, idx: int) -> np.ndarray:
     if not isinstance(tokens, np.ndarray) or tokens.ndim != 1:
         raise _unsupported(member, f"tokens of type {type(tokens).__name__}")
     return tokens
+
+
+def transformer_config_release_defaults() -> dict:
+    """TransformerConfig arguments whose right value differs between supported releases.
+
+    The CUDA-graph scope defaults to "full", which warns as deprecated on every config; the
+    empty list is its stated equivalent (the whole layer). 0.16 names the field
+    ``cuda_graph_scope``, 0.19 ``cuda_graph_modules``. BiGLM captures no CUDA graphs either way.
+    """
+    from dataclasses import fields
+
+    from megatron.core.transformer.transformer_config import TransformerConfig
+
+    names = {f.name for f in fields(TransformerConfig)}
+    for name in ("cuda_graph_modules", "cuda_graph_scope"):
+        if name in names:
+            return {name: []}
+    return {}

@@ -32,6 +32,7 @@ from __future__ import annotations
 from typing import Optional
 
 import torch
+from megatron.core import parallel_state
 from megatron.core.models.gpt.gpt_model import GPTModel
 from megatron.core.tensor_parallel import gather_from_sequence_parallel_region
 from megatron.core.transformer.transformer_config import TransformerConfig
@@ -129,7 +130,8 @@ class BiGLMModel(GPTModel):
             return hidden
         if self.config.sequence_parallel:
             # Backward: each rank keeps its slice of the (already TP-reduced) gradient.
-            hidden = gather_from_sequence_parallel_region(hidden, tensor_parallel_output_grad=False)
+            hidden = gather_from_sequence_parallel_region(
+                hidden, tensor_parallel_output_grad=False, group=parallel_state.get_tensor_model_parallel_group())
         if return_hidden:
             return hidden.transpose(0, 1).contiguous()
         output = self.lm_head(self, hidden, labels=labels, loss_mask=loss_mask,

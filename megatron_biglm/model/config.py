@@ -158,6 +158,8 @@ class BiGLMModelConfig:
         """
         from megatron.core.transformer.transformer_config import TransformerConfig
 
+        from megatron_biglm.common.mcore_internals import transformer_config_release_defaults
+
         tp, pp = int(tensor_model_parallel_size), int(pipeline_model_parallel_size)
         self.check_parallel_layout(tp, pp)
         dtype = resolve_dtype(params_dtype)
@@ -192,6 +194,7 @@ class BiGLMModelConfig:
             bias_activation_fusion=False,
             persist_layer_norm=False,
             gradient_accumulation_fusion=False,
+            **transformer_config_release_defaults(),
         )
         kwargs.update(overrides)
         return TransformerConfig(**kwargs)

@@ -29,8 +29,9 @@ from .core_attention import BiGLMCoreAttention
 from .rms_norm import BiGLMRMSNorm
 
 
-def biglm_layer_spec() -> ModuleSpec:
-    """Spec for one BiGLM transformer layer."""
+def biglm_layer_spec(ffn_hidden_size: int | None = None) -> ModuleSpec:
+    """Spec for one BiGLM transformer layer. ``ffn_hidden_size`` sizes the MLP (megatron-core
+    0.19 asks for it explicitly; None takes the TransformerConfig's, with 0.19's warning)."""
     return ModuleSpec(
         module=TransformerLayer,
         submodules=TransformerLayerSubmodules(
@@ -51,6 +52,7 @@ def biglm_layer_spec() -> ModuleSpec:
             pre_mlp_layernorm=BiGLMRMSNorm,
             mlp=ModuleSpec(
                 module=MLP,
+                params={} if ffn_hidden_size is None else {"ffn_hidden_size": int(ffn_hidden_size)},
                 submodules=MLPSubmodules(linear_fc1=ColumnParallelLinear, linear_fc2=RowParallelLinear),
             ),
             mlp_bda=get_bias_dropout_add,
@@ -66,4 +68,4 @@ def biglm_block_spec(config, vp_stage=None) -> TransformerBlockSubmodules:
     """This pipeline stage's layers plus the final RMSNorm (megatron's default final norm for
     a bare layer spec is a WrappedTorchNorm, which rejects sequence parallelism)."""
     num_layers = get_num_layers_to_build(config, vp_stage=vp_stage)
-    return TransformerBlockSubmodules(layer_specs=[biglm_layer_spec()] * num_layers, layer_norm=BiGLMRMSNorm)
+    return TransformerBlockSubmodules(layer_specs=[biglm_layer_spec(config.ffn_hidden_size)] * num_layers, layer_norm=BiGLMRMSNorm)
