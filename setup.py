@@ -15,7 +15,8 @@ setup(
     packages=find_packages(include=["megatron_biglm", "megatron_biglm.*"]),
     include_package_data=True,
     install_requires=[
-        "megatron-core>=0.16.1",
+        # Tested: 0.16.1 (Python 3.11) and 0.19.2 (Python 3.12); see common/mcore_internals.py.
+        "megatron-core>=0.16.1,<0.20",
         "torch>=2.6",
         "numpy",
         "transformers>=5.3",  # native EuroBertForMaskedLM (our HF export target) landed in 5.3
