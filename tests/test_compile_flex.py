@@ -218,3 +218,10 @@ def test_compile_flex_model_training_step_matches_eager_sdpa(models):
     for name in ref_grads:
         _assert_close(grads[name], ref_grads[name], f"grad {name}")
         _assert_close(weights[name], ref_weights[name], f"updated {name}")
+
+
+@pytest.mark.skipif(DEVICE.type != "cpu", reason="the CPU-only refusal of FlexAttention's backward")
+def test_compile_flex_training_on_cpu_is_refused_naming_the_fix(models):
+    flex, _ = models
+    with pytest.raises(NotImplementedError, match="attention_backend to sdpa or auto"):
+        mean_masked_loss(flex, _batch(flex.model_config))

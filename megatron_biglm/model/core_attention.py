@@ -124,10 +124,18 @@ class BiGLMCoreAttention(DotProductAttention):
             )
         q, k, v = (t.permute(1, 2, 0, 3) for t in (query, key, value))
         flex = flex_attention_fn(compiled=params.compile_flex)
-        out = flex(
-            q, k, v, block_mask=params.block_mask, scale=self.softmax_scale,
-            enable_gqa=q.shape[1] != k.shape[1],
-        )
+        try:
+            out = flex(
+                q, k, v, block_mask=params.block_mask, scale=self.softmax_scale,
+                enable_gqa=q.shape[1] != k.shape[1],
+            )
+        except NotImplementedError as exc:
+            if "backward on CPU" not in str(exc):
+                raise
+            raise NotImplementedError(
+                f"{exc} (torch {torch.__version__}, compiled or not). To train on CPU set "
+                "model.attention_backend to sdpa or auto; flex on CPU is for evaluation"
+            ) from exc
         return out.permute(2, 0, 1, 3)
 
     def _flash(self, query, key, value, params: BiGLMAttentionParams) -> torch.Tensor:
