@@ -114,7 +114,7 @@ def test_compiled_flex_backward_matches_sdpa_and_local(case):
         got, got_grads = _run(core, qkv, _params(case, "flex"), grad=True)
     except NotImplementedError as exc:
         if _cpu_backward_missing(exc):
-            pytest.skip(f"torch {torch.__version__}: {exc}")
+            pytest.skip(str(exc))
         raise
     for backend in ("sdpa", "local"):
         want, want_grads = _run(core, qkv, _params(case, backend), grad=True)
@@ -205,7 +205,7 @@ def test_compile_flex_model_training_step_matches_eager_sdpa(models):
             loss.backward()
         except NotImplementedError as exc:
             if _cpu_backward_missing(exc):
-                pytest.skip(f"torch {torch.__version__}: {exc}")
+                pytest.skip(str(exc))
             raise
         grads = {n: p.grad.clone() for n, p in model.named_parameters()}
         opt.step()
