@@ -65,7 +65,9 @@ class PeakMemory:
             self.peak = _rss_kb("VmHWM") * 1024 - self.base
 
 
-def make_core_attention(heads: int, groups: int, head_dim: int):
+def make_core_attention(heads: int, groups: int, head_dim: int, dtype: torch.dtype = torch.float32):
+    """BiGLM's core attention module for one layer of this shape; `dtype` sets megatron's
+    precision flags (the `local` kernel's softmax runs in fp32 for bf16/fp16 inputs)."""
     from megatron.core.transformer.enums import AttnMaskType
 
     from megatron_biglm.model.config import BiGLMModelConfig
@@ -73,9 +75,8 @@ def make_core_attention(heads: int, groups: int, head_dim: int):
 
     cfg = BiGLMModelConfig(num_layers=1, hidden_size=heads * head_dim, num_attention_heads=heads,
                            num_query_groups=groups, ffn_hidden_size=64, vocab_size=128)
-    core = BiGLMCoreAttention(cfg.to_transformer_config(), layer_number=1,
+    core = BiGLMCoreAttention(cfg.to_transformer_config(params_dtype=dtype), layer_number=1,
                               attn_mask_type=AttnMaskType.arbitrary, attention_type="self")
-    core.compile_flex_on_cpu = True
     return core
 
 
@@ -101,7 +102,7 @@ def measure(core, backend: str, s: int, args, device, dtype) -> dict:
     def build():
         if backend == "full":
             return build_attention_params(None, s, mask_backend)
-        return build_attention_params(split, s, mask_backend, device=device)
+        return build_attention_params(split, s, mask_backend, device=device, compile_flex=True)
 
     def forward(params):
         return core(q, k, v, None, packed_seq_params=params)

@@ -32,6 +32,21 @@ def build_model(tokenizer, device: str):
     return EuroBertForMaskedLM(config).to(device).eval()
 
 
+def sample_tokenizer(folder: Path, max_plays: int = 3):
+    """(our BPE trained on the sample corpus at the `tiny` preset's vocabulary size, the corpus
+    jsonl it was trained on), both written under `folder`."""
+    from transformers import AutoTokenizer
+
+    from megatron_biglm.data import sample_corpus
+    from megatron_biglm.data.tokenizer import train_bpe_tokenizer
+    from megatron_biglm.model.presets import load_preset
+
+    corpus = Path(folder) / "corpus.jsonl"
+    sample_corpus.write_jsonl(corpus, max_plays=max_plays)
+    train_bpe_tokenizer([str(corpus)], load_preset("tiny").vocab_size, Path(folder) / "tok")
+    return AutoTokenizer.from_pretrained(str(Path(folder) / "tok")), corpus
+
+
 def build_requests(tokenizer, corpus_jsonl: Path, questions: int, context_tokens: int,
                    choices: int, choice_tokens: int):
     """(context, continuation) pairs cut from real text: token spans decoded back to strings."""
@@ -90,18 +105,11 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
 
     import torch
-    from transformers import AutoTokenizer
-
-    from megatron_biglm.data import sample_corpus
-    from megatron_biglm.data.tokenizer import train_bpe_tokenizer
 
     if args.threads:
         torch.set_num_threads(args.threads)
     with tempfile.TemporaryDirectory() as tmp:
-        corpus = Path(tmp) / "corpus.jsonl"
-        sample_corpus.write_jsonl(corpus, max_plays=3)
-        train_bpe_tokenizer([str(corpus)], 4096, Path(tmp) / "tok")
-        tokenizer = AutoTokenizer.from_pretrained(str(Path(tmp) / "tok"))
+        tokenizer, corpus = sample_tokenizer(Path(tmp))
         pairs = build_requests(tokenizer, corpus, args.questions, args.context_tokens,
                                args.choices, args.choice_tokens)
     model = build_model(tokenizer, args.device)

@@ -25,15 +25,22 @@ import torch
 import torch.nn.functional as F
 
 
-def build_pair(batch: int, seq: int, seed: int = 0):
+def build_pair(batch: int, seq: int, seed: int = 0, *, preset: str = "tiny", backend: str = "sdpa",
+               device: "torch.device | str" = "cpu", dtype: torch.dtype = torch.float32):
+    """(model config, our model, the EuroBERT reference holding our weights, a random batch).
+
+    `preset` with `seq_length` = `seq`; our model uses attention `backend` (`auto`: the best
+    split kernel of this device); both models and the batch are on `device` in `dtype`.
+    """
     from megatron_biglm.export.hf_config import eurobert_config, shape_from_biglm_config
     from megatron_biglm.export.weight_mapping import megatron_to_hf
     from megatron_biglm.model import load_preset, model_provider
     from megatron_biglm.model.standalone import init_single_process
 
     init_single_process(seed=seed)
-    cfg = load_preset("tiny", {"attention_backend": "sdpa"})
-    ours = model_provider(True, True, cfg)
+    cfg = load_preset(preset, {"attention_backend": backend, "seq_length": seq})
+    params_dtype = {torch.float32: "fp32", torch.bfloat16: "bf16", torch.float16: "fp16"}[dtype]
+    ours = model_provider(True, True, cfg, params_dtype=params_dtype).to(device)
     from transformers import EuroBertForMaskedLM
 
     hf_cfg = eurobert_config(
@@ -41,7 +48,8 @@ def build_pair(batch: int, seq: int, seed: int = 0):
         max_position_embeddings=cfg.seq_length, mask_token_id=3,
     )
     hf_cfg._attn_implementation = "sdpa"
-    ref = EuroBertForMaskedLM(hf_cfg)
+    with torch.device(device):  # initialised where it runs (a 1.3B model inits slowly on CPU)
+        ref = EuroBertForMaskedLM(hf_cfg).to(dtype)
     weights = dict(megatron_to_hf(ours.state_dict(), shape_from_biglm_config(cfg)))
     missing, unexpected = ref.load_state_dict(weights, strict=False)
     if unexpected or set(missing) - {"lm_head.weight"}:  # lm_head is tied to the embedding
@@ -53,7 +61,7 @@ def build_pair(batch: int, seq: int, seed: int = 0):
         labels=torch.randint(0, cfg.vocab_size, (batch, seq), generator=g),
         loss_mask=(torch.rand(batch, seq, generator=g) < 0.3).long(),
     )
-    return cfg, ours, ref, data
+    return cfg, ours, ref, {k: v.to(device) for k, v in data.items()}
 
 
 def _masked_mean(logits, data):

@@ -32,7 +32,7 @@ from megatron.core.packed_seq_params import PackedSeqParams
 from megatron_biglm.objective.split_rule import restricting_split
 
 from .attention_masks import VarlenSplit, dense_split_mask, flex_split_block_mask, varlen_split_lengths
-from .config import ATTENTION_BACKENDS
+from .config import ATTENTION_BACKENDS, ATTENTION_COMPILE
 
 FLASH_MISSING = (
     "attention_backend 'flash' needs the flash-attn package (pip install flash-attn, or the "
@@ -81,6 +81,16 @@ def resolve_backend(name: str, dtype: torch.dtype = torch.bfloat16, attention_dr
     return name
 
 
+def resolve_compile(setting: "bool | str", device: "torch.device | str") -> bool:
+    """Whether the flex kernel is compiled, for a configured `attention_compile` and the
+    device the model runs on: `auto` compiles on CUDA only, `True`/`False` as given."""
+    if setting not in ATTENTION_COMPILE or not isinstance(setting, (bool, str)):
+        raise ValueError(f"attention_compile must be 'auto', True or False, got {setting!r}")
+    if setting == "auto":
+        return torch.device(device).type == "cuda"
+    return bool(setting)
+
+
 @dataclass
 class BiGLMAttentionParams(PackedSeqParams):
     """Per-forward attention description; see the module docstring for which field is set."""
@@ -89,6 +99,8 @@ class BiGLMAttentionParams(PackedSeqParams):
     backend: str = "sdpa"
     dense_mask: Optional[torch.Tensor] = None
     block_mask: Any = None
+    #: flex only: run the kernel compiled (torch.compile) rather than eagerly
+    compile_flex: bool = False
     varlen: Optional[VarlenSplit] = None
     #: inference only: a `kv_cache.KVCacheForward` that records this forward's keys/values
     #: and supplies cached ones (the mask then covers `[cached keys, new keys]`)
@@ -115,6 +127,7 @@ def build_attention_params(
     valid_lengths: Optional[torch.Tensor] = None,
     device: "torch.device | str | None" = None,
     flex_block_size: int = 128,
+    compile_flex: bool = False,
 ) -> BiGLMAttentionParams:
     """Build the mask for `backend` (already resolved) from `split`.
 
@@ -122,7 +135,8 @@ def build_attention_params(
     no mask is built at all: that is checked on `split` as given, so pass the batch's CPU
     tensor to keep the check free of a device sync. With right padding (`valid_lengths`) and
     no split, the split rule with split = valid_lengths is exactly "attend to valid keys only",
-    so padding reuses the same builders. The flex BlockMask is computed from per-block arithmetic
+    so padding reuses the same builders. `compile_flex` (see `resolve_compile`) says whether the
+flex kernel runs compiled; the other backends ignore it. The flex BlockMask is computed from per-block arithmetic
     (`flex_split_block_mask`'s analytic method): no s x s grid and no torch.compile, on any device.
     """
     if backend not in ("sdpa", "local", "flex", "flash"):
@@ -142,7 +156,7 @@ def build_attention_params(
         block_mask = flex_split_block_mask(
             split, seq_len, block_size=flex_block_size, valid_lengths=valid_lengths
         )
-        return BiGLMAttentionParams(backend=backend, block_mask=block_mask)
+        return BiGLMAttentionParams(backend=backend, block_mask=block_mask, compile_flex=compile_flex)
     return BiGLMAttentionParams(
         backend=backend, varlen=varlen_split_lengths(split, seq_len, valid_lengths=valid_lengths)
     )

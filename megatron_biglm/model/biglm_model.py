@@ -37,7 +37,7 @@ from megatron.core.models.gpt.gpt_model import GPTModel
 from megatron.core.tensor_parallel import gather_from_sequence_parallel_region
 from megatron.core.transformer.transformer_config import TransformerConfig
 
-from .attention_params import BiGLMAttentionParams, build_attention_params, resolve_backend
+from .attention_params import BiGLMAttentionParams, build_attention_params, resolve_backend, resolve_compile
 from .config import BiGLMModelConfig
 from .kv_cache import KVCacheForward
 from .layer_spec import biglm_block_spec
@@ -74,6 +74,8 @@ class BiGLMModel(GPTModel):
         self.model_config = model_config
         self.attention_backend = resolve_backend(
             model_config.attention_backend, config.params_dtype, model_config.attention_dropout)
+        # `auto`, True or False; resolved per forward against the device the weights are on.
+        self.attention_compile = model_config.attention_compile
         if self.post_process:
             # Under sequence parallelism we all-gather the hidden states ourselves before
             # picking the predicted rows, so the output layer must not gather again.
@@ -112,12 +114,14 @@ class BiGLMModel(GPTModel):
         if kv_cache is not None and kv_cache.past is not None:
             rotary_pos_emb, attn_params = self._cached_attention(input_ids, valid_lengths, kv_cache)
         else:
+            device = self._device()
             attn_params = build_attention_params(
                 split,
                 self._sequence_length(input_ids, decoder_input),
                 self.attention_backend,
                 valid_lengths=valid_lengths,
-                device=self._device(),
+                device=device,
+                compile_flex=resolve_compile(self.attention_compile, device),
             )
             attn_params.kv_cache = kv_cache
         hidden = self.decoder(

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import Any, Mapping, Optional
+from typing import Any, Literal, Mapping, Optional, Union
 
 import torch
 
@@ -28,6 +28,9 @@ from megatron_biglm.model.shape import check_positive_ints
 
 #: Attention backends a config may name (see `megatron_biglm.model.attention_backends`).
 ATTENTION_BACKENDS = ("auto", "sdpa", "local", "flex", "flash")
+#: `attention_compile` values: compile the flex kernel with torch.compile always, never, or
+#: `auto` (on CUDA only; see `attention_params.resolve_compile`).
+ATTENTION_COMPILE = ("auto", True, False)
 
 _DTYPES = {
     "fp32": torch.float32, "float32": torch.float32,
@@ -57,6 +60,12 @@ class BiGLMModelConfig:
     hidden_dropout: float = 0.0  # the paper's final models drop dropout (Table 2)
     attention_dropout: float = 0.0
     attention_backend: str = "auto"
+    # Whether the flex backend's kernel is compiled (torch.compile, fused, no s x s scores) or
+    # run eagerly (materialises the scores). `auto` compiles on CUDA only: on CPU a compile
+    # costs seconds per sequence shape, which short evaluation runs do not win back. `true`
+    # compiles on CPU too (inductor's CPU flex kernel; forward only in torch 2.13, which has
+    # no FlexAttention backward on CPU). Other backends are unaffected.
+    attention_compile: Union[bool, Literal["auto"]] = "auto"
     make_vocab_size_divisible_by: int = 128
     # False (BiGLM's own models): the output projection IS the input embedding. True: a
     # separate `output_layer.weight` [padded vocab, h] (public EuroBERT checkpoints have an
@@ -105,6 +114,10 @@ class BiGLMModelConfig:
         if self.attention_backend not in ATTENTION_BACKENDS:
             raise ModelConfigError(
                 f"model.attention_backend {self.attention_backend!r} is not one of {ATTENTION_BACKENDS}"
+            )
+        if self.attention_compile not in ATTENTION_COMPILE or not isinstance(self.attention_compile, (bool, str)):
+            raise ModelConfigError(
+                f"model.attention_compile must be auto, true or false, got {self.attention_compile!r}"
             )
         if self.attention_backend == "flex" and float(self.attention_dropout) > 0:
             # Refused at config load: flex would only raise at the first forward.

@@ -6,8 +6,9 @@ every other backend is tested against. The other backends read the mask represen
 `BiGLMAttentionParams` (see `attention_params`), built once per forward by the model:
 
   sdpa  torch SDPA with the dense bool mask (CPU default)
-  flex  FlexAttention with a BlockMask; compiled on CUDA. On CPU it runs eagerly and forward
-        only (torch has no CPU backward for it): evaluation, not training
+  flex  FlexAttention with a BlockMask; compiled or eager as the params say (the model config's
+        `attention_compile`: auto = compiled on CUDA). On CPU forward only, compiled or not
+        (torch 2.13 has no FlexAttention backward there): evaluation, not training
   flash flash-attn varlen, two calls (prefix->prefix, suffix->all); no s x s tensor anywhere
 Full attention (no mask: variants `mlm`/`no_attn`) uses flash-attn when present (CUDA, fp16 or
 bf16), else SDPA, whatever the configured backend: it is the fastest kernel for that case.
@@ -53,10 +54,6 @@ def flash_attn_functions():
 
 class BiGLMCoreAttention(DotProductAttention):
     """Drop-in `core_attention` for megatron's SelfAttention; dispatches on the params' backend."""
-
-    #: FlexAttention is compiled on CUDA. On CPU compiling costs ~20 s per shape, so the eager
-    #: (score-materialising) kernel is used unless this is set (the attention benchmark does).
-    compile_flex_on_cpu: bool = False
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
@@ -126,11 +123,19 @@ class BiGLMCoreAttention(DotProductAttention):
                 "with attention_dropout > 0"
             )
         q, k, v = (t.permute(1, 2, 0, 3) for t in (query, key, value))
-        flex = flex_attention_fn(compiled=q.is_cuda or self.compile_flex_on_cpu)
-        out = flex(
-            q, k, v, block_mask=params.block_mask, scale=self.softmax_scale,
-            enable_gqa=q.shape[1] != k.shape[1],
-        )
+        flex = flex_attention_fn(compiled=params.compile_flex)
+        try:
+            out = flex(
+                q, k, v, block_mask=params.block_mask, scale=self.softmax_scale,
+                enable_gqa=q.shape[1] != k.shape[1],
+            )
+        except NotImplementedError as exc:
+            if "backward on CPU" not in str(exc):
+                raise
+            raise NotImplementedError(
+                f"{exc} (torch {torch.__version__}, compiled or not). To train on CPU set "
+                "model.attention_backend to sdpa or auto; flex on CPU is for evaluation"
+            ) from exc
         return out.permute(2, 0, 1, 3)
 
     def _flash(self, query, key, value, params: BiGLMAttentionParams) -> torch.Tensor:

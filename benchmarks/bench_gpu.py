@@ -1,0 +1,389 @@
+"""The one-command GPU acceptance run: kernel parity, training speed/MFU, attention, generation, eval.
+
+    python -m benchmarks gpu [--out DIR] [--peak-tflops X] [--presets 136m 1p3b]
+    python -m benchmarks gpu --dry-run --out DIR   # the whole script on CPU, tiny shapes
+
+On one CUDA device, in one process, every comparison timed against its baseline in the same run:
+
+  parity      bf16 forward + backward of each split-attention kernel (local, sdpa, flex, and
+              flash when flash-attn imports) on one layer's q/k/v, against sdpa in fp32 on the
+              same (bf16-rounded) inputs: max |diff| / max |reference| of the output and of
+              dq, dk, dv. Mixed splits (0, a full prefix, random). Tolerance 2e-2 in bf16.
+  throughput  fwd+bwd (no optimizer step) of the 136M and 1.3B presets at seq 2048, bf16, with
+              the best split kernel (`attention_backend: auto`: flash > flex > sdpa), against
+              transformers' `EuroBertForMaskedLM` of the same shape holding the same weights
+              (split mask as an additive 4D mask, SDPA; `benchmarks.bench_model`). tokens/s and
+              MFU = model FLOPs (`training.flops`: split-aware attention pairs, sparse output
+              rows; the same count for both models, so it is useful work) / time / peak.
+  attention   one layer's split attention vs plain non-causal attention (flash, else SDPA) at
+              s = 2048, the 1.3B preset's heads (`benchmarks.bench_attention.measure`).
+  generation  Mask-Predict (T=10, N=64, exact prefix cache) vs autoregressive decoding with a KV
+              cache of a same-shape Llama (`benchmarks.bench_generation`), in generated tokens/s.
+  eval        zero-shot scoring with eval's prefix cache on vs off (`benchmarks.bench_eval`).
+
+Peak bf16 FLOP/s comes from `training.flops.PEAK_TFLOPS_BF16` by device name (H100 SXM and
+H200: 989 TFLOP/s dense), `--peak-tflops` overrides it; on a device in neither (the CPU of a
+dry run) a large matmul is timed in the same run and used as the peak (`peak_source` says
+which). Writes `DIR/gpu_acceptance.json` and `DIR/gpu_acceptance.md` and prints the table and
+the goals: 1.3B >= 50 % MFU, split attention >= 85 % of plain non-causal attention
+(fwd+bwd), Mask-Predict >= 3x autoregressive.
+
+`--dry-run` runs every phase with the same code on CPU with tiny shapes (the `tiny` preset at
+seq 128 stands in for both presets, fp32, one torch thread: steady on a shared machine), in
+well under a minute: it checks the script, not the hardware. Its goals are printed but mean
+nothing.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from types import SimpleNamespace
+
+import torch
+
+JSON_NAME, MD_NAME = "gpu_acceptance.json", "gpu_acceptance.md"
+SECTIONS = ("parity", "throughput", "attention", "generation", "eval")
+GOALS = {"mfu": 0.50, "split_vs_full_attention": 0.85, "mask_predict_vs_ar": 3.0}
+PARITY_TOL = {torch.bfloat16: 2e-2, torch.float16: 5e-3, torch.float32: 1e-4}
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def device_name(device: torch.device) -> str:
+    if device.type == "cuda":
+        return torch.cuda.get_device_name(device)
+    return f"CPU ({torch.get_num_threads()} threads)"
+
+
+def peak_flops(device: torch.device, dtype: torch.dtype, override_tflops: float | None) -> tuple[float, str]:
+    """(peak FLOP/s, where it came from): the override, the device table, or a timed matmul."""
+    from megatron_biglm.training.flops import PEAK_TFLOPS_BF16
+
+    if override_tflops:
+        return override_tflops * 1e12, "--peak-tflops"
+    name = device_name(device)
+    for key, tflops in PEAK_TFLOPS_BF16.items():
+        if device.type == "cuda" and key in name:
+            return tflops * 1e12, f"table ({key}, bf16 dense)"
+    n = 1024 if device.type == "cpu" else 8192
+    a = torch.randn(n, n, device=device, dtype=dtype)
+    a @ a
+    _sync(device)
+    reps, t0 = 3, time.perf_counter()
+    for _ in range(reps):
+        a @ a
+    _sync(device)
+    return 2 * n ** 3 * reps / (time.perf_counter() - t0), f"measured {n}x{n} {dtype} matmul"
+
+
+# ------------------------------------------------------------------ parity
+def attention_parity(args, device: torch.device, dtype: torch.dtype) -> dict:
+    """Each split kernel in `dtype` against sdpa in fp32: relative max error of out, dq, dk, dv."""
+    from benchmarks.bench_attention import make_core_attention
+    from megatron_biglm.model.attention_params import build_attention_params, flash_attn_available, resolve_compile
+
+    s, b, heads, groups, d = args.parity_seq, 3, args.heads, args.groups, args.head_dim
+    g = torch.Generator().manual_seed(1)
+    split = torch.tensor([0, s, int(torch.randint(1, s, (1,), generator=g))])
+    qkv32 = [torch.randn(s, b, n, d, generator=g).to(device, dtype).float() for n in (heads, groups, groups)]
+    weight = torch.randn(s, b, heads * d, generator=g).to(device)
+    compiled = resolve_compile("auto", device)
+
+    def run(core, backend, run_dtype, grad=True):
+        params = build_attention_params(split, s, backend, device=device, compile_flex=compiled)
+        q, k, v = (t.to(run_dtype).requires_grad_(grad) for t in qkv32)
+        out = core(q, k, v, None, packed_seq_params=params)
+        if not grad:
+            return out.float(), None
+        (out.float() * weight).sum().backward()
+        return out.float(), [t.grad.float() for t in (q, k, v)]
+
+    ref_out, ref_grads = run(make_core_attention(heads, groups, d).to(device), "sdpa", torch.float32)
+    core = make_core_attention(heads, groups, d, dtype).to(device)
+    backends = ["local", "sdpa", "flex"] + (["flash"] if flash_attn_available() and dtype != torch.float32 else [])
+    tol = PARITY_TOL[dtype]
+    rows = {}
+    for backend in backends:
+        row = {}
+        try:
+            out, grads = run(core, backend, dtype)
+        except NotImplementedError as exc:  # torch 2.13 has no FlexAttention backward on CPU
+            out, grads = run(core, backend, dtype, grad=False)
+            row["backward"] = f"not run: {exc}"
+        pairs = [("out", out, ref_out)] + ([] if grads is None else list(zip(("dq", "dk", "dv"), grads, ref_grads)))
+        for name, got, want in pairs:
+            row[f"{name}_rel_err"] = float((got - want).abs().max() / want.abs().max().clamp_min(1e-12))
+        row["ok"] = all(v <= tol for k, v in row.items() if k.endswith("_rel_err"))
+        rows[backend] = row
+    return dict(dtype=str(dtype).replace("torch.", ""), seq=s, tolerance=tol, splits=split.tolist(), kernels=rows)
+
+
+# ------------------------------------------------------------------ throughput
+def preset_throughput(preset: str, args, device: torch.device, dtype: torch.dtype, peak: float) -> dict:
+    """Our model (best split kernel) vs EuroBertForMaskedLM, fwd+bwd, same weights and batch."""
+    from benchmarks.bench_model import build_pair, step_ours, step_ref
+    from megatron_biglm.model.shape import shape_of
+    from megatron_biglm.training.flops import train_step_flops
+
+    batch = args.batch.get(preset, 1)
+    cfg, ours, ref, data = build_pair(batch, args.seq, preset=preset, backend="auto", device=device, dtype=dtype)
+    loss_ours = step_ours(ours, data, sparse=True)
+    loss_ref = step_ref(ref, data, cfg.vocab_size)
+    for _ in range(args.warmup):
+        step_ours(ours, data, True), step_ref(ref, data, cfg.vocab_size)
+    times = {"ours": [], "reference": []}
+    for _ in range(args.steps):  # interleaved, so load changes hit both alike
+        for name, fn in (("ours", lambda: step_ours(ours, data, True)),
+                         ("reference", lambda: step_ref(ref, data, cfg.vocab_size))):
+            ours.zero_grad(set_to_none=True)
+            ref.zero_grad(set_to_none=True)
+            _sync(device)
+            t0 = time.perf_counter()
+            fn()
+            _sync(device)
+            times[name].append(time.perf_counter() - t0)
+    flops = train_step_flops(shape_of(cfg), args.seq, batch, splits=data["split"].tolist(),
+                             predicted_tokens=int(data["loss_mask"].sum()))
+    row = dict(preset=preset, shape=dict(layers=cfg.num_layers, hidden=cfg.hidden_size,
+                                         heads=cfg.num_attention_heads, groups=cfg.query_groups),
+               params=sum(p.numel() for p in ours.parameters()), batch=batch, seq=args.seq,
+               attention_backend=ours.attention_backend, step_flops=flops,
+               loss_diff=abs(loss_ours.item() - loss_ref.item()))
+    for name, ts in times.items():
+        sec = statistics.median(ts)
+        row[name] = dict(step_s=sec, tokens_per_s=batch * args.seq / sec, mfu=flops / sec / peak)
+    row["speedup_vs_reference"] = row["reference"]["step_s"] / row["ours"]["step_s"]
+    del ours, ref
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
+    return row
+
+
+# ------------------------------------------------------------------ attention
+def split_vs_full_attention(args, device: torch.device, dtype: torch.dtype) -> dict:
+    """fwd and fwd+bwd of one layer: plain non-causal attention vs each split kernel."""
+    from benchmarks.bench_attention import available_backends, make_core_attention, measure
+    from megatron_biglm.model.attention_params import resolve_backend
+
+    cuda = device.type == "cuda"
+    backends = available_backends(cuda) if cuda else ["full", "sdpa"]  # CPU: no flex backward
+    best = resolve_backend("auto", dtype)
+    opts = SimpleNamespace(batch=args.attn_batch, heads=args.heads, groups=args.groups,
+                           head_dim=args.head_dim, reps=args.attn_reps, mask_reps=1, mask_baseline=False)
+    core = make_core_attention(args.heads, args.groups, args.head_dim, dtype).to(device)
+    rows = {b: measure(core, b, args.attn_seq, opts, device, dtype) for b in backends}
+    full = rows.pop("full")
+    return dict(seq=args.attn_seq, batch=args.attn_batch, heads=args.heads, groups=args.groups,
+                head_dim=args.head_dim, best_split_kernel=best,
+                full=dict(fwd_ms=full["fwd_ms"], fwdbwd_ms=full["fwdbwd_ms"]),
+                split={b: dict(fwd_ms=r["fwd_ms"], fwdbwd_ms=r["fwdbwd_ms"]) for b, r in rows.items()},
+                split_vs_full_fwd=full["fwd_ms"] / rows[best]["fwd_ms"],
+                split_vs_full_fwdbwd=full["fwdbwd_ms"] / rows[best]["fwdbwd_ms"])
+
+
+# ------------------------------------------------------------------ generation
+def mask_predict_vs_ar(args, device: torch.device) -> dict:
+    """Generated tokens/s: Mask-Predict with the prefix cache vs a Llama's KV-cached `generate`."""
+    from benchmarks.bench_generation import BOS, PAD, SPECIAL, IdsTokenizer, causal_lm, masked_lm, shapes, timed
+    from megatron_biglm.generation import GenerationConfig, MaskPredictGenerator
+    from megatron_biglm.inference.hf_adapter import HFMaskedLMAdapter
+
+    gen = SimpleNamespace(layers=args.gen_layers, hidden=args.gen_hidden, vocab=args.gen_vocab,
+                          prefix=args.gen_prefix, new_tokens=64, steps=10)
+    b, n = args.gen_batch, gen.new_tokens
+    import random
+
+    rng = random.Random(0)
+    prompt_ids = [[rng.randrange(4, gen.vocab) for _ in range(gen.prefix)] for _ in range(b)]
+    prompts = [" ".join(map(str, ids)) for ids in prompt_ids]
+    ar_input = torch.tensor([[BOS] + ids for ids in prompt_ids], device=device)
+    with torch.no_grad():
+        mlm, clm = masked_lm(gen).to(device), causal_lm(gen).to(device)
+        mp = MaskPredictGenerator(HFMaskedLMAdapter(mlm, SPECIAL, prefix_cache="on"), IdsTokenizer())
+        config = GenerationConfig(length=n, steps=gen.steps)
+
+        def run_mp():
+            return mp.generate(prompts, config, batch_size=b)
+
+        def run_ar():
+            return clm.generate(input_ids=ar_input, attention_mask=torch.ones_like(ar_input), max_new_tokens=n,
+                                min_new_tokens=n, do_sample=False, use_cache=True, pad_token_id=PAD)
+
+        run_mp(), run_ar()  # warm-up
+        mp_s, outs = timed(run_mp, args.reps, device)
+        ar_s, out = timed(run_ar, args.reps, device)
+    assert all(len(o.ids) == n for o in outs) and out.shape[1] == ar_input.shape[1] + n
+    return dict(layers=gen.layers, hidden=gen.hidden, heads=shapes(gen)["num_attention_heads"], vocab=gen.vocab,
+                batch=b, prefix=gen.prefix, new_tokens=n, steps=gen.steps,
+                mask_predict_tokens_per_s=b * n / mp_s, ar_tokens_per_s=b * n / ar_s,
+                mask_predict_vs_ar=ar_s / mp_s)
+
+
+# ------------------------------------------------------------------ eval
+def eval_prefix_cache(args, device: torch.device) -> dict:
+    """Zero-shot scoring requests/s with eval's prefix reuse off and on (same requests)."""
+    from benchmarks.bench_eval import build_model, build_requests, sample_tokenizer, time_rule
+
+    with tempfile.TemporaryDirectory() as tmp:
+        tokenizer, corpus = sample_tokenizer(Path(tmp), max_plays=1)
+        pairs = build_requests(tokenizer, corpus, args.eval_questions, args.eval_context, *args.eval_choices)
+    model = build_model(tokenizer, str(device))
+    rules = {}
+    for rule in args.eval_rules:
+        best, scores, passes = time_rule(model, tokenizer, pairs, rule, 16, args.reps)
+        rules[rule] = dict(passes_per_request=passes, requests_per_s_off=len(pairs) / best[False],
+                           requests_per_s_on=len(pairs) / best[True], speedup=best[False] / best[True],
+                           max_score_diff=max(abs(a - b) for a, b in zip(scores[False], scores[True])))
+    return dict(requests=len(pairs), context_tokens=args.eval_context, rules=rules)
+
+
+# ------------------------------------------------------------------ report
+def goal_rows(results: dict) -> list[tuple[str, float, float]]:
+    """(goal, measured, target) for the three acceptance goals."""
+    largest = results["throughput"][-1]
+    return [
+        (f"{largest['preset']} MFU (ours)", largest["ours"]["mfu"], GOALS["mfu"]),
+        ("split / plain non-causal attention (fwd+bwd)", results["attention"]["split_vs_full_fwdbwd"],
+         GOALS["split_vs_full_attention"]),
+        ("Mask-Predict / autoregressive (tokens/s)", results["generation"]["mask_predict_vs_ar"],
+         GOALS["mask_predict_vs_ar"]),
+    ]
+
+
+def markdown(results: dict) -> str:
+    meta = results["meta"]
+    lines = [f"# GPU acceptance: {meta['device']}" + (" (dry run: tiny shapes on CPU)" if meta["dry_run"] else ""),
+             "", f"dtype {meta['dtype']}, peak {meta['peak_tflops']:.3g} TFLOP/s ({meta['peak_source']}), "
+             f"torch {meta['torch']}", "", "| section | measure | value | goal |", "|---|---|---|---|"]
+
+    def row(section, measure, value, goal=""):
+        lines.append(f"| {section} | {measure} | {value} | {goal} |")
+
+    parity = results["parity"]
+    for kernel, r in parity["kernels"].items():
+        errs = ", ".join(f"{k[:-8]} {v:.1e}" for k, v in r.items() if k.endswith("_rel_err"))
+        row("parity", f"{kernel} vs fp32 sdpa ({parity['dtype']}, rel. max error)",
+            errs + ("" if "backward" not in r else "; backward not run"),
+            f"<= {parity['tolerance']:.0e}: {'ok' if r['ok'] else 'FAILED'}")
+    for r in results["throughput"]:
+        for name in ("ours", "reference"):
+            who = f"ours ({r['attention_backend']})" if name == "ours" else "EuroBertForMaskedLM"
+            row("throughput", f"{r['preset']} b={r['batch']} s={r['seq']} {who}",
+                f"{r[name]['tokens_per_s']:,.0f} tok/s, MFU {100 * r[name]['mfu']:.1f} %")
+        row("throughput", f"{r['preset']} ours / reference speed", f"{r['speedup_vs_reference']:.2f}x")
+    a = results["attention"]
+    row("attention", f"plain non-causal s={a['seq']} fwd / fwd+bwd",
+        f"{a['full']['fwd_ms']:.2f} / {a['full']['fwdbwd_ms']:.2f} ms")
+    for kernel, r in a["split"].items():
+        bwd = "n/a" if r["fwdbwd_ms"] is None else f"{r['fwdbwd_ms']:.2f}"
+        row("attention", f"split {kernel} fwd / fwd+bwd", f"{r['fwd_ms']:.2f} / {bwd} ms")
+    gen = results["generation"]
+    row("generation", f"Mask-Predict T={gen['steps']} N={gen['new_tokens']}, prefix cache",
+        f"{gen['mask_predict_tokens_per_s']:,.1f} tok/s")
+    row("generation", "autoregressive (Llama, KV cache)", f"{gen['ar_tokens_per_s']:,.1f} tok/s")
+    for rule, r in results["eval"]["rules"].items():
+        row("eval", f"prefix cache speed-up, rule {rule}",
+            f"{r['speedup']:.2f}x ({r['requests_per_s_off']:.1f} -> {r['requests_per_s_on']:.1f} req/s)")
+    for name, value, target in goal_rows(results):
+        row("goal", name, f"{value:.2f}", f">= {target:.2f}: {'met' if value >= target else 'not met'}")
+    return "\n".join(lines) + "\n"
+
+
+def finite_numbers(obj, path: str = "") -> list[str]:
+    """Paths of numbers in `obj` that are not finite (NaN or inf)."""
+    if isinstance(obj, dict):
+        return [p for k, v in obj.items() for p in finite_numbers(v, f"{path}.{k}")]
+    if isinstance(obj, (list, tuple)):
+        return [p for i, v in enumerate(obj) for p in finite_numbers(v, f"{path}[{i}]")]
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return [path]
+    return []
+
+
+def parse_args(argv):
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--out", type=Path, default=Path("bench_gpu_out"), help="folder for the JSON and markdown")
+    p.add_argument("--dry-run", action="store_true", help="every phase on CPU with tiny shapes")
+    p.add_argument("--presets", nargs="+", default=["136m", "1p3b"])
+    p.add_argument("--peak-tflops", type=float, default=None, help="override the device's peak bf16 TFLOP/s")
+    p.add_argument("--steps", type=int, default=10, help="timed training steps per model")
+    p.add_argument("--reps", type=int, default=3, help="timed repetitions (attention, generation, eval)")
+    args = p.parse_args(argv)
+    if args.dry_run:
+        args.presets, args.seq, args.batch = ["tiny"], 128, {"tiny": 2}
+        args.steps, args.warmup, args.reps, args.attn_reps = min(args.steps, 2), 1, 1, 2
+        args.heads, args.groups, args.head_dim = 4, 2, 32
+        args.parity_seq, args.attn_seq, args.attn_batch = 160, 256, 2
+        args.gen_layers, args.gen_hidden, args.gen_vocab, args.gen_prefix, args.gen_batch = 2, 128, 512, 32, 2
+        args.eval_questions, args.eval_context, args.eval_choices, args.eval_rules = 2, 32, (2, 3), ["pll"]
+    else:
+        args.seq, args.batch, args.warmup, args.attn_reps = 2048, {"136m": 16, "1p3b": 8}, 3, 10
+        args.heads, args.groups, args.head_dim = 32, 32, 64  # the 1.3B preset's attention
+        args.parity_seq, args.attn_seq, args.attn_batch = 1000, 2048, 8
+        args.gen_layers, args.gen_hidden, args.gen_vocab, args.gen_prefix, args.gen_batch = 30, 576, 49152, 512, 8
+        args.eval_questions, args.eval_context, args.eval_choices, args.eval_rules = 12, 256, (4, 8), ["beam", "pll"]
+    return args
+
+
+def main(argv=None) -> int:
+    args = parse_args(sys.argv[1:] if argv is None else argv)
+    if not args.dry_run and not torch.cuda.is_available():
+        print("error: no CUDA device; run with --dry-run to check the script on CPU", file=sys.stderr)
+        return 2
+    threads = torch.get_num_threads()
+    if args.dry_run:
+        torch.set_num_threads(1)
+    try:
+        return _run(args)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _run(args) -> int:
+    from megatron_biglm.model.standalone import init_single_process
+
+    init_single_process(seed=0)
+    device = torch.device("cpu" if args.dry_run else "cuda")
+    dtype = torch.float32 if args.dry_run else torch.bfloat16
+    peak, peak_source = peak_flops(device, dtype, args.peak_tflops)
+    results = dict(meta=dict(device=device_name(device), dry_run=args.dry_run, dtype=str(dtype).replace("torch.", ""),
+                             peak_tflops=peak / 1e12, peak_source=peak_source, torch=torch.__version__))
+    t_start = time.perf_counter()
+    phases = [("parity", lambda: attention_parity(args, device, dtype)),
+              ("throughput", lambda: [preset_throughput(p, args, device, dtype, peak) for p in args.presets]),
+              ("attention", lambda: split_vs_full_attention(args, device, dtype)),
+              ("generation", lambda: mask_predict_vs_ar(args, device)),
+              ("eval", lambda: eval_prefix_cache(args, device))]
+    for name, run in phases:
+        t0 = time.perf_counter()
+        results[name] = run()
+        print(f"[{name}] done in {time.perf_counter() - t0:.1f} s", flush=True)
+    results["goals"] = [dict(goal=g, value=v, target=t, met=v >= t) for g, v, t in goal_rows(results)]
+    results["meta"]["seconds"] = time.perf_counter() - t_start
+    bad = finite_numbers(results)
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / JSON_NAME).write_text(json.dumps(results, indent=2) + "\n")
+    table = markdown(results)
+    (args.out / MD_NAME).write_text(table)
+    print(table)
+    print(f"wrote {args.out / JSON_NAME} and {args.out / MD_NAME}")
+    if bad:
+        print(f"error: non-finite results at {bad}", file=sys.stderr)
+        return 1
+    if not all(r["ok"] for r in results["parity"]["kernels"].values()):
+        print("error: a kernel is outside the parity tolerance", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
