@@ -26,12 +26,11 @@ def init_single_process() -> None:
 
 def init_parallel(tp: int = 1, pp: int = 1, seed: int = 1234) -> None:
     """Megatron parallel groups plus the RNG seeding megatron expects (CPU: see cpu_rng_tracker)."""
-    from megatron.core import parallel_state, tensor_parallel
+    from megatron.core import tensor_parallel
 
-    parallel_state.destroy_model_parallel()
-    parallel_state.initialize_model_parallel(
-        tensor_model_parallel_size=tp, pipeline_model_parallel_size=pp
-    )
+    from megatron_biglm.common.process_groups import init_model_parallel
+
+    init_model_parallel(tp, pp)
     torch.manual_seed(seed)
     tensor_parallel.model_parallel_cuda_manual_seed(seed)
 

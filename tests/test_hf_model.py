@@ -306,9 +306,11 @@ def _init_megatron(tp: int, seed: int):
     from megatron_biglm import patches
 
     patches.apply_cpu()
-    from megatron.core import parallel_state, tensor_parallel
+    from megatron.core import tensor_parallel
 
-    parallel_state.initialize_model_parallel(tp, 1)
+    from megatron_biglm.common.process_groups import init_model_parallel
+
+    init_model_parallel(tp, 1)
     torch.manual_seed(seed)
     tensor_parallel.model_parallel_cuda_manual_seed(seed)
 

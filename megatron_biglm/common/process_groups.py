@@ -8,6 +8,12 @@ rules, stated once here:
   in a plain process it is a world of one on a free localhost port.
 - NCCL when CUDA is present (the process first moves to its LOCAL_RANK device), gloo otherwise.
 - Whoever creates a group destroys it; an existing group is left alone.
+- Tearing down megatron's groups destroys the torch process groups megatron made for them.
+  ``parallel_state.destroy_model_parallel`` only forgets them: torch keeps every group it
+  made in its registry, and each gloo group keeps its threads (~17 groups and ~50 polling
+  threads per init at TP=PP=1). A process that trains many times under one default group
+  (a test session, a low-data sweep) would otherwise pile up thousands of threads and
+  load the machine by hundreds.
 
 This module sits on floor 0: it imports no other part of megatron_biglm. CPU runs still need
 `megatron_biglm.patches.apply_cpu()` before megatron builds a model; callers above apply it.
@@ -64,6 +70,28 @@ def init_default_group(backend: Optional[str] = None) -> bool:
     return True
 
 
+#: The torch process groups megatron's last ``initialize_model_parallel`` made.
+_megatron_groups: list = []
+
+
+def _live_groups() -> list:
+    """Every process group torch holds in this process (torch's own registry; no public API
+    lists them)."""
+    return list(dist.distributed_c10d._world.pg_map) if dist.is_initialized() else []
+
+
+def _destroy_megatron_groups() -> None:
+    from megatron.core import parallel_state
+
+    if parallel_state.model_parallel_is_initialized():
+        parallel_state.destroy_model_parallel()
+    live = set(_live_groups())
+    for group in _megatron_groups:
+        if group in live:
+            dist.destroy_process_group(group)
+    _megatron_groups.clear()
+
+
 def init_model_parallel(tp: int = 1, pp: int = 1, *, keep_same_sizes: bool = False) -> None:
     """megatron's parallel_state groups of sizes (tp, pp); needs the default group.
 
@@ -77,17 +105,16 @@ def init_model_parallel(tp: int = 1, pp: int = 1, *, keep_same_sizes: bool = Fal
                  parallel_state.get_pipeline_model_parallel_world_size())
         if keep_same_sizes and sizes == (tp, pp):
             return
-        parallel_state.destroy_model_parallel()
+    _destroy_megatron_groups()
+    before = set(_live_groups())
     parallel_state.initialize_model_parallel(tensor_model_parallel_size=tp,
                                              pipeline_model_parallel_size=pp)
+    _megatron_groups.extend(g for g in _live_groups() if g not in before)
 
 
 def destroy(created_group: bool) -> None:
     """Tear down megatron's groups, and the default group if this process created it."""
-    from megatron.core import parallel_state
-
-    if parallel_state.model_parallel_is_initialized():
-        parallel_state.destroy_model_parallel()
+    _destroy_megatron_groups()
     if created_group and dist.is_initialized():
         dist.destroy_process_group()
 

@@ -180,6 +180,7 @@ def write_checkpoint(plan: ImportPlan, output_dir: Path, tp: int, pp: int, progr
 
     from megatron_biglm.checkpoint.files import begin_checkpoint, seal_when_written
     from megatron_biglm.model import model_provider
+    from megatron_biglm.common import process_groups
     from megatron_biglm.model.standalone import init_single_process
 
     created_group = not dist.is_initialized()
@@ -214,8 +215,7 @@ def write_checkpoint(plan: ImportPlan, output_dir: Path, tp: int, pp: int, progr
         return seal_when_written(temp, 0)
     finally:
         if created_group:
-            parallel_state.destroy_model_parallel()
-            dist.destroy_process_group()
+            process_groups.destroy(created_group)
 
 
 def _write_metadata(plan: ImportPlan, temp: Path, output_dir: Path, tp: int, pp: int, world: int) -> None:
