@@ -85,10 +85,16 @@ class DeepSpeedConfig:
 
 @dataclass
 class TrainingConfig:
+    """`precision`: `auto` is bf16 on GPU and fp32 on CPU. `bf16` on a machine without CUDA is
+    refused unless `allow_cpu_bf16` is true: CPU bf16 matmuls are an order of magnitude slower
+    than fp32 ones on most CPUs, so a CPU bf16 run is almost always a config meant for a GPU;
+    the opt-in is for checking the mixed-precision path (bf16 weights, fp32 main weights and
+    gradients) on CPU."""
     backend: Literal["megatron", "deepspeed"] = "megatron"
     micro_batch_size: int = 4
     global_batch_size: int = 1024
     precision: Literal["auto", "fp32", "bf16"] = "auto"
+    allow_cpu_bf16: bool = False
     recompute: Literal["none", "full", "selective"] = "none"
     seed: int = 1234
     max_nonfinite_in_a_row: int = 5
@@ -202,6 +208,12 @@ def validate(config: RunConfig) -> None:
         raise ConfigError(f"optimizer.min_lr={config.optimizer.min_lr} exceeds optimizer.lr={config.optimizer.lr}")
     if config.data.anneal_blend and s.style != "wsd":
         raise ConfigError("data.anneal_blend needs schedule.style=wsd (the blend switches when the decay starts)")
+    if t.allow_cpu_bf16 and t.precision != "bf16":
+        raise ConfigError(f"training.allow_cpu_bf16=true only applies to training.precision=bf16, but precision is "
+                          f"{t.precision}; set training.precision=bf16, or drop training.allow_cpu_bf16")
+    if t.allow_cpu_bf16 and t.backend != "megatron":
+        raise ConfigError("training.allow_cpu_bf16 is for the megatron backend (its mixed-precision optimizer is "
+                          "what runs and is tested on CPU); use training.backend=megatron, or fp32 on CPU")
     if t.backend == "deepspeed":
         _validate_deepspeed(config)
     if config.zero_shot_eval.problem():

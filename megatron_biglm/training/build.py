@@ -19,12 +19,15 @@ from megatron_biglm.config import ConfigError, RunConfig
 
 
 def resolve_precision(config: RunConfig) -> str:
-    """`auto`: bf16 on GPU, fp32 on CPU (CPU bf16 matmuls are slow and the tests need fp32)."""
+    """`auto`: bf16 on GPU, fp32 on CPU (CPU bf16 matmuls are slow and the tests need fp32).
+    `bf16` without CUDA runs only with the explicit `training.allow_cpu_bf16: true`."""
     p = config.training.precision
     if p == "auto":
         return "bf16" if torch.cuda.is_available() else "fp32"
-    if p == "bf16" and not torch.cuda.is_available():
-        raise ConfigError("training.precision=bf16 needs a GPU; use fp32 (or auto) on CPU")
+    if p == "bf16" and not torch.cuda.is_available() and not config.training.allow_cpu_bf16:
+        raise ConfigError("training.precision=bf16 without a GPU is refused (bf16 matmuls are slow on most "
+                          "CPUs); use fp32 (or auto) on CPU, or set training.allow_cpu_bf16=true to run "
+                          "megatron's bf16 mixed precision on CPU anyway")
     return p
 
 
