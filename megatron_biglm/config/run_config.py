@@ -15,7 +15,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal, Optional
+from typing import Literal, Optional, Union
 
 import yaml
 
@@ -89,12 +89,22 @@ class TrainingConfig:
     refused unless `allow_cpu_bf16` is true: CPU bf16 matmuls are an order of magnitude slower
     than fp32 ones on most CPUs, so a CPU bf16 run is almost always a config meant for a GPU;
     the opt-in is for checking the mixed-precision path (bf16 weights, fp32 main weights and
-    gradients) on CPU."""
+    gradients) on CPU.
+
+    megatron DDP settings (training/ddp_settings.py resolves `auto`): `overlap_grad_reduce`
+    overlaps the data-parallel gradient reduction with the backward pass; `overlap_param_gather`
+    (distributed optimizer only, with `overlap_grad_reduce`) overlaps the parameter all-gather
+    with the next forward pass; `auto` turns both on with CUDA and off on CPU.
+    `check_for_nan_in_grad` makes a NaN/inf gradient fatal in the reduction, before the
+    non-finite-step guard (`max_nonfinite_in_a_row`) could skip the step; `auto` is off."""
     backend: Literal["megatron", "deepspeed"] = "megatron"
     micro_batch_size: int = 4
     global_batch_size: int = 1024
     precision: Literal["auto", "fp32", "bf16"] = "auto"
     allow_cpu_bf16: bool = False
+    overlap_grad_reduce: Union[Literal["auto"], bool] = "auto"
+    overlap_param_gather: Union[Literal["auto"], bool] = "auto"
+    check_for_nan_in_grad: Union[Literal["auto"], bool] = "auto"
     recompute: Literal["none", "full", "selective"] = "none"
     seed: int = 1234
     max_nonfinite_in_a_row: int = 5
