@@ -31,6 +31,16 @@ def resolve_precision(config: RunConfig) -> str:
     return p
 
 
+def kernels(config: RunConfig, precision: str):
+    """The kernel report (model/kernels.py) for this run on this machine; ConfigError when the
+    config names a kernel that is not installed, saying what to pip install."""
+    from megatron_biglm.model.config import resolve_dtype
+    from megatron_biglm.model.kernels import kernel_report
+
+    mc = config.model.resolved
+    return kernel_report(mc.attention_backend, resolve_dtype(precision), float(mc.attention_dropout))
+
+
 def model_config(config: RunConfig):
     """The resolved BiGLMModelConfig (preset + overrides, built at load), checked against
     data.seq_length."""
