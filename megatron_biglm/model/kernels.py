@@ -114,7 +114,9 @@ def kernel_report(attention_backend: str, dtype: torch.dtype, attention_dropout:
     """What this process will run with; ConfigError (check_kernel) when a named kernel is missing."""
     resolved = check_kernel(attention_backend, dtype, attention_dropout)
     device = f"cuda ({torch.cuda.get_device_name()})" if torch.cuda.is_available() else "cpu"
-    versions = {"python": platform.python_version(), **{name: _version(name) for name in VERSIONED}}
+    # torch's own version string names its build (+cpu, +cu130), which package metadata drops
+    versions = {"python": platform.python_version(), "torch": torch.__version__,
+                **{name: _version(name) for name in VERSIONED if name != "torch"}}
     return KernelReport(configured=attention_backend, resolved=resolved, attention=_attention_words(resolved, dtype),
                         adam=megatron_adam(), device=device, packages=installed_packages(), versions=versions)
 
