@@ -88,7 +88,10 @@ fi
 # The kernels and versions this node runs with (attention backend as resolved, megatron's Adam,
 # flash-attn / Transformer Engine / Apex, python, torch, megatron-core, transformers). A config
 # naming a kernel that is not installed stops here, before srun, saying what to pip install.
-"$PYTHON" -m megatron_biglm.training.cli_kernels --config "$CONFIG" "${OVERRIDES[@]}" || exit 2
+# A fine-tune takes its model from the checkpoint it starts from: its ranks print the report.
+if [[ "$ENTRY" == "megatron_biglm.train" ]]; then
+  "$PYTHON" -m megatron_biglm.training.cli_kernels --config "$CONFIG" "${OVERRIDES[@]}" || exit 2
+fi
 
 mkdir -p "$RUN_DIR"
 echo "launch: job $JOB_ID, $NODES nodes, TP=$TP PP=$PP DP=$DP, run dir $RUN_DIR"
