@@ -3,8 +3,9 @@ in three layouts: one process, DP=2 with the distributed optimizer, TP=2 (torchr
 
 For each layout, from real runs on the Shakespeare training data:
 - the megatron objects hold what mixed precision means: bf16 model parameters, fp32 DDP
-  gradient buffers, an fp16/bf16 megatron optimizer whose main parameters and main
-  gradients are fp32 (read from the live optimizer, not from the config);
+  gradient buffers (and bf16 parameter buffers for the distributed optimizer), a megatron
+  mixed-precision optimizer whose main parameters and main gradients are fp32 (read from
+  the live optimizer, not from the config);
 - the loss follows the fp32 run's over STEPS steps within a stated tolerance;
 - a run stopped at STEPS/2 and resumed repeats the uninterrupted run's losses and gradient
   norms bit for bit;
@@ -53,6 +54,9 @@ def _dtypes(model_chunks, optimizer) -> dict:
         "model_params": names(params),
         "ddp_main_grads": names(p.main_grad for p in params),
         "ddp_grad_buffers": names(b.grad_data for chunk in model_chunks for b in chunk.buffers),
+        # the distributed optimizer's parameter buffers (the all-gather's), None without it
+        "ddp_param_buffers": names(b.param_data for chunk in model_chunks for b in chunk.buffers
+                                   if b.param_data is not None),
         "optimizers": sorted({type(o).__name__ for o in optimizers}),
         "main_params": names(main_params),
         "main_grads": names(p.grad for p in main_params if p.grad is not None),
@@ -125,6 +129,7 @@ def test_bf16_dtypes_are_mixed_precision(bf16_run):
     d = run["dtypes"]
     assert d["model_params"] == ["bfloat16"]
     assert d["ddp_main_grads"] == ["float32"] and d["ddp_grad_buffers"] == ["float32"]
+    assert d["ddp_param_buffers"] == (["bfloat16"] if layout == "dp2" else [])
     expected = "DistributedOptimizer" if layout == "dp2" else "Float16OptimizerWithFloat16Params"
     assert d["optimizers"] == [expected]
     assert d["main_params"] == ["float32"]
