@@ -8,6 +8,8 @@
 #   DRY_RUN=1     print the resolved environment and command; run nothing
 #   ENTRY         the module torchrun runs (megatron_biglm.train; launch/finetune.sh: megatron_biglm.finetune)
 # Extra key=value arguments given to the script are appended as overrides too.
+# Before launching it prints the kernel report (megatron_biglm.training.cli_kernels) and stops
+# if the config names a kernel that is not installed.
 set -euo pipefail
 
 : "${NODES:=${SLURM_JOB_NUM_NODES:-$NODES_DEFAULT}}"
@@ -81,6 +83,14 @@ if [[ "${DRY_RUN:-0}" == "1" ]]; then
   printf '%q ' "${LAUNCH[@]}"
   echo
   exit 0
+fi
+
+# The kernels and versions this node runs with (attention backend as resolved, megatron's Adam,
+# flash-attn / Transformer Engine / Apex, python, torch, megatron-core, transformers). A config
+# naming a kernel that is not installed stops here, before srun, saying what to pip install.
+# A fine-tune takes its model from the checkpoint it starts from: its ranks print the report.
+if [[ "$ENTRY" == "megatron_biglm.train" ]]; then
+  "$PYTHON" -m megatron_biglm.training.cli_kernels --config "$CONFIG" "${OVERRIDES[@]}" || exit 2
 fi
 
 mkdir -p "$RUN_DIR"

@@ -87,6 +87,9 @@ def train(config_or_path, overrides=(), callbacks=(), forward_hook=None, recipe=
     try:
         num_micro = check_batch_arithmetic(cfg, info.dp)
         precision = build.resolve_precision(cfg)
+        kernels = build.kernels(cfg, precision)  # refuses a named kernel that is not installed
+        if info.is_logger:
+            print(kernels, flush=True)
         mc = build.model_config(cfg)
         signature = model_signature({**mc.to_dict(), "padded_vocab_size": mc.padded_vocab_size})
         data = recipe.build_data(cfg, mc, info.dp)

@@ -90,3 +90,30 @@ def test_local_dry_run():
     assert "--standalone" in argv and "--nproc-per-node=2" in argv
     assert argv[-1] == "parallelism.tensor_model_parallel_size=2"
     assert argv[argv.index("--config") + 1].endswith("examples/configs/tiny_cpu.yaml")
+
+
+def test_launch_prints_kernels_and_refuses_a_missing_kernel_before_srun(tmp_path):
+    import sys
+
+    from megatron_biglm.model.attention_params import flash_attn_available
+
+    fake = tmp_path / "bin"
+    fake.mkdir()
+    (fake / "srun").write_text("#!/bin/sh\necho fake srun called\n")
+    (fake / "srun").chmod(0o755)
+    env = {**os.environ, "PATH": f"{fake}{os.pathsep}{os.environ['PATH']}", "PYTHON": sys.executable,
+           "NODES": "1", "GPUS_PER_NODE": "1", "TP": "1", "PP": "1", "GBS": "8", "REQUEUE": "0",
+           "CONFIG": str(REPO / "examples" / "configs" / "tiny_cpu.yaml"), "RUN_DIR": str(tmp_path / "run")}
+    for key in ("DRY_RUN", "SLURM_JOB_NUM_NODES", "SLURM_JOB_NODELIST", "SLURM_JOB_ID"):
+        env.pop(key, None)
+    script = str(REPO / "launch" / "pretrain_136m.sh")
+    proc = subprocess.run(["bash", script, "model.attention_backend=sdpa"], capture_output=True, text=True,
+                          env=env, cwd=REPO)
+    assert proc.returncode == 0, proc.stderr
+    assert "kernels: attention sdpa (model.attention_backend=sdpa)" in proc.stdout
+    assert "versions: python" in proc.stdout and "fake srun called" in proc.stdout
+    if not flash_attn_available():
+        proc = subprocess.run(["bash", script, "model.attention_backend=flash"], capture_output=True, text=True,
+                              env=env, cwd=REPO)
+        assert proc.returncode == 2 and "pip install flash-attn" in proc.stderr
+        assert "fake srun called" not in proc.stdout

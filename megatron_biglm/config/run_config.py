@@ -15,7 +15,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal, Optional
+from typing import Literal, Optional, Union
 
 import yaml
 
@@ -85,10 +85,26 @@ class DeepSpeedConfig:
 
 @dataclass
 class TrainingConfig:
+    """`precision`: `auto` is bf16 on GPU and fp32 on CPU. `bf16` on a machine without CUDA is
+    refused unless `allow_cpu_bf16` is true: CPU bf16 matmuls are an order of magnitude slower
+    than fp32 ones on most CPUs, so a CPU bf16 run is almost always a config meant for a GPU;
+    the opt-in is for checking the mixed-precision path (bf16 weights, fp32 main weights and
+    gradients) on CPU.
+
+    megatron DDP settings (training/ddp_settings.py resolves `auto`): `overlap_grad_reduce`
+    overlaps the data-parallel gradient reduction with the backward pass; `overlap_param_gather`
+    (distributed optimizer only, with `overlap_grad_reduce`) overlaps the parameter all-gather
+    with the next forward pass; `auto` turns both on with CUDA and off on CPU.
+    `check_for_nan_in_grad` makes a NaN/inf gradient fatal in the reduction, before the
+    non-finite-step guard (`max_nonfinite_in_a_row`) could skip the step; `auto` is off."""
     backend: Literal["megatron", "deepspeed"] = "megatron"
     micro_batch_size: int = 4
     global_batch_size: int = 1024
     precision: Literal["auto", "fp32", "bf16"] = "auto"
+    allow_cpu_bf16: bool = False
+    overlap_grad_reduce: Union[Literal["auto"], bool] = "auto"
+    overlap_param_gather: Union[Literal["auto"], bool] = "auto"
+    check_for_nan_in_grad: Union[Literal["auto"], bool] = "auto"
     recompute: Literal["none", "full", "selective"] = "none"
     seed: int = 1234
     max_nonfinite_in_a_row: int = 5
@@ -202,6 +218,12 @@ def validate(config: RunConfig) -> None:
         raise ConfigError(f"optimizer.min_lr={config.optimizer.min_lr} exceeds optimizer.lr={config.optimizer.lr}")
     if config.data.anneal_blend and s.style != "wsd":
         raise ConfigError("data.anneal_blend needs schedule.style=wsd (the blend switches when the decay starts)")
+    if t.allow_cpu_bf16 and t.precision != "bf16":
+        raise ConfigError(f"training.allow_cpu_bf16=true only applies to training.precision=bf16, but precision is "
+                          f"{t.precision}; set training.precision=bf16, or drop training.allow_cpu_bf16")
+    if t.allow_cpu_bf16 and t.backend != "megatron":
+        raise ConfigError("training.allow_cpu_bf16 is for the megatron backend (its mixed-precision optimizer is "
+                          "what runs and is tested on CPU); use training.backend=megatron, or fp32 on CPU")
     if t.backend == "deepspeed":
         _validate_deepspeed(config)
     if config.zero_shot_eval.problem():

@@ -34,12 +34,21 @@ def megatron_backend() -> Backend:
             load_initial_weights(init_weights, [chunk.module for chunk in model_chunks])
         return model_chunks, build.build_optimizer(config, model_chunks, precision)
 
+    def save_megatron(root, iteration, model_chunks, *args, **kwargs):
+        # With overlap_param_gather the distributed optimizer's step leaves the all-gather of
+        # the updated parameters to the next forward pass: gather them now, or the checkpoint
+        # holds the other ranks' shards from the step before.
+        for chunk in model_chunks:
+            if chunk.ddp_config.overlap_param_gather:
+                chunk.start_param_sync(force_sync=True)
+        return megatron_io.save_checkpoint(root, iteration, model_chunks, *args, **kwargs)
+
     def load_megatron(path, model_chunks, optimizer, scheduler) -> dict:
         state = megatron_io.load_checkpoint(path, model_chunks, optimizer)
         resume_scheduler(scheduler, state["scheduler"]["num_steps"])
         return state
 
-    return Backend("megatron", build_megatron, step.train_step, step.evaluate, megatron_io.save_checkpoint,
+    return Backend("megatron", build_megatron, step.train_step, step.evaluate, save_megatron,
                    load_megatron, reshardable=True, shutdown=distributed.shutdown)
 
 

@@ -12,20 +12,33 @@ from dataclasses import dataclass
 from megatron_biglm import patches
 import torch
 from megatron.core import parallel_state
-from megatron.core.distributed import DistributedDataParallel, DistributedDataParallelConfig, finalize_model_grads
+from megatron.core.distributed import DistributedDataParallel, finalize_model_grads
 from megatron.core.optimizer import OptimizerConfig, get_megatron_optimizer
 
 from megatron_biglm.config import ConfigError, RunConfig
 
 
 def resolve_precision(config: RunConfig) -> str:
-    """`auto`: bf16 on GPU, fp32 on CPU (CPU bf16 matmuls are slow and the tests need fp32)."""
+    """`auto`: bf16 on GPU, fp32 on CPU (CPU bf16 matmuls are slow and the tests need fp32).
+    `bf16` without CUDA runs only with the explicit `training.allow_cpu_bf16: true`."""
     p = config.training.precision
     if p == "auto":
         return "bf16" if torch.cuda.is_available() else "fp32"
-    if p == "bf16" and not torch.cuda.is_available():
-        raise ConfigError("training.precision=bf16 needs a GPU; use fp32 (or auto) on CPU")
+    if p == "bf16" and not torch.cuda.is_available() and not config.training.allow_cpu_bf16:
+        raise ConfigError("training.precision=bf16 without a GPU is refused (bf16 matmuls are slow on most "
+                          "CPUs); use fp32 (or auto) on CPU, or set training.allow_cpu_bf16=true to run "
+                          "megatron's bf16 mixed precision on CPU anyway")
     return p
+
+
+def kernels(config: RunConfig, precision: str):
+    """The kernel report (model/kernels.py) for this run on this machine; ConfigError when the
+    config names a kernel that is not installed, saying what to pip install."""
+    from megatron_biglm.model.config import resolve_dtype
+    from megatron_biglm.model.kernels import kernel_report
+
+    mc = config.model.resolved
+    return kernel_report(mc.attention_backend, resolve_dtype(precision), float(mc.attention_dropout))
 
 
 def model_config(config: RunConfig):
@@ -64,13 +77,15 @@ def build_module(config: RunConfig, mc, precision: str, provider=None):
 
 def build_model(config: RunConfig, mc, precision: str, provider=None):
     """This rank's model chunk wrapped in megatron DDP (one chunk: no virtual pipeline)."""
+    from megatron_biglm.training.ddp_settings import ddp_config
+
     module, tcfg = build_module(config, mc, precision, provider)
-    ddp_config = DistributedDataParallelConfig(
-        grad_reduce_in_fp32=True, overlap_grad_reduce=False,
-        use_distributed_optimizer=config.optimizer.use_distributed_optimizer, check_for_nan_in_grad=False)
-    model = DistributedDataParallel(config=tcfg, ddp_config=ddp_config, module=module)
+    ddp = ddp_config(config)
+    model = DistributedDataParallel(config=tcfg, ddp_config=ddp, module=module)
     model.broadcast_params()
     tcfg.finalize_model_grads_func = finalize_model_grads
+    if ddp.overlap_grad_reduce:  # the schedules hold the reduction back until the last micro-batch
+        tcfg.no_sync_func = model.no_sync
     return [model], tcfg
 
 
