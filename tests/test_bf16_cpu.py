@@ -107,7 +107,7 @@ def fp32_losses(train_data, tmp_path_factory):  # noqa: F811
 
 
 @pytest.fixture(scope="module", params=[
-    "single",
+    pytest.param("single", marks=pytest.mark.slow),  # bf16 matmuls are ~16x fp32's on CPU
     pytest.param("dp2", marks=pytest.mark.slow),
     pytest.param("tp2", marks=pytest.mark.slow),
 ])
