@@ -132,7 +132,7 @@ def test_sweep_of_real_cells_writes_csv_plots_and_ipr_and_resumes(setup, tmp_pat
             row = table[task, f"{f}/{g}"]
             assert float(row["ipr_mean_pct"]) == pytest.approx(100 * sum(per_seed) / len(per_seed))
             assert row["n_from"] == ("0" if g != "head" else "8") and row["n_to"] == "32"
-    assert float(table["rte", "instruct/prompted"]["ipr_mean_pct"]) > 30
+    assert float(table["rte", "instruct/prompted"]["ipr_mean_pct"]) > 30  # measured 100 (seeds 1, 2): 1/3 of it
     assert "| rte | instruct/prompted |" in (out / "ipr.md").read_text()
 
     before = (out / "results.csv").read_text()
