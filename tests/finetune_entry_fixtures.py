@@ -1,7 +1,8 @@
 """A synthetic prompted-classification task for the fine-tuning entry point: "does the
 sequence contain `cat`?" in the RTE schema (premise: 6 random words, hypothesis: "cat",
 label 0 = entailment = yes). Learnable by a tiny model in a few hundred steps on CPU;
-chance is 50 % (balanced), so >= 95 % means the label was read off the mask slot."""
+chance is 50 % (balanced), so accuracy well above it (the tests' bars: chance + 1/3 of the
+gain measured over seeds) means the label was read off the mask slot."""
 from __future__ import annotations
 
 import json
@@ -55,6 +56,7 @@ def tiny_run(task: dict, run_dir: Path, *, lr: float, batch: int, log_interval: 
         "model.vocab_size": 64, "data.tokenizer": task["tokenizer"],
         "optimizer.lr": lr, "optimizer.min_lr": 0.0,
         "training.micro_batch_size": batch, "training.global_batch_size": batch, "training.precision": "fp32",
+        "training.seed": 1234,  # pinned (the default): the tests' learning bars were measured per seed
         "logging.log_interval": log_interval, "logging.tensorboard": False, "logging.progress": "plain",
     }
 

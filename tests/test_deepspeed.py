@@ -25,8 +25,13 @@ from train_fixtures import loss_and_grad_norm, tiny_overrides, train_data, train
 STEPS = 8
 DS = {"training.backend": "deepspeed", "training.deepspeed.zero_stage": 2}
 # Checkpoints at 4 and 8, validation at 0, 4 and 8 (which must not change training:
-# test_zero2_trains_the_same_without_validation).
-RUN = {"checkpoint.save_interval": 4, "training.eval_interval": 4, "training.eval_iters": 1}
+# test_zero2_trains_the_same_without_validation) on 8 batches (64 windows), not one 8-window
+# batch: the learning assertion below reads it.
+RUN = {"checkpoint.save_interval": 4, "training.eval_interval": 4, "training.eval_iters": 8}
+# The learning bars: 1/3 of the smallest drop measured over seeds (training.seed = data.seed =
+# 1..5 and 1234, the megatron backend, which this test shows follows the same trajectory to 2e-5):
+# step 1 -> 8 training loss dropped 0.66-0.83, the 64-window validation loss 0.734-0.754.
+TRAIN_DROP_BAR = VAL_DROP_BAR = 0.2
 needs_deepspeed = pytest.mark.skipif(importlib.util.find_spec("deepspeed") is None,
                                      reason="deepspeed not installed: pip install 'megatron-biglm[deepspeed]'")
 
@@ -117,8 +122,8 @@ def test_zero2_learns_resumes_exactly_and_matches_megatron(train_data, zero2_str
     straight, res = zero2_straight
     a = loss_and_grad_norm(straight)
     assert sorted(a) == list(range(1, STEPS + 1)) and res.skipped_nonfinite == 0
-    assert a[STEPS][0] < a[1][0] - 0.5, a  # learns real text
-    assert res.last_val_loss < res.first_val_loss - 0.5, (res.first_val_loss, res.last_val_loss)
+    assert a[STEPS][0] < a[1][0] - TRAIN_DROP_BAR, a  # learns real text
+    assert res.last_val_loss < res.first_val_loss - VAL_DROP_BAR, (res.first_val_loss, res.last_val_loss)
 
     split = tmp_path / "split"
     extra = {**DS, **RUN}

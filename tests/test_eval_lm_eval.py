@@ -116,12 +116,16 @@ def test_overfit_model_answers_its_training_text_far_above_chance(tmp_path, corp
     tok = AutoTokenizer.from_pretrained(str(wordpiece_dir))
     sentences = corpus_sentences(corpus_jsonl, 8)
     model, loss = overfit_biglm_style(tiny_bert(len(tok), seed=0, hidden=64), tok, sentences,
-                                      steps=200, lr=4e-3)
-    assert loss < 1.0
-    task_dir = _memorized_endings_task(tmp_path, sentences)
+                                      steps=200, lr=4e-3, seed=0)
+    # Seeds 0, 1, 2 (model, masking and task seed together; 3 seeds, not 5: minutes each on a
+    # shared CPU): loss 6.39-6.43 at step 1 -> 0.08-0.33 at step 200, accuracy 1.00 with both
+    # scorings. Bars: 1/3 of the smallest drop (6.09) below seed 0's start (6.39), and chance
+    # (0.25) + 1/3 of the smallest gain over it (0.75).
+    assert loss < 4.4
+    task_dir = _memorized_endings_task(tmp_path, sentences, seed=0)
     for scoring in ("beam", "l2r"):
         lm = HFMaskedLMEvalLM(pretrained=model, tokenizer=tok, scoring=scoring, progress=False)
         results = lm_eval.simple_evaluate(model=lm, tasks=["memorized_endings"],
                                           task_manager=local_task_manager(task_dir))
         acc = results["results"]["memorized_endings"]["acc,none"]
-        assert acc >= 0.75, (scoring, acc)  # chance is 0.25 (4 choices, 8 questions)
+        assert acc >= 0.5, (scoring, acc)  # chance is 0.25 (4 choices, 8 questions)

@@ -20,6 +20,10 @@ from export_fixtures import BLOCK_OUR_PACKAGES
 from finetune_entry_fixtures import finetune_overrides, write_task
 
 REPO = Path(__file__).resolve().parents[1]
+# Accuracy bar (chance 0.5: balanced labels; step-0 validation measured 0.5): over training.seed
+# 1..5 best validation accuracy 1.00, test 0.98-1.00 (first validation, step 12: 0.89-0.98);
+# bar = chance + 1/3 of the smallest gain over chance (0.5 + 0.48 / 3 = 0.66).
+ACC_BAR = 0.65
 
 
 def _run(config_dir: Path, task: dict, run_dir: Path, **extra) -> dict:
@@ -48,8 +52,8 @@ def test_verbalizer_recipe_learns_the_prompted_task_through_the_entry_point(stra
     assert (results["steps_per_epoch"], results["train_steps"], results["finished"]) == (12, 48, True)
     assert [v["step"] for v in results["validations"]] == [12, 24, 36, 48]
     assert results["select"] == {"split": "validation", "metric": "accuracy"}
-    assert results["best_metric"] >= 0.95, results["validations"]
-    assert results["test"]["test"]["accuracy"] >= 0.95
+    assert results["best_metric"] >= ACC_BAR, results["validations"]
+    assert results["test"]["test"]["accuracy"] >= ACC_BAR
     best = results["best_valid"]["validation"]["accuracy"]
     assert best == max(v["valid"]["validation"]["accuracy"] for v in results["validations"]) == results["best_metric"]
     first_best = next(v for v in results["validations"] if v["valid"]["validation"]["accuracy"] == best)
@@ -183,7 +187,7 @@ def test_starts_from_the_weights_of_another_run(straight, task, tmp_path):
                                                               "finetune.init_from": str(straight[0])}))
     assert results["train"]["initialized_from"] == str(straight[0] / "checkpoints" / "iter_0000048")
     assert results["train"]["resumed_from"] is None and results["train"]["iteration"] == 12
-    assert results["validations"][0]["valid"]["validation"]["accuracy"] >= 0.95
+    assert results["validations"][0]["valid"]["validation"]["accuracy"] >= ACC_BAR
 
 
 def test_multi_token_label_words_are_scored_by_their_summed_log_probs(task):
@@ -221,7 +225,7 @@ def test_data_parallel_fine_tune_learns_and_resumes(task, tmp_path):
 
     res = run_function("tests/test_finetune_entry.py:dp_worker", nproc=2, timeout=600,
                        kwargs={"task": task, "out": str(tmp_path)}).check().results[0]
-    assert res["straight"]["best_metric"] >= 0.95 and res["straight"]["finished"]
+    assert res["straight"]["best_metric"] >= ACC_BAR and res["straight"]["finished"]
     assert res["resumed_from"].endswith("iter_0000018")
     assert res["resumed"] == res["straight"]
     assert json.loads((tmp_path / "straight" / "results.json").read_text())["best_metric"] == \

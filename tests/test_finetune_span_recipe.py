@@ -7,7 +7,7 @@ marker scores about 50 % EM, chance over positions about 1/20). With max_length 
 context is cut into windows (doc stride 6), so training sees windows without the asked
 marker, some holding only the distractor, and prediction pools the n-best over windows.
 Answers of two tokens tell start from end: a head on the wrong positions, labels off by one,
-start and end swapped or a model that ignores the question would not reach EM 90 %. What
+start and end swapped or a model that ignores the question would stay near EM 50 % (the bar: 65 %). What
 learning cannot show (a loss that also softmaxes over the question and padding still learns
 this task) the loss test below pins down."""
 from __future__ import annotations
@@ -80,8 +80,11 @@ def trained(tmp_path_factory):
 def test_span_recipe_learns_the_marker_task(trained):
     _, _, results = trained
     assert results["select"]["metric"] == "f1"
-    assert results["best_valid"]["validation"]["exact_match"] >= 0.90, results["validations"]
-    assert results["test"]["test"]["exact_match"] >= 0.90
+    # Baseline: a question-blind reader (the span after the first marker) gets 0.5. Over
+    # training.seed 1..5: best validation and test EM 1.00 (step 48: 0.15-0.67, step 96:
+    # 0.98-1.00); bar = baseline + 1/3 of the smallest gain over it (0.5 + 0.5 / 3 = 0.67).
+    assert results["best_valid"]["validation"]["exact_match"] >= 0.65, results["validations"]
+    assert results["test"]["test"]["exact_match"] >= 0.65
 
 
 def test_the_question_picks_one_of_two_candidate_spans():

