@@ -37,15 +37,22 @@ def parts(corpus_jsonl, tmp_path_factory) -> Path:
     return folder
 
 
-def _launch(parts_dir: Path, tokenizer, out: Path, **env) -> subprocess.CompletedProcess:
+def _launch(parts_dir: Path, tokenizer, out: Path, **env) -> subprocess.Popen:
+    """Start `bash launch/preprocess.sh` over the parts with these settings."""
     full = {**os.environ, "PYTHON": sys.executable, "INPUT": str(parts_dir / "*.jsonl"),
             "TOKENIZER": str(tokenizer), "OUT": str(out), "SHARDS": "4",
             "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])),
             **env}
     for key in ("SLURM_ARRAY_TASK_ID", "SLURM_ARRAY_TASK_COUNT", "SLURM_CPUS_PER_TASK"):
         full.pop(key, None)
-    return subprocess.run(["bash", str(REPO / "launch" / "preprocess.sh")], capture_output=True,
-                          text=True, env=full, cwd=REPO, timeout=300)
+    return subprocess.Popen(["bash", str(REPO / "launch" / "preprocess.sh")], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env=full, cwd=REPO)
+
+
+def _finish(proc: subprocess.Popen) -> str:
+    stdout, stderr = proc.communicate(timeout=300)
+    assert proc.returncode == 0, stderr[-3000:]
+    return stdout
 
 
 @pytest.fixture(scope="module")
@@ -54,10 +61,9 @@ def runs(parts, tokenizer_dir, tmp_path_factory):
     from megatron_biglm.data.preprocess import preprocess
 
     root = tmp_path_factory.mktemp("runs")
+    proc = _launch(parts, tokenizer_dir, root / "shards", LOCAL="1")  # runs beside the next line
     single = preprocess([str(parts / "*.jsonl")], str(root / "single"), tokenizer_dir, append_eod=True)
-    proc = _launch(parts, tokenizer_dir, root / "shards", LOCAL="1")
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return root, single, proc.stdout
+    return root, single, _finish(proc)
 
 
 def _sha256(path) -> str:
@@ -75,10 +81,9 @@ def test_plan_is_contiguous_balanced_and_dry_run_prints_it(parts, tokenizer_dir,
     with pytest.raises(ShardError, match="only 8 input files"):
         plan_shards(files, 9)
 
-    proc = _launch(parts, tokenizer_dir, tmp_path / "never", DRY_RUN="1")
-    assert proc.returncode == 0, proc.stderr
+    stdout = _finish(_launch(parts, tokenizer_dir, tmp_path / "never", DRY_RUN="1"))
     sizes = {p.name: p.stat().st_size for p in parts.glob("*.jsonl")}
-    lines = proc.stdout.strip().splitlines()
+    lines = stdout.strip().splitlines()
     assert lines[0].startswith(f"plan: 6 files, {sum(sizes.values()):,} bytes in 4 shards")
     assert len(lines) == 5 and all(f"shard {k:5d}:" in lines[k + 1] for k in range(4))
     assert not (tmp_path / "never").exists()
@@ -162,9 +167,13 @@ def test_rerun_redoes_only_killed_or_stale_shards(runs, parts, tokenizer_dir, tm
     (shards / "shard_00002_text_document.bin.tmp-999999").write_bytes(b"partial")
     unchanged = (shards / "shard_00003.manifest.json").read_bytes()
 
-    proc = _launch(parts, tokenizer_dir, shards, LOCAL="1")
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    results = json.loads(proc.stdout.strip().splitlines()[-1])["results"]
+    # what `LOCAL=1 SHARDS=4 bash launch/preprocess.sh` runs, in this process (one megatron import)
+    from megatron_biglm.data.cli_shards import main as shards_main
+
+    capsys.readouterr()
+    assert shards_main(["--input", str(parts / "*.jsonl"), "--shards", "4", "--tokenizer",
+                        str(tokenizer_dir), "--out", str(shards), "--task", "all"]) == 0
+    results = json.loads(capsys.readouterr().out.strip().splitlines()[-1])["results"]
     assert [r["status"] for r in results] == ["done", "done", "done", "up to date"]
     assert "shard_00001_text_document.bin has 10 bytes" in results[1]["reason"]
     assert (shards / "shard_00003.manifest.json").read_bytes() == unchanged
