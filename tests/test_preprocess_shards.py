@@ -87,6 +87,17 @@ def test_plan_is_contiguous_balanced_and_dry_run_prints_it(parts, tokenizer_dir,
     assert lines[0].startswith(f"plan: 6 files, {sum(sizes.values()):,} bytes in 4 shards")
     assert len(lines) == 5 and all(f"shard {k:5d}:" in lines[k + 1] for k in range(4))
     assert not (tmp_path / "never").exists()
+    # in an array, SHARDS defaults to the array's task count
+    env = {key: value for key, value in os.environ.items() if key != "SHARDS"}
+    proc = subprocess.run(["bash", str(REPO / "launch" / "preprocess.sh")], capture_output=True,
+                          text=True, cwd=REPO, env={**env, "DRY_RUN": "1", "INPUT": str(parts / "*.jsonl"),
+                                                    "SLURM_ARRAY_TASK_COUNT": "3", "PYTHON": sys.executable,
+                                                    "PYTHONPATH": str(REPO)})
+    assert proc.returncode == 0 and " in 3 shards" in proc.stdout, proc.stderr
+    # outside an array and without LOCAL=1 nothing runs
+    proc = _launch(parts, tokenizer_dir, tmp_path / "never")
+    assert proc.wait(timeout=60) == 2 and "not a SLURM array task" in proc.stderr.read()
+    proc.stdout.close(), proc.stderr.close()
 
 
 def test_shards_merge_to_the_single_process_bytes_and_blend_tokens(runs, parts, tmp_path, capsys):

@@ -256,8 +256,9 @@ def shard_status(out_dir, plan: ShardPlan, k: int, settings: dict) -> str:
 def _remove_leftovers(out_dir: Path, k: int) -> int:
     """Delete shard k's manifest and any temporaries a killed run left; return how many."""
     removed = 0
-    name = shard_name(k)
-    for path in glob.glob(str(out_dir / f"{glob.escape(name)}*.tmp-*")) + [str(manifest_path(out_dir, k))]:
+    prefix = glob.escape(str(out_dir / shard_name(k)))
+    leftovers = glob.glob(prefix + "_*.tmp-*") + glob.glob(prefix + ".*.tmp-*")
+    for path in leftovers + [str(manifest_path(out_dir, k))]:
         if os.path.exists(path):
             os.remove(path)
             removed += 1
@@ -295,7 +296,9 @@ def run_shard(plan: ShardPlan, k: int, out_dir, settings: ShardSettings, tokeniz
     if not reason:
         return {"shard": k, "status": "up to date", "reason": "",
                 "manifest": read_manifest(manifest_path(out_dir, k))}
-    _remove_leftovers(out_dir, k)
+    removed = _remove_leftovers(out_dir, k)
+    logger.info("shard %d of %d: making it (%s)%s", k, plan.shards, reason,
+                f"; removed {removed} file(s) an earlier run left" if removed else "")
     summary = preprocess([f.path for f in plan.files[k]], str(out_dir / shard_name(k)), tokenizer,
                          json_keys=settings.json_keys, workers=workers,
                          append_eod=settings.append_eod, strict=strict,
@@ -365,6 +368,9 @@ def check_shards(out_dir) -> CheckedShards:
         if manifest is None:
             raise ShardError(f"{path}: unreadable shard manifest (killed while writing, or not "
                              "a manifest); re-run launch/preprocess.sh to redo that shard")
+        if path.name != manifest_path(out_dir, int(manifest["shard"])).name:
+            raise ShardError(f"{path}: holds the manifest of shard {manifest['shard']}; "
+                             "re-run launch/preprocess.sh to redo that shard")
         manifests[int(manifest["shard"])] = manifest
         counts.add(int(manifest["shards"]))
         settings.append(manifest["settings"])
