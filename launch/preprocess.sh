@@ -1,15 +1,17 @@
 #!/usr/bin/env bash
 # Preprocess a corpus too large for one node as a SLURM job array: task k of SHARDS tokenizes
-# a contiguous, byte-balanced run of the sorted input files into OUT/shard_k (megatron
-# .bin/.idx per json key) and writes OUT/shard_k.manifest.json last.
+# a contiguous, byte-balanced run of the sorted input files into OUT/shard_KKKKK_{key}_document
+# .{bin,idx} (k zero-padded to 5 digits) and writes OUT/shard_KKKKK.manifest.json last.
 #   SHARDS=64 INPUT='corpus/*.jsonl.zst' TOKENIZER=tok/ OUT=data/shards \
 #     sbatch --array=0-63 launch/preprocess.sh            # from the repository root
 #   DRY_RUN=1 SHARDS=64 INPUT=... bash launch/preprocess.sh       # print the plan only
 #   LOCAL=1 SHARDS=4 INPUT=... TOKENIZER=... OUT=... bash launch/preprocess.sh   # no SLURM
 #   python tools/merge_datasets.py --shards data/shards --output-prefix data/web   # afterwards
+# The array range goes on the sbatch command line (--array=0-(SHARDS-1), optionally %M to run
+# at most M tasks at once) rather than as an #SBATCH --array line, so it always matches SHARDS.
 # Re-submitting the same array redoes only the missing or stale shards (a shard is current
 # when its manifest matches its inputs' sizes/mtimes, the tokenizer, the options and its
-# outputs' checksums); `--array=3,5` re-runs just those tasks.
+# outputs' checksums); `--array=3,5` (with SHARDS still set) re-runs just those tasks.
 # Settings (environment variables):
 #   INPUT      globs, files or directories (space-separated), or @LIST: a file naming one input per line
 #   TOKENIZER  tokenizer directory               OUT        shard directory
