@@ -4,8 +4,10 @@ nothing stale is merged; the plan is contiguous and balanced by bytes."""
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 import os
+import random
 import shutil
 import subprocess
 import sys
@@ -80,6 +82,16 @@ def test_plan_is_contiguous_balanced_and_dry_run_prints_it(parts, tokenizer_dir,
     assert [len(run) for run in plan_shards(files, 8).files] == [1] * 8
     with pytest.raises(ShardError, match="only 8 input files"):
         plan_shards(files, 9)
+
+    rng = random.Random(0)
+    for _ in range(200):  # against the reference: every way to cut the files, the best max
+        sizes = [rng.choice([0, 1, 2, 3, 5, 8, 13, 40]) for _ in range(rng.randint(1, 9))]
+        n = rng.randint(1, len(sizes))
+        plan = plan_shards([InputFile(f"f{i}", size, 0) for i, size in enumerate(sizes)], n)
+        assert plan.shards == n and all(plan.files) and [f.bytes for run in plan.files for f in run] == sizes
+        best = min(max(sum(sizes[a:b]) for a, b in zip((0,) + cut, cut + (len(sizes),)))
+                   for cut in itertools.combinations(range(1, len(sizes)), n - 1))
+        assert max(plan.shard_bytes(k) for k in range(n)) == best, (sizes, n)
 
     stdout = _finish(_launch(parts, tokenizer_dir, tmp_path / "never", DRY_RUN="1"))
     sizes = {p.name: p.stat().st_size for p in parts.glob("*.jsonl")}

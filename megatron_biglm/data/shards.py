@@ -140,11 +140,13 @@ def plan_shards(files: Sequence[InputFile], shards: int) -> ShardPlan:
     low, high = max(sizes), sum(sizes)
     while low < high:  # the smallest cap that `_cut` can meet with `shards` runs
         cap = (low + high) // 2
-        if len(_cut(sizes, cap, None)) <= shards:
+        if len(_cut(sizes, cap, None)) + 1 <= shards:
             high = cap
         else:
             low = cap + 1
     bounds = _cut(sizes, low, shards)
+    if len(bounds) + 1 != shards:  # cannot happen: the cap admits `shards` runs
+        raise AssertionError(f"shard plan made {len(bounds) + 1} runs, not {shards}")
     edges = [0] + bounds + [len(files)]
     return ShardPlan(tuple(tuple(files[a:b]) for a, b in zip(edges, edges[1:])))
 
@@ -178,11 +180,11 @@ class ShardSettings:
 
     def fingerprint(self, tokenizer) -> dict:
         """The settings as recorded in a manifest; the tokenizer by a digest of its rules
-        and special ids, so a changed tokenizer at the same path makes shards stale."""
+        and special ids, not its path: a changed tokenizer at the same path makes shards
+        stale, the same tokenizer found under another path does not."""
         rules = tokenizer.backend_tokenizer.to_str()
         specials = f"{tokenizer.eos_token_id}|{bool(getattr(tokenizer, 'split_special_tokens', False))}"
-        return {"tokenizer": str(self.tokenizer),
-                "tokenizer_sha256": hashlib.sha256((rules + "|" + specials).encode()).hexdigest(),
+        return {"tokenizer_sha256": hashlib.sha256((rules + "|" + specials).encode()).hexdigest(),
                 "json_keys": list(self.json_keys), "append_eod": bool(self.append_eod),
                 "text_mode": self.text_mode, "input_format": self.input_format}
 
@@ -317,7 +319,8 @@ def run_shard(plan: ShardPlan, k: int, out_dir, settings: ShardSettings, tokeniz
                         "idx": _file_record(out_dir / f"{prefix}.idx")}
     manifest = {
         "format": MANIFEST_FORMAT, "shard": k, "shards": plan.shards,
-        "settings": fingerprint, "inputs": [f.as_dict() for f in plan.files[k]],
+        "settings": fingerprint, "tokenizer": str(settings.tokenizer),
+        "inputs": [f.as_dict() for f in plan.files[k]],
         "input_bytes": plan.shard_bytes(k),
         "documents": summary["documents"], "tokens": summary["tokens"],
         "skipped": summary["skipped"], "skipped_examples": summary["skipped_examples"],
