@@ -42,6 +42,8 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     if args.input and (args.blend or args.json_key):
         parser.error("--blend and --json-key go with --shards")
+    if args.json_key and not args.blend:
+        parser.error("--json-key goes with --blend (a merge writes every key)")
     if args.input and not args.output_prefix:
         parser.error("--input needs --output-prefix")
     if args.shards and not (args.output_prefix or args.blend):
