@@ -127,19 +127,33 @@ def _unused_token(tokenizer, wanted: str) -> str:
 def train_bpe_tokenizer(files, vocab_size: int, output_dir, *, json_keys: Sequence[str] = ("text",),
                         special_tokens: Mapping[str, str] | None = None, min_frequency: int = 2,
                         text_mode: str = "block", report=None) -> Path:
-    """Train a byte-level BPE on text/jsonl/parquet `files` (paths or globs) and save it so
-    that `AutoTokenizer.from_pretrained(output_dir)` loads it offline.
+    """Train a byte-level BPE on every document of text/jsonl/parquet `files` (paths or
+    globs) and save it; see `train_bpe_tokenizer_on_texts`. Bad input lines are counted in
+    `report` (a `readers.SkipReport`, created if not given) and logged, never fatal unless
+    strict."""
+    from megatron_biglm.data.readers import SkipReport, iter_texts
+
+    report = report if report is not None else SkipReport()
+    texts = iter_texts(files, json_keys=json_keys, report=report, text_mode=text_mode)
+    return train_bpe_tokenizer_on_texts(
+        texts, vocab_size, output_dir, special_tokens=special_tokens, min_frequency=min_frequency,
+        empty_hint=lambda: f"no training text in {list(files)}: {report.summary_line()}")
+
+
+def train_bpe_tokenizer_on_texts(texts: Iterable[str], vocab_size: int, output_dir, *,
+                                 special_tokens: Mapping[str, str] | None = None,
+                                 min_frequency: int = 2, empty_hint=None) -> Path:
+    """Train a byte-level BPE on `texts` (e.g. a `text_sample` draw) and save it so that
+    `AutoTokenizer.from_pretrained(output_dir)` loads it offline.
 
     Byte-level: every string encodes (no <unk>) and decodes back exactly. `special_tokens`
     maps role (bos, eos, pad, mask, unk) to token text; they take ids 0..4 in that order.
     `tokenizer(text)` adds `<s> ... </s>` (RoBERTa layout, used by fine-tuning); the
-    preprocessing tool encodes without them. Bad input lines are counted in `report`
-    (a `readers.SkipReport`, created if not given) and logged, never fatal unless strict.
+    preprocessing tool encodes without them. No text at all is a ValueError whose message
+    is `empty_hint()` when given.
     """
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
     from transformers import PreTrainedTokenizerFast
-
-    from megatron_biglm.data.readers import SkipReport, iter_texts
 
     roles = dict(DEFAULT_SPECIAL_TOKENS)
     if special_tokens:
@@ -155,18 +169,16 @@ def train_bpe_tokenizer(files, vocab_size: int, output_dir, *, json_keys: Sequen
         raise ValueError(f"vocab_size {vocab_size} leaves no room for merges: a byte-level BPE "
                          f"needs more than {len(alphabet)} bytes + {len(names)} special tokens")
 
-    report = report if report is not None else SkipReport()
     backend = Tokenizer(models.BPE())
     backend.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     backend.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(vocab_size=vocab_size, min_frequency=min_frequency,
                                   special_tokens=names, initial_alphabet=alphabet,
                                   show_progress=False)
-    texts = iter_texts(files, json_keys=json_keys, report=report, text_mode=text_mode)
     counted = _Counted(texts)
     backend.train_from_iterator(counted, trainer=trainer)
     if counted.n == 0:
-        raise ValueError(f"no training text in {list(files)}: {report.summary_line()}")
+        raise ValueError(empty_hint() if empty_hint else "no training text")
     bos, eos = roles["bos"], roles["eos"]
     backend.post_processor = processors.TemplateProcessing(
         single=f"{bos} $A {eos}", pair=f"{bos} $A {eos} $B:1 {eos}:1",
@@ -179,8 +191,8 @@ def train_bpe_tokenizer(files, vocab_size: int, output_dir, *, json_keys: Sequen
     output_dir.mkdir(parents=True, exist_ok=True)
     wrapped.save_pretrained(str(output_dir))
     _portable_tokenizer_class(output_dir / "tokenizer_config.json")
-    logger.info("trained byte-level BPE: %d entries from %d texts -> %s; %s",
-                backend.get_vocab_size(), counted.n, output_dir, report.summary_line())
+    logger.info("trained byte-level BPE: %d entries from %d texts -> %s",
+                backend.get_vocab_size(), counted.n, output_dir)
     return output_dir
 
 
