@@ -37,6 +37,8 @@ def test_kernels_report_of_explicit_backends():
     assert "unfused" in kernel_report("local", torch.float32).attention
     flex = kernel_report("flex", torch.float32)
     assert flex.resolved == "flex" and ("compiled" if torch.cuda.is_available() else "eager") in flex.attention
+    assert "compiled" in kernel_report("flex", torch.float32, attention_compile=True).attention
+    assert "eager" in kernel_report("flex", torch.float32, attention_compile=False).attention
 
 
 @no_flash

@@ -19,7 +19,7 @@ import torch
 
 from megatron_biglm.common.config_fields import ConfigError
 
-from .attention_params import FLASH_DTYPES, flash_attn_available, resolve_backend
+from .attention_params import FLASH_DTYPES, flash_attn_available, resolve_backend, resolve_compile
 
 #: Optional accelerated packages: (import name, distribution names to read a version from).
 OPTIONAL_PACKAGES = {
@@ -85,11 +85,11 @@ class KernelReport:
         return "\n".join(self.lines())
 
 
-def _attention_words(resolved: str, dtype: torch.dtype) -> str:
+def _attention_words(resolved: str, dtype: torch.dtype, compiled: bool) -> str:
     if resolved == "flash":
         return f"flash-attn varlen ({dtype})"
     if resolved == "flex":
-        return "FlexAttention, " + ("compiled" if torch.cuda.is_available() else "eager (no CUDA: not compiled)")
+        return "FlexAttention, " + ("compiled (torch.compile)" if compiled else "eager (not compiled)")
     if resolved == "local":
         return "megatron's unfused DotProductAttention"
     return "torch scaled_dot_product_attention with a dense mask"
@@ -110,14 +110,18 @@ def check_kernel(attention_backend: str, dtype: torch.dtype, attention_dropout: 
         raise ConfigError(str(exc)) from None
 
 
-def kernel_report(attention_backend: str, dtype: torch.dtype, attention_dropout: float = 0.0) -> KernelReport:
-    """What this process will run with; ConfigError (check_kernel) when a named kernel is missing."""
+def kernel_report(attention_backend: str, dtype: torch.dtype, attention_dropout: float = 0.0,
+                  attention_compile: "bool | str" = "auto") -> KernelReport:
+    """What this process will run with; ConfigError (check_kernel) when a named kernel is missing.
+    ``attention_compile`` is the model's setting (`auto` compiles flex on CUDA only)."""
     resolved = check_kernel(attention_backend, dtype, attention_dropout)
-    device = f"cuda ({torch.cuda.get_device_name()})" if torch.cuda.is_available() else "cpu"
+    cuda = torch.cuda.is_available()
+    device = f"cuda ({torch.cuda.get_device_name()})" if cuda else "cpu"
+    compiled = resolve_compile(attention_compile, "cuda" if cuda else "cpu")
     # torch's own version string names its build (+cpu, +cu130), which package metadata drops
     versions = {"python": platform.python_version(), "torch": torch.__version__,
                 **{name: _version(name) for name in VERSIONED if name != "torch"}}
-    return KernelReport(configured=attention_backend, resolved=resolved, attention=_attention_words(resolved, dtype),
+    return KernelReport(configured=attention_backend, resolved=resolved, attention=_attention_words(resolved, dtype, compiled),
                         adam=megatron_adam(), device=device, packages=installed_packages(), versions=versions)
 
 

@@ -38,7 +38,8 @@ def kernels(config: RunConfig, precision: str):
     from megatron_biglm.model.kernels import kernel_report
 
     mc = config.model.resolved
-    return kernel_report(mc.attention_backend, resolve_dtype(precision), float(mc.attention_dropout))
+    return kernel_report(mc.attention_backend, resolve_dtype(precision), float(mc.attention_dropout),
+                         mc.attention_compile)
 
 
 def model_config(config: RunConfig):
