@@ -1,4 +1,4 @@
-"""Zero-shot evaluation of masked LMs with lm-eval (issue 7).
+"""Zero-shot evaluation of masked LMs with lm-eval.
 
 `import megatron_biglm.evaluation` registers two lm-eval models, lazily (nothing heavy is
 imported until lm-eval asks for the class):

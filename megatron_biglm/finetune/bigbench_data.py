@@ -5,7 +5,7 @@ from the PyPI sdist `bigbench==1.0.0` (358 MB download, once; ~165 MB kept in th
   `xsum` schema (`id`, `document`, `summary`) so `data_files.read_rows(path, "xsum")` and the
   seq2seq task read them like any XSUM file.
 * natural_instructions: 61 subtasks (~193k examples) of real instruction / input / target
-  triples for issue 14's instruction tuning, written as `instruction`, `input`, `output`
+  triples for instruction tuning, written as `instruction`, `input`, `output`
   (the first target; `outputs` keeps all of them) plus `task`.
 
 Rows without an input or with an empty target are dropped and counted in a `RowReport`.

@@ -1,4 +1,4 @@
-"""Mask-Predict generation for BiGLM (issue 12): `[BOS] + prompt + N masked slots`, filled in
+"""Mask-Predict generation for BiGLM: `[BOS] + prompt + N masked slots`, filled in
 T iterations, with exact prefix K/V reuse, block-wise decoding and a length beam.
 
     from megatron_biglm.generation import MaskPredictGenerator, GenerationConfig

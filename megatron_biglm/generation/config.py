@@ -4,7 +4,7 @@ Why one frozen dataclass: the CLI, lm-eval's `generate_until` kwargs and Python 
 onto it, so a typo or a meaningless combination fails here, once, with a message that says what
 to do, instead of being silently ignored deep in the decoder.
 
-The defaults are a contract (issue 12, item 8) that scripts depend on: greedy argmax,
+The defaults are a contract that scripts depend on: greedy argmax,
 `remask="low_confidence"`, one block, length beam 1, and no EOS cut when `length` is given.
 """
 from __future__ import annotations

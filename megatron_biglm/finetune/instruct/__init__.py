@@ -1,4 +1,4 @@
-"""Instruction tuning (issue 14, seed 001 §3.1): chat template, FLAN/xP3 rows with the seed's
+"""Instruction tuning (encoder instruction-tuning spec §3.1): chat template, FLAN/xP3 rows with the seed's
 filters, the tokenized dataset, and (in `finetune/recipes/instruct.py`) the recipe.
 
 | concept | module |

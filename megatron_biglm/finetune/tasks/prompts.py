@@ -1,4 +1,4 @@
-"""The tasks of issue 13 and seed 001 (encoder instruction tuning), with their prompts.
+"""The fine-tuning tasks and those of the encoder instruction-tuning spec, with their prompts.
 
 Seed 001 fixes the verbalizer, not the prompt text: label words "yes"/"no", plus "maybe" for
 CB (its §3.2/§4.4); one fixed prompt per task across all paradigms. The templates below are
