@@ -100,7 +100,9 @@ def attention_parity(args, device: torch.device, dtype: torch.dtype) -> dict:
 
     def run(core, backend, run_dtype, grad=True):
         params = build_attention_params(split, s, backend, device=device, compile_flex=compiled)
-        q, k, v = (t.to(run_dtype).requires_grad_(grad) for t in qkv32)
+        # fresh leaves per run: `.to()` of a same-dtype tensor returns the tensor itself, and
+        # sharing leaves would accumulate every kernel's gradients into the reference's
+        q, k, v = (t.detach().to(run_dtype, copy=True).requires_grad_(grad) for t in qkv32)
         out = core(q, k, v, None, packed_seq_params=params)
         if not grad:
             return out.float(), None
