@@ -33,6 +33,9 @@ def test_bench_gpu_dry_run_writes_every_section(tmp_path, capsys):
     assert {"local", "sdpa", "flex"} <= set(kernels) and all(k["ok"] for k in kernels.values())
     assert all(k["out_rel_err"] <= results["parity"]["tolerance"] for k in kernels.values())
     assert "dq_rel_err" in kernels["sdpa"] and "dq_rel_err" in kernels["local"]
+    # each kernel gets its own gradients: the explicit-softmax kernel rounds differently from
+    # sdpa, so its error is small but never exactly 0 (shared leaves would make it 0)
+    assert all(0 < kernels["local"][f"{g}_rel_err"] <= 1e-4 for g in ("dq", "dk", "dv"))
     (throughput,) = results["throughput"]  # the dry run's one stand-in preset
     for model in ("ours", "reference"):
         assert throughput[model]["tokens_per_s"] > 0 and throughput[model]["mfu"] > 0

@@ -1,4 +1,4 @@
-"""Mask-Predict decoding (issue 12, items 1-4, 7, 8) against loop references, a scripted model and
+"""Mask-Predict decoding against loop references, a scripted model and
 a tiny random EuroBERT-layout BiGLM behind the HF adapter.
 
 What must hold: the re-masking schedule floor(N(T-t)/T) and its choice of slots; the length
@@ -285,6 +285,87 @@ def test_cached_blocks_equal_the_block_causal_reference(hf_model):
         for x, y in zip(gen.generate(prompts, config), reference.generate(prompts, config)):
             assert x.ids == y.ids
             assert x.confidence == pytest.approx(y.confidence, abs=TOL)
+
+
+@pytest.mark.parametrize("block_size", [2, 3, 5])
+def test_block_causal_without_cache_equals_the_cache_token_for_token(hf_model, block_size):
+    """(a) blocks="cached" through the prefix cache and (b) the same attention recomputed from
+    the ids every iteration (`block_causal_logits`, a 4D mask) give the same ids; the cached
+    path never runs a full forward, the uncached one never touches a cache."""
+    cached, uncached = hf_generator(hf_model, "on"), hf_generator(hf_model, "off")
+    rng = random.Random(block_size)
+    for trial in range(3):
+        prompts = random_prompts(60 + trial, 4)
+        config = GenerationConfig(length=rng.randint(block_size + 1, 12), steps=3, block_size=block_size,
+                                  blocks="cached", length_beam=2, seed=trial)
+        for x, y in zip(cached.generate(prompts, config, batch_size=3),
+                        uncached.generate(prompts, config, batch_size=3)):
+            assert x.ids == y.ids and x.iterations == y.iterations
+            assert x.confidence == pytest.approx(y.confidence, abs=TOL)
+
+
+def test_block_causal_without_cache_equals_the_loop_reference(hf_model):
+    """The uncached block-causal path (batched, padded, one 4D mask) == the reference that
+    builds the mask by loops over segments, one unpadded row at a time (float64)."""
+    import copy
+
+    model = copy.deepcopy(hf_model).double()
+    uncached = hf_generator(model, "off")
+    reference = MaskPredictGenerator(BlockCausalReference(model), CharTokenizer(HF_VOCAB))
+    prompts = random_prompts(41, 4)
+    config = GenerationConfig(length=9, steps=3, block_size=2, blocks="cached")
+    for x, y in zip(uncached.generate(prompts, config, batch_size=4), reference.generate(prompts, config)):
+        assert x.ids == y.ids
+        assert x.confidence == pytest.approx(y.confidence, abs=1e-9)
+
+
+class _CanvasReference:
+    """`slot_logits` of one unpadded full-attention forward of prefix + block + `later` masks:
+    LLaDA's canvas, built by hand."""
+
+    def __init__(self, model, later: int):
+        self.model, self.later = model, later
+
+    def slot_logits(self, prefix, suffix, j):
+        seq = list(prefix) + list(suffix) + [MASK] * self.later
+        with torch.no_grad():
+            return self.model(input_ids=torch.tensor([seq])).logits[0, len(prefix) + j]
+
+
+def test_canvas_decoding_equals_a_hand_built_canvas_block_after_block(hf_model):
+    """blocks="canvas": each block is Mask-Predict over the whole canvas (later slots present as
+    masks, full attention, prompt rows included), block after block; float64 model."""
+    import copy
+
+    model = copy.deepcopy(hf_model).double()
+    gen = hf_generator(model, "on")  # the canvas never uses the cache, whatever the adapter has
+    prompts = random_prompts(5, 3)
+    n, block = 8, 3
+    outs = gen.generate(prompts, length=n, steps=3, block_size=block, blocks="canvas", batch_size=3)
+    for prompt, out in zip(prompts, outs):
+        prefix, tokens = [BOS] + CharTokenizer(HF_VOCAB)(prompt)["input_ids"], []
+        for start in range(0, n, block):
+            width = min(block, n - start)
+            reference = _CanvasReference(model, n - start - width)
+            tokens += reference_mask_predict(reference, prefix + tokens, width, 3)[0]
+        assert out.ids == tokens
+
+
+def test_canvas_with_one_block_is_mask_predict_under_full_attention(hf_model):
+    """With one block there are no later slots: the canvas is the prompt and the slots under full
+    attention, i.e. Mask-Predict with split attention turned off."""
+    canvas = hf_generator(hf_model, "off")
+    full = MaskPredictGenerator(HFMaskedLMAdapter(hf_model, SPECIAL, split_attention="off"), CharTokenizer(HF_VOCAB))
+    prompts = random_prompts(23, 4)
+    for x, y in zip(canvas.generate(prompts, length=6, steps=3, blocks="canvas"),
+                    full.generate(prompts, length=6, steps=3)):
+        assert x.ids == y.ids and x.confidence == pytest.approx(y.confidence, abs=TOL)
+
+
+def test_block_causal_without_cache_needs_the_capability():
+    adapter, gen = scripted(prefix_cache=False)  # logits only: no BlockCausalLogits
+    with pytest.raises(GenerationConfigError, match="BlockCausalLogits"):
+        gen.generate(["ab"], length=4, block_size=2, blocks="cached")
 
 
 def test_cached_run_encodes_each_prompt_once_and_never_runs_full_forwards(hf_model):

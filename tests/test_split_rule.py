@@ -15,6 +15,7 @@ import pytest
 import torch
 
 from megatron_biglm.model.attention_masks import (
+    block_causal_mask,
     additive_mask,
     additive_split_mask,
     dense_split_mask,
@@ -124,6 +125,24 @@ def test_sequence_mask_equals_the_rule():
         assert torch.equal(sequence_mask(lengths, s, split), rule_grid(split, s, lengths))
         # no split: the rule with split 0
         assert torch.equal(sequence_mask(lengths, s, None), rule_grid(torch.zeros_like(split), s, lengths))
+
+
+def test_block_causal_mask_is_the_segment_order_over_many_draws():
+    """A query sees a key iff the key's block is not after the query's (blocks: the prompt, then
+    one per start), among the real keys; one start is the plain split."""
+    g = torch.Generator().manual_seed(11)
+    for _ in range(40):
+        b, s = 3, int(torch.randint(2, 20, (1,), generator=g))
+        lengths = torch.randint(1, s + 1, (b,), generator=g)
+        m = int(torch.randint(1, 5, (1,), generator=g))
+        starts = torch.sort(torch.randint(0, s + 1, (b, m), generator=g), dim=1).values
+        got = block_causal_mask(lengths, s, starts)
+        for r in range(b):
+            block = [int((starts[r] <= i).sum()) for i in range(s)]
+            want = torch.tensor([[block[k] <= block[q] and k < int(lengths[r]) for k in range(s)]
+                                 for q in range(s)])
+            assert torch.equal(got[r], want)
+        assert torch.equal(block_causal_mask(lengths, s, starts[:, :1]), sequence_mask(lengths, s, starts[:, 0]))
 
 
 def test_cached_prefix_mask_equals_the_rule_on_the_whole_sequence():

@@ -9,7 +9,10 @@ How the finished block joins the prefix (`config.blocks`):
 - "refresh": the new prefix `[BOS] + prompt + blocks <= k` is encoded from scratch, once per
   block, so every earlier row sees it (training's single split);
 - "cached": the block's rows, with their final tokens, are appended to the cached prefix and
-  see only what came before them (block-causal); the cache only grows.
+  see only what came before them (block-causal); the cache only grows. Without the cache the
+  same pattern is recomputed from the ids at every iteration (the reference);
+- "canvas" (LLaDA): there is no prefix; every iteration runs the whole canvas, later slots
+  present as masks, with full attention (`canvas_forward`).
 
 The first block's prefixes are encoded once per distinct prompt, however many candidates share
 it. With an EOS cut, a candidate stops after the first block that holds an EOS.
@@ -20,6 +23,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from .canvas_forward import CanvasForward
 from .config import GenerationConfig
 from .mask_predict import decode_block
 from .slot_forward import SlotForward
@@ -43,22 +47,29 @@ class Candidate:
 
 
 def decode_candidates(adapter, candidates: list[Candidate], config: GenerationConfig,
-                      use_cache: bool) -> SlotForward:
+                      use_cache: bool) -> SlotForward | CanvasForward:
     """Fill every candidate in place; returns the forward (its `prefix_passes` is the cost)."""
     special = adapter.special
     mask_id, eos_id = int(special.mask_id), special.eos_id
     eos_id = None if eos_id is None else int(eos_id)
-    forward = SlotForward(adapter, use_cache)
     block_size = config.block_size or max(c.n_slots for c in candidates)
+    whole_canvas = config.blocks == "canvas"
+    forward = CanvasForward(adapter) if whole_canvas else SlotForward(
+        adapter, use_cache, block_causal=config.blocks == "cached" and any(c.n_slots > block_size for c in candidates))
     stop_at_eos = config.eos_cut and eos_id is not None
 
     active = [c for c in candidates if c.block_width(block_size) > 0]
     distinct = list(dict.fromkeys(tuple(c.prefix) for c in active))
-    forward.set_prefixes([list(p) for p in distinct])
+    if not whole_canvas:
+        forward.set_prefixes([list(p) for p in distinct])
     rows = [distinct.index(tuple(c.prefix)) for c in active]
     block = 0
     while active:
         widths = [c.block_width(block_size) for c in active]
+        if whole_canvas:
+            forward.set_canvases([c.prefix + c.tokens for c in active],
+                                 [c.n_slots - len(c.tokens) - n for c, n in zip(active, widths)])
+            rows = list(range(len(active)))
         result = decode_block(forward, rows, widths, block * block_size, config, mask_id, eos_id,
                               [c.generator for c in active])
         for i, c in enumerate(active):
@@ -77,7 +88,9 @@ def decode_candidates(adapter, candidates: list[Candidate], config: GenerationCo
             if stop_at_eos and eos_id in new:
                 c.stopped = True
         going = [i for i, c in enumerate(active) if c.block_width(block_size) > 0]
-        if going and config.blocks == "cached":
+        if whole_canvas:
+            pass  # the next block's canvases are set when it starts
+        elif going and config.blocks == "cached":
             forward.extend([rows[i] for i in going], [active[i].tokens[-widths[i]:] for i in going])
         elif going:
             forward.set_prefixes([active[i].prefix + active[i].tokens for i in going])

@@ -21,7 +21,7 @@ from pathlib import Path
 
 from megatron_biglm.common.json_lines import json_lines
 
-from .config import GenerationConfig, GenerationConfigError
+from .config import BLOCK_MODES, GenerationConfig, GenerationConfigError
 from .output import render_canvas
 
 EXIT_BAD_INPUT = 2
@@ -59,7 +59,7 @@ def add_decoding_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--steps", type=int, default=10, help="Mask-Predict iterations T per block")
     p.add_argument("--length-beam", type=int, default=1)
     p.add_argument("--block-size", type=int)
-    p.add_argument("--blocks", choices=("refresh", "cached"), default="refresh")
+    p.add_argument("--blocks", choices=BLOCK_MODES, default="refresh")
     p.add_argument("--remask", choices=("low_confidence", "random", "none"), default="low_confidence")
     p.add_argument("--temperature", type=float, default=0.0, help="0: greedy argmax")
     p.add_argument("--top-k", type=int)

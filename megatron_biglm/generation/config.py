@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any, Mapping
 
 REMASK_MODES = ("low_confidence", "random", "none")
-BLOCK_MODES = ("refresh", "cached")
+BLOCK_MODES = ("refresh", "cached", "canvas")
 OVERFLOW_MODES = ("error", "truncate_left")
 
 
@@ -37,7 +37,11 @@ class GenerationConfig:
     block_size: B slots per block (None: one block). Blocks are decoded left to right; each is
       frozen and appended to the prefix before the next starts.
     blocks: "refresh" re-encodes prompt + finished blocks as one prefix after every block
-      (training's single split); "cached" is block-causal, the prefix cache only grows.
+      (training's single split); "cached" is block-causal, the prefix cache only grows (with
+      `use_cache=False`, its uncached reference recomputes the same pattern every iteration);
+      "canvas" is LLaDA's semi-autoregressive decoding: every iteration runs the whole canvas
+      (prompt, finished blocks, the open block, a mask for every later slot) under full
+      bidirectional attention, with no cache.
     remask: "low_confidence" re-masks the lowest-probability slots among all slots (the paper);
       "random" re-masks random slots; "none" never re-masks a committed slot (LLaDA) and
       commits the most confident predicted slots instead.

@@ -19,6 +19,8 @@ from typing import Callable, Sequence
 
 import torch
 
+from megatron_biglm.inference.protocol import BlockCausalLogits
+
 from .blocks import Candidate, decode_candidates
 from .config import GenerationConfig, GenerationConfigError
 from .length import LengthPredictor, best, candidate_lengths, lengths_around, mean_logprob
@@ -103,11 +105,12 @@ class MaskPredictGenerator:
         if batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {batch_size}")
         config.check_length_source(self.length_predictor is not None)
-        if config.blocks == "cached" and config.block_size is not None and not (
-                self.use_cache and callable(getattr(self.adapter, "extend_prefix", None))):
+        if (config.blocks == "cached" and config.block_size is not None and not self.use_cache
+                and not isinstance(self.adapter, BlockCausalLogits)):
             raise GenerationConfigError(
-                "blocks='cached' (block-causal) needs an adapter with an exact prefix cache and "
-                "extend_prefix; use blocks='refresh' with this adapter")
+                f"blocks='cached' (block-causal) without the prefix cache needs the "
+                f"BlockCausalLogits capability, which {type(self.adapter).__name__} lacks; use the "
+                "prefix cache or blocks='refresh'")
         return config
 
     def _run(self, prompts: list[str], encoded: list[list[int]], config: GenerationConfig,

@@ -10,12 +10,13 @@ layout; both paths give the same logits up to rounding.
 Prefixes change between blocks in two ways:
 - `set_prefixes`: a new set of prefixes encoded from scratch (the first block, and every block
   of `blocks="refresh"`, where earlier rows must see the block just finished);
-- `extend`: append each row's frozen block to its cached prefix (`blocks="cached"`,
-  block-causal: the block's rows see the prefix and themselves, nothing after). This needs the
-  adapter's `extend_prefix`; without a cache there is no way to express that pattern through
-  `logits`, so it is refused.
+- `extend`: append each row's frozen block to its prefix (`blocks="cached"`, block-causal:
+  the block's rows see the prefix and themselves, nothing after). With the cache the adapter's
+  `extend_prefix` grows the cached keys/values; without it every iteration recomputes the same
+  pattern from the ids (`BlockCausalLogits`, the reference the cache must match token for
+  token), so a `block_causal` forward without a cache needs that capability.
 
-The adapter is duck-typed (the protocol of `megatron_biglm.inference`): `special`, `device`,
+The adapter follows `megatron_biglm.inference.MaskedLMAdapter`: `special`, `device`,
 `prefix_cache`, `logits`, `encode_prefix`, `logits_with_prefix`, `extend_prefix`.
 """
 from __future__ import annotations
@@ -26,6 +27,7 @@ import torch
 
 from megatron_biglm.inference.buckets import bucket_width
 from megatron_biglm.inference.engine import pad
+from megatron_biglm.inference.protocol import BlockCausalLogits
 
 
 def padding_id(special) -> int:
@@ -38,15 +40,20 @@ class SlotForward:
     """Per-row prefixes (indexed 0..g-1 after each `set_prefixes` / `extend`) and the forward
     that scores slots after them."""
 
-    def __init__(self, adapter, use_cache: bool):
-        if use_cache and not getattr(adapter, "prefix_cache", False):
+    def __init__(self, adapter, use_cache: bool, block_causal: bool = False):
+        if use_cache and not adapter.prefix_cache:
             raise ValueError(f"{type(adapter).__name__} has no exact prefix cache (prefix_cache is "
                              "False); decode with use_cache=False")
+        if block_causal and not use_cache and not isinstance(adapter, BlockCausalLogits):
+            raise ValueError(f"{type(adapter).__name__} lacks the BlockCausalLogits capability "
+                             "(block_causal_logits), which block-causal decoding without a cache "
+                             "needs; use the prefix cache or blocks='refresh'")
         self.adapter = adapter
         self.use_cache = use_cache
         self.pad_id = padding_id(adapter.special)
         self.device = adapter.device
         self._prefixes: list[list[int]] = []
+        self._starts: list[list[int]] = []  # per row: where each block appended by `extend` starts
         self._state: Any = None
         self.prefix_passes = 0  # prefix encodings run (rows x calls), for the cost report
 
@@ -56,25 +63,28 @@ class SlotForward:
 
     def set_prefixes(self, prefixes: Sequence[Sequence[int]]) -> None:
         self._prefixes = [list(p) for p in prefixes]
+        self._starts = [[] for _ in self._prefixes]
         if self.use_cache:
             ids, lengths = pad(self._prefixes, self.pad_id, self.device, adapter=self.adapter)
             self._state = self.adapter.encode_prefix(ids, lengths)
             self.prefix_passes += 1
 
     def extend(self, rows: Sequence[int], blocks: Sequence[Sequence[int]]) -> None:
-        """Row i of the new prefixes is old row `rows[i]` followed by `blocks[i]`."""
-        if not self.use_cache:
-            raise ValueError("blocks='cached' (block-causal) needs an adapter with an exact prefix "
-                             "cache and extend_prefix; use blocks='refresh' with this adapter")
-        room = int(self.adapter.max_length) - max(len(self._prefixes[r]) for r in rows)
-        ids, lengths = pad(blocks, self.pad_id, self.device, adapter=self.adapter, room=room)
-        index = torch.tensor(list(rows), dtype=torch.long, device=self.device)
-        try:
-            self._state = self.adapter.extend_prefix(self._state, index, ids, lengths)
-        except NotImplementedError as exc:
-            raise ValueError(f"{type(self.adapter).__name__} cannot extend a cached prefix ({exc}); "
-                             "use blocks='refresh'") from exc
-        self.prefix_passes += 1
+        """Row i of the new prefixes is old row `rows[i]` followed by `blocks[i]`, block-causal."""
+        if self.use_cache:
+            room = int(self.adapter.max_length) - max(len(self._prefixes[r]) for r in rows)
+            ids, lengths = pad(blocks, self.pad_id, self.device, adapter=self.adapter, room=room)
+            index = torch.tensor(list(rows), dtype=torch.long, device=self.device)
+            try:
+                self._state = self.adapter.extend_prefix(self._state, index, ids, lengths)
+            except NotImplementedError as exc:
+                raise ValueError(f"{type(self.adapter).__name__} cannot extend a cached prefix ({exc}); "
+                                 "use blocks='refresh'") from exc
+            self.prefix_passes += 1
+        elif not isinstance(self.adapter, BlockCausalLogits):
+            raise ValueError(f"{type(self.adapter).__name__} lacks block_causal_logits; build the "
+                             "forward with block_causal=True to be told before decoding starts")
+        self._starts = [self._starts[r] + [len(self._prefixes[r])] for r in rows]
         self._prefixes = [self._prefixes[r] + list(b) for r, b in zip(rows, blocks)]
 
     def logits(self, rows: Sequence[int], slots: torch.Tensor, widths: Sequence[int]) -> torch.Tensor:
@@ -98,4 +108,10 @@ class SlotForward:
             ids[i, p:p + widths[i]] = slots[i, :widths[i]]
         split = torch.tensor(prefix_lengths, dtype=torch.long, device=self.device)
         positions = (split[:, None] + torch.arange(w, device=self.device)[None]).clamp(max=ids.shape[1] - 1)
-        return self.adapter.logits(ids, split + suffix_lengths, split, positions)
+        starts = [self._starts[r] + [p] for r, p in zip(rows, prefix_lengths)]
+        if max(map(len, starts)) == 1:  # no extended blocks: the plain split
+            return self.adapter.logits(ids, split + suffix_lengths, split, positions)
+        m = max(map(len, starts))  # a repeated start changes nothing in the mask
+        starts_t = torch.tensor([s + [s[-1]] * (m - len(s)) for s in starts], dtype=torch.long,
+                                device=self.device)
+        return self.adapter.block_causal_logits(ids, split + suffix_lengths, starts_t, positions)

@@ -5,7 +5,8 @@ export, evaluation or generation; masks come from
 `model/attention_masks/`, derived from the one split rule).
 
   protocol.py          `MaskedLMAdapter`: logits at positions, split attention, the exact
-                       prefix cache (`encode_prefix`, `logits_with_prefix`, `extend_prefix`)
+                       prefix cache (`encode_prefix`, `logits_with_prefix`, `extend_prefix`);
+                       `BlockCausalLogits`, the uncached block-causal forward
   hf_adapter.py        any HF `AutoModelForMaskedLM` (probed: 4D split mask, DynamicCache)
   megatron_adapter.py  our `BiGLMModel` in-process (split native; cache via `model.kv_cache`)
   callable_adapter.py  a plain `forward(ids, allowed)` function
@@ -20,6 +21,6 @@ from __future__ import annotations
 
 from megatron_biglm.data.token_ids import TokenIds
 
-from .protocol import MaskedLMAdapter, inference_token_ids
+from .protocol import BlockCausalLogits, MaskedLMAdapter, inference_token_ids
 
-__all__ = ["MaskedLMAdapter", "TokenIds", "inference_token_ids"]
+__all__ = ["BlockCausalLogits", "MaskedLMAdapter", "TokenIds", "inference_token_ids"]

@@ -24,7 +24,8 @@ from typing import Any
 import torch
 
 from megatron_biglm.data.token_ids import TokenIds
-from megatron_biglm.model.attention_masks import additive_mask, sequence_mask, suffix_after_prefix_mask
+from megatron_biglm.model.attention_masks import (additive_mask, block_causal_mask, sequence_mask,
+                                                  suffix_after_prefix_mask)
 from megatron_biglm.model.kv_cache import append_right_padded
 
 from .protocol import MaskedLMAdapter
@@ -90,6 +91,14 @@ class HFMaskedLMAdapter(MaskedLMAdapter):
             out = self.model(input_ids=input_ids, attention_mask=padding, split=split).logits
             return _gather(out, positions)
         mask = additive_mask(sequence_mask(lengths, s, split), self._dtype)
+        return self._run(positions, input_ids=input_ids, attention_mask=mask)
+
+    def block_causal_logits(self, input_ids, lengths, starts, positions):
+        """`BlockCausalLogits`: the block-causal pattern as an additive 4D mask."""
+        if self.split_mode != "4d-mask":
+            raise ValueError(f"block-causal attention needs a 4D attention mask; this "
+                             f"{type(self.model).__name__} runs split mode {self.split_mode!r}")
+        mask = additive_mask(block_causal_mask(lengths, input_ids.shape[1], starts), self._dtype)
         return self._run(positions, input_ids=input_ids, attention_mask=mask)
 
     def _run(self, positions, **inputs) -> torch.Tensor:

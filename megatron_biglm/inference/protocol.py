@@ -22,7 +22,7 @@ ever sees a later one, the cached keys/values stay exact.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 import torch
 
@@ -84,6 +84,21 @@ class MaskedLMAdapter(ABC):
         """What the results JSON records about how this model was run."""
         return {"split_attention": self.split_attention, "prefix_cache": self.prefix_cache,
                 "max_length": self.max_length}
+
+
+@runtime_checkable
+class BlockCausalLogits(Protocol):
+    """Capability: a full forward under block-causal attention, with no cache.
+
+    The uncached reference of `extend_prefix`: the same pattern, recomputed from the ids.
+    Block-causal decoding without a cache needs it; an adapter that lacks it is refused when
+    the decoder is built."""
+
+    def block_causal_logits(self, input_ids: torch.Tensor, lengths: torch.Tensor, starts: torch.Tensor,
+                            positions: torch.Tensor) -> torch.Tensor:
+        """Logits `[b, k, V]` at `positions [b, k]` of right-padded `input_ids [b, s]`, where
+        `starts [b, m]` are each row's block starts (`attention_masks.block_causal_mask`)."""
+        ...
 
 
 def inference_token_ids(tokenizer) -> TokenIds:

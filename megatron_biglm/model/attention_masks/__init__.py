@@ -6,8 +6,9 @@ attention). Here it is only *represented*:
 
 * ``dense``: ``[b, 1, s, s]`` bool masks, in megatron's convention (True = masked out,
   :func:`dense_split_mask`) and SDPA's (True = attend, :func:`dense_visible_mask`); the
-  ``[b, q, k]`` "may attend" masks of padded batches and of suffix rows over a cached prefix
-  (:func:`sequence_mask`, :func:`suffix_after_prefix_mask`).
+  ``[b, q, k]`` "may attend" masks of padded batches, of suffix rows over a cached prefix, and
+  of block-causal generation (:func:`sequence_mask`, :func:`suffix_after_prefix_mask`,
+  :func:`block_causal_mask`: the rule applied at every block start).
 * ``additive``: ``[b, 1, q, k]`` float masks for HF models (0 = attend, dtype-min = blocked):
   :func:`additive_mask`, :func:`additive_split_mask`.
 * ``flex``: the FlexAttention ``BlockMask`` (built analytically, no s x s tensor), whose
@@ -21,14 +22,16 @@ Pure torch: no megatron import, so evaluation and export can use it cheaply. A n
 backend adds a module here, derived from ``visible`` and checked in tests/test_split_rule.py.
 """
 from .additive import additive_mask, additive_split_mask
-from .dense import dense_split_mask, dense_visible_mask, sequence_mask, suffix_after_prefix_mask
+from .dense import (block_causal_mask, dense_split_mask, dense_visible_mask, sequence_mask,
+                    suffix_after_prefix_mask)
 from .flex import FLEX_BUILD_METHODS, flex_split_block_mask
 from .varlen import VarlenSplit, varlen_split_lengths
 from .varlen_attention import sdpa_varlen_attention, split_varlen_attention
 
 __all__ = [
     "additive_mask", "additive_split_mask",
-    "dense_split_mask", "dense_visible_mask", "sequence_mask", "suffix_after_prefix_mask",
+    "block_causal_mask", "dense_split_mask", "dense_visible_mask", "sequence_mask",
+    "suffix_after_prefix_mask",
     "FLEX_BUILD_METHODS", "flex_split_block_mask",
     "VarlenSplit", "varlen_split_lengths",
     "sdpa_varlen_attention", "split_varlen_attention",

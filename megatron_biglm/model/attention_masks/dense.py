@@ -48,6 +48,22 @@ def sequence_mask(lengths: torch.Tensor, seq_len: int, split: torch.Tensor | Non
                    lengths[:, None, None])
 
 
+def block_causal_mask(lengths: torch.Tensor, seq_len: int, starts: torch.Tensor) -> torch.Tensor:
+    """Bool ``[b, s, s]``, True = may attend: the split rule applied at every block start.
+
+    ``starts [b, m]`` are the first positions of blocks 1..m of each row (block 0 is the
+    prompt); a row with fewer blocks repeats a start. A query sees a key iff, at every start,
+    the rule allows it: ``q >= start or k < start``. That is "the key's block is not after the
+    query's", so finished blocks never see later ones, and one start is the plain split. The
+    cached generation path (prefix K/V extended block by block) computes exactly this pattern;
+    this mask is its uncached reference.
+    """
+    allowed = sequence_mask(lengths, seq_len, None)
+    for j in range(starts.shape[1]):
+        allowed = allowed & sequence_mask(lengths, seq_len, starts[:, j])
+    return allowed
+
+
 def suffix_after_prefix_mask(prefix_lengths: torch.Tensor, prefix_width: int,
                              suffix_lengths: torch.Tensor, suffix_width: int) -> torch.Tensor:
     """Bool ``[b, q, p + q]``, True = may attend: suffix queries over a cached prefix.

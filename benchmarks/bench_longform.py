@@ -1,0 +1,265 @@
+"""Long-form generation with the exact prefix cache, against recomputing and LLaDA's canvas.
+
+    python -m benchmarks longform [--preset 136m | --model HF_DIR] [--prompt-tokens 128]
+                                  [--new-tokens 1024] [--block 32] [--steps 8] [--batches 1 8]
+                                  [--device cuda] [--out FILE.json]
+
+Three decoders on the same model, prompts, blocks, steps per block and re-masking rule
+(Mask-Predict's low-confidence re-masking, greedy):
+
+  (a) cached    block-causal attention (finished blocks join the prefix and never see later
+                blocks), the prompt's and finished blocks' K/V reused through the exact cache
+                (`blocks="cached"`);
+  (b) uncached  the same attention recomputed from the ids at every step (`blocks="cached"`,
+                `use_cache=False`: a 4D block-causal mask). Its tokens must equal (a)'s: that is
+                the claim that the cache is exact, checked here before any speed is reported;
+  (c) canvas    LLaDA-style: the whole canvas (prompt and every slot, later blocks masked) is
+                re-run at every step under full bidirectional attention (`blocks="canvas"`).
+
+Speed: generated tokens/s of each decoder at each batch size (one timed call after a short
+warm-up, decoders interleaved per batch size), and the ratios (a)/(b) and (a)/(c).
+
+Quality of (a) and (c) (with `--model`, a trained HF export; random weights give no meaningful
+text): the NLL of the generated text scored with full context by the same model (8 passes,
+each masking every 8th generated token, prompt as the prefix), distinct-2, and the rate of
+repeated 4-grams (a 4-gram seen earlier in the same output). Prompts are held-out windows of
+the sample corpus tokenized by the export's tokenizer; a model trained at fewer positions runs
+at `1 + prompt + new` positions through RoPE (its config's limit is raised, nothing else).
+Without `--model`, a random-weight EuroBERT of the preset's shape and random prompt ids: speed
+only.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+DECODERS = ("cached", "uncached", "canvas")
+NLL_STRIDE = 8
+
+
+def random_model(preset: str, positions: int, device, dtype):
+    """(adapter, tokenizer, vocab): a random EuroBERT of the preset's shape, ids-level tokenizer."""
+    from transformers import EuroBertConfig, EuroBertForMaskedLM
+
+    from benchmarks.bench_generation import BOS, EOS, MASK, PAD, SPECIAL, IdsTokenizer
+    from megatron_biglm.inference.hf_adapter import HFMaskedLMAdapter
+    from megatron_biglm.model.presets import load_preset
+
+    p = load_preset(preset)
+    torch.manual_seed(0)
+    config = EuroBertConfig(
+        vocab_size=p.vocab_size, hidden_size=p.hidden_size, intermediate_size=p.ffn_hidden_size,
+        num_hidden_layers=p.num_layers, num_attention_heads=p.num_attention_heads,
+        num_key_value_heads=p.num_query_groups, max_position_embeddings=positions,
+        tie_word_embeddings=True, attention_bias=False, mlp_bias=False, hidden_act="silu",
+        pad_token_id=PAD, bos_token_id=BOS, eos_token_id=EOS, mask_token_id=MASK)
+    model = EuroBertForMaskedLM(config).to(device, dtype).eval()
+    return HFMaskedLMAdapter(model, SPECIAL, prefix_cache="on"), IdsTokenizer(), p.vocab_size
+
+
+def export_model(folder: Path, positions: int, device, dtype):
+    """(adapter, tokenizer): a trained HF export, its position limit raised to `positions`."""
+    from transformers import AutoConfig, AutoModelForMaskedLM, AutoTokenizer
+
+    from megatron_biglm.inference import inference_token_ids
+    from megatron_biglm.inference.hf_adapter import HFMaskedLMAdapter
+
+    config = AutoConfig.from_pretrained(folder)
+    trained_positions = int(config.max_position_embeddings)
+    config.max_position_embeddings = max(trained_positions, positions)
+    model = AutoModelForMaskedLM.from_pretrained(folder, config=config).to(device, dtype).eval()
+    tokenizer = AutoTokenizer.from_pretrained(folder)
+    adapter = HFMaskedLMAdapter(model, inference_token_ids(tokenizer), prefix_cache="on")
+    return adapter, tokenizer, trained_positions
+
+
+def corpus_prompts(tokenizer, count: int, length: int) -> list[list[int]]:
+    """The first `length` ids of the last `count` long-enough scenes of the sample corpus (the
+    quickstart's validation split is the end of the corpus, so this is its held-out text)."""
+    from megatron_biglm.data import sample_corpus
+
+    prompts: list[list[int]] = []
+    for doc in reversed(list(sample_corpus.iter_documents())):
+        ids = tokenizer(doc["text"], add_special_tokens=False)["input_ids"]
+        if len(ids) >= length:
+            prompts.append(ids[:length])
+            if len(prompts) == count:
+                return prompts
+    raise ValueError(f"the sample corpus holds fewer than {count} scenes of {length} tokens")
+
+
+def full_context_nll(adapter, prompts: list[list[int]], outputs: list[list[int]]) -> float:
+    """Mean NLL per generated token: pass o masks generated tokens o, o + 8, ...; the prompt is
+    the prefix (split), every generated token sees all the others that are not masked."""
+    dev, special = adapter.device, adapter.special
+    bos, mask = int(special.bos_id), int(special.mask_id)
+    total, count = 0.0, 0
+    for prompt, out in zip(prompts, outputs):
+        row = torch.tensor([bos] + prompt + out, device=dev)
+        split = 1 + len(prompt)
+        for offset in range(NLL_STRIDE):
+            picked = torch.arange(split + offset, len(row), NLL_STRIDE, device=dev)
+            if picked.numel() == 0:
+                continue
+            ids = row.clone()
+            ids[picked] = mask
+            with torch.no_grad():
+                logp = adapter.logits(ids[None], torch.tensor([len(row)], device=dev),
+                                      torch.tensor([split], device=dev), picked[None]).float().log_softmax(-1)
+            total -= float(logp[0].gather(-1, row[picked][:, None]).sum())
+            count += picked.numel()
+    return total / count
+
+
+def distinct_2(outputs: list[list[int]]) -> float:
+    rates = [len(set(zip(o, o[1:]))) / max(1, len(o) - 1) for o in outputs]
+    return sum(rates) / len(rates)
+
+
+def repeated_4gram_rate(outputs: list[list[int]]) -> float:
+    rates = []
+    for o in outputs:
+        grams = list(zip(o, o[1:], o[2:], o[3:]))
+        seen, repeats = set(), 0
+        for g in grams:
+            repeats += g in seen
+            seen.add(g)
+        rates.append(repeats / max(1, len(grams)))
+    return sum(rates) / len(rates)
+
+
+def generators(adapter, tokenizer):
+    from megatron_biglm.generation import MaskPredictGenerator
+
+    return {"cached": MaskPredictGenerator(adapter, tokenizer, use_cache=True),
+            "uncached": MaskPredictGenerator(adapter, tokenizer, use_cache=False),
+            "canvas": MaskPredictGenerator(adapter, tokenizer, use_cache=False)}
+
+
+def run(args) -> dict:
+    from megatron_biglm.generation import GenerationConfig
+
+    device = torch.device(args.device)
+    dtype = {"fp32": torch.float32, "bf16": torch.bfloat16}[args.dtype]
+    positions = 1 + args.prompt_tokens + args.new_tokens
+    if args.model:
+        adapter, tokenizer, trained = export_model(Path(args.model), positions, device, dtype)
+        prompts = corpus_prompts(tokenizer, max(args.batches), args.prompt_tokens)
+        source = dict(model=str(args.model), trained_positions=trained, prompts="sample corpus, last plays")
+    else:
+        adapter, tokenizer, vocab = random_model(args.preset, positions, device, dtype)
+        g = torch.Generator().manual_seed(0)
+        prompts = torch.randint(4, vocab, (max(args.batches), args.prompt_tokens), generator=g).tolist()
+        source = dict(model=f"random {args.preset} shape", prompts="random ids")
+    params = sum(p.numel() for p in adapter.model.parameters())
+    gens = generators(adapter, tokenizer)
+    base = dict(length=args.new_tokens, steps=args.steps, block_size=args.block)  # fixed length: no EOS cut
+    configs = {"cached": GenerationConfig(**base, blocks="cached"),
+               "uncached": GenerationConfig(**base, blocks="cached"),
+               "canvas": GenerationConfig(**base, blocks="canvas")}
+    warm = GenerationConfig(length=2 * args.block, steps=2, block_size=args.block)
+    results = dict(meta=dict(device=str(device) if device.type == "cpu" else torch.cuda.get_device_name(device),
+                             threads=torch.get_num_threads(), dtype=args.dtype, parameters=params,
+                             prompt_tokens=args.prompt_tokens, new_tokens=args.new_tokens, block=args.block,
+                             steps_per_block=args.steps, torch=torch.__version__, **source),
+                   runs=[])
+    for batch in args.batches:
+        batch_prompts = prompts[:batch]
+        for name in args.decoders:  # warm-up: kernels, allocator, caches
+            gens[name].generate_ids(batch_prompts[:1], warm.replace(blocks=configs[name].blocks), batch_size=1)
+        row = dict(batch=batch)
+        outputs = {}
+        for name in args.decoders:
+            _sync(device)
+            t0 = time.perf_counter()
+            outs = gens[name].generate_ids(batch_prompts, configs[name], batch_size=batch)
+            _sync(device)
+            seconds = time.perf_counter() - t0
+            outputs[name] = [list(o.ids) for o in outs]
+            row[name] = dict(seconds=seconds, tokens_per_s=batch * args.new_tokens / seconds)
+            print(f"batch {batch} {name}: {seconds:.1f} s, {row[name]['tokens_per_s']:.1f} tok/s", flush=True)
+        if "cached" in outputs and "uncached" in outputs:
+            diffs = [next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), None)
+                     for a, b in zip(outputs["cached"], outputs["uncached"])]
+            row["identical"] = all(d is None for d in diffs)
+            row["first_difference"] = diffs
+            row["cached_vs_uncached"] = row["uncached"]["seconds"] / row["cached"]["seconds"]
+        if "cached" in outputs and "canvas" in outputs:
+            row["cached_vs_canvas"] = row["canvas"]["seconds"] / row["cached"]["seconds"]
+        if args.model:
+            row["quality"] = {name: dict(nll=full_context_nll(adapter, batch_prompts, outs),
+                                         distinct_2=distinct_2(outs), repeated_4grams=repeated_4gram_rate(outs))
+                              for name, outs in outputs.items() if name != "uncached"}
+        results["runs"].append(row)
+    return results
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def markdown(results: dict) -> str:
+    m = results["meta"]
+    lines = [f"{m['device']} ({m['threads']} threads), {m['dtype']}, {m['model']} ({m['parameters']:,} parameters); "
+             f"prompt {m['prompt_tokens']}, {m['new_tokens']} new tokens in blocks of {m['block']}, "
+             f"T = {m['steps_per_block']} per block", "",
+             "| batch | (a) cached tok/s | (b) uncached tok/s | (c) canvas tok/s | (a)/(b) | (a)/(c) | (a) == (b) |",
+             "|---:|---:|---:|---:|---:|---:|---|"]
+
+    def tps(row, name):
+        return f"{row[name]['tokens_per_s']:.1f}" if name in row else "-"
+
+    for row in results["runs"]:
+        lines.append(f"| {row['batch']} | {tps(row, 'cached')} | {tps(row, 'uncached')} | {tps(row, 'canvas')} | "
+                     f"{row.get('cached_vs_uncached', float('nan')):.2f}x | {row.get('cached_vs_canvas', float('nan')):.2f}x | "
+                     f"{'identical' if row.get('identical') else row.get('first_difference', '-')} |")
+    if any("quality" in row for row in results["runs"]):
+        lines += ["", "| batch | decoder | NLL / token (full context) | distinct-2 | repeated 4-grams |",
+                  "|---:|---|---:|---:|---:|"]
+        for row in results["runs"]:
+            for name, q in row.get("quality", {}).items():
+                lines.append(f"| {row['batch']} | {name} | {q['nll']:.3f} | {q['distinct_2']:.3f} | "
+                             f"{q['repeated_4grams']:.3f} |")
+    return "\n".join(lines) + "\n"
+
+
+def parse_args(argv):
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--preset", default="136m", help="random-weight model of this preset's shape (speed only)")
+    p.add_argument("--model", default=None, help="a trained HF export: speed and quality")
+    p.add_argument("--prompt-tokens", type=int, default=128)
+    p.add_argument("--new-tokens", type=int, default=1024)
+    p.add_argument("--block", type=int, default=32)
+    p.add_argument("--steps", type=int, default=8, help="T, Mask-Predict iterations per block")
+    p.add_argument("--batches", type=int, nargs="+", default=[1, 8])
+    p.add_argument("--decoders", nargs="+", choices=DECODERS, default=list(DECODERS))
+    p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    p.add_argument("--dtype", choices=("fp32", "bf16"), default=None, help="default: bf16 on CUDA, fp32 on CPU")
+    p.add_argument("--out", type=Path, default=None, help="write the results JSON here")
+    args = p.parse_args(argv)
+    args.dtype = args.dtype or ("bf16" if args.device.startswith("cuda") else "fp32")
+    return args
+
+
+def main(argv=None) -> int:
+    args = parse_args(sys.argv[1:] if argv is None else argv)
+    results = run(args)
+    table = markdown(results)
+    print(table)
+    if args.out:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(json.dumps(results, indent=2) + "\n")
+    if any(row.get("identical") is False for row in results["runs"]):
+        print("error: the cached decoder's tokens differ from the uncached reference's", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
