@@ -362,6 +362,21 @@ def test_canvas_with_one_block_is_mask_predict_under_full_attention(hf_model):
         assert x.ids == y.ids and x.confidence == pytest.approx(y.confidence, abs=TOL)
 
 
+@pytest.mark.parametrize("blocks", ["cached", "refresh", "canvas"])
+@pytest.mark.parametrize("cache", ["on", "off"])
+def test_decoding_builds_no_autograd_graph(hf_model, blocks, cache):
+    """The model's parameters require grad (as loaded); every forward of a decode runs with
+    gradients off, so no iteration's graph is kept alive by the stored confidences."""
+    modes = []
+    handle = hf_model.register_forward_hook(lambda *_: modes.append(torch.is_grad_enabled()))
+    try:
+        assert any(p.requires_grad for p in hf_model.parameters())
+        out, = hf_generator(hf_model, cache).generate(["abc"], length=6, steps=2, block_size=3, blocks=blocks)
+    finally:
+        handle.remove()
+    assert modes and not any(modes) and len(out.ids) == 6
+
+
 def test_block_causal_without_cache_needs_the_capability():
     adapter, gen = scripted(prefix_cache=False)  # logits only: no BlockCausalLogits
     with pytest.raises(GenerationConfigError, match="BlockCausalLogits"):

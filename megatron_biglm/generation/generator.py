@@ -113,6 +113,8 @@ class MaskPredictGenerator:
                 "prefix cache or blocks='refresh'")
         return config
 
+    @torch.no_grad()  # decoding needs no gradients; with them every iteration would chain
+    # through the stored confidences and hold all activations until the output is returned
     def _run(self, prompts: list[str], encoded: list[list[int]], config: GenerationConfig,
              batch_size: int, progress) -> list[GenerationOutput]:
         seen: dict[tuple[int, ...], int] = {}

@@ -82,6 +82,7 @@ class HFMaskedLMAdapter(MaskedLMAdapter):
         return next(self.model.parameters()).device
 
     # ---------------------------------------------------------------- forward paths
+    @torch.no_grad()
     def logits(self, input_ids, lengths, split, positions):
         s = input_ids.shape[1]
         padding = (torch.arange(s, device=input_ids.device)[None] < lengths[:, None]).long()
@@ -93,6 +94,7 @@ class HFMaskedLMAdapter(MaskedLMAdapter):
         mask = additive_mask(sequence_mask(lengths, s, split), self._dtype)
         return self._run(positions, input_ids=input_ids, attention_mask=mask)
 
+    @torch.no_grad()
     def block_causal_logits(self, input_ids, lengths, starts, positions):
         """`BlockCausalLogits`: the block-causal pattern as an additive 4D mask."""
         if self.split_mode != "4d-mask":
@@ -110,6 +112,7 @@ class HFMaskedLMAdapter(MaskedLMAdapter):
         hidden = self.model.base_model(**inputs)[0]
         return self._head(_gather(hidden, positions))
 
+    @torch.no_grad()
     def encode_prefix(self, prefix_ids, prefix_lengths):
         from transformers import DynamicCache
 
@@ -122,10 +125,12 @@ class HFMaskedLMAdapter(MaskedLMAdapter):
             raise RuntimeError(f"{type(self.model).__name__} did not fill the key/value cache")
         return _PrefixState(layers, prefix_lengths, width)
 
+    @torch.no_grad()
     def logits_with_prefix(self, state: _PrefixState, rows, suffix_ids, suffix_lengths, positions):
         cache, inputs = self._after_prefix(state, rows, suffix_ids, suffix_lengths)
         return self._run(positions, **inputs, past_key_values=cache)
 
+    @torch.no_grad()
     def extend_prefix(self, state: _PrefixState, rows, block_ids, block_lengths):
         cache, inputs = self._after_prefix(state, rows, block_ids, block_lengths)
         self.model.base_model(**inputs, past_key_values=cache)
