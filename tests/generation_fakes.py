@@ -24,6 +24,8 @@ class ScriptedAdapter:
     to exercise the EOS cut;
     `allow_specials=False` makes special tokens (ids < FIRST_CHAR) all but impossible."""
 
+    length_buckets = None
+
     def __init__(self, vocab: int = 32, *, prefix_cache: bool = True, max_length: int = 64,
                  eos_at: int | None = None, allow_specials: bool = True, salt: str = ""):
         self.vocab, self.prefix_cache, self.max_length = vocab, prefix_cache, max_length
@@ -146,6 +148,7 @@ class BlockCausalReference:
 
     prefix_cache = True
     split_attention = True
+    length_buckets = None
 
     def __init__(self, model, special=SPECIAL, max_length: int = 256):
         self.model, self.special, self.max_length = model, special, max_length

@@ -21,6 +21,7 @@ from megatron_biglm.generation import (GenerationConfig, GenerationConfigError,
                                        MaskPredictGenerator, render_canvas)
 
 from megatron_biglm.inference.hf_adapter import HFMaskedLMAdapter
+from megatron_biglm.model.heads import LengthCandidates
 
 HF_VOCAB = 40
 TOL = 1e-5
@@ -118,7 +119,7 @@ def test_length_predictor_hook_supplies_candidates():
 
     def predict(prefix_ids, prefix_lengths, k):
         seen.append((prefix_ids.tolist(), prefix_lengths.tolist(), k))
-        return torch.tensor([[9, 3], [2, 2]])
+        return LengthCandidates(torch.tensor([[9, 3], [2, 2]]), torch.tensor([[-0.5, -1.0], [-1.0, -2.0]]))
 
     gen = MaskPredictGenerator(adapter, CharTokenizer(adapter.vocab), length_predictor=predict)
     a, b = gen.generate(["ab", "c"], max_new_tokens=5, length_beam=2, steps=2)
@@ -130,10 +131,26 @@ def test_length_predictor_hook_supplies_candidates():
                                                                              length_beam=2)
 
 
-def test_from_loader_takes_the_length_head_of_the_adapter():
+def test_length_beam_score_adds_the_predictor_log_probability():
+    """score = mean token log-probability + log p(length); the winner is the best score, so a
+    length the head is sure of beats a shorter one the tokens are as sure of."""
+    adapter, _ = scripted()
+    head = torch.tensor([[-0.1, -3.0, -4.0]])
+    gen = MaskPredictGenerator(adapter, CharTokenizer(adapter.vocab), length_predictor=lambda ids, lengths, k:
+                               LengthCandidates(torch.tensor([[6, 4, 5]]), head))
+    out, = gen.generate(["abc"], max_new_tokens=8, length_beam=3, steps=3)
+    alone = {n: gen.generate(["abc"], length=n, steps=3)[0] for n in (6, 4, 5)}
+    assert [n for n, _ in out.candidates] == [6, 4, 5]
+    for (n, score), logp in zip(out.candidates, head[0].tolist()):
+        assert score == pytest.approx(sum(map(math.log, alone[n].confidence)) / n + logp, abs=1e-9)
+    assert out.length == max(out.candidates, key=lambda c: c[1])[0]
+
+
+def test_an_adapter_with_a_length_head_supplies_the_candidates():
     adapter = ScriptedAdapter()
-    adapter.predict_lengths = lambda ids, lengths, k: torch.tensor([[4, 2, 6][:k]] * len(lengths))
-    gen = MaskPredictGenerator.from_loader("some/path", lambda path, **kw: (adapter, CharTokenizer(32)))
+    adapter.predict_lengths = lambda ids, lengths, k: LengthCandidates(
+        torch.tensor([[4, 2, 6][:k]] * len(lengths)), torch.zeros(len(lengths), k))
+    gen = MaskPredictGenerator(adapter, CharTokenizer(32))
     out, = gen.generate(["abc"], length_beam=3, steps=2)  # no length given: the head decides
     assert [n for n, _ in out.candidates] == [4, 2, 6] and out.length in (4, 2, 6)
 

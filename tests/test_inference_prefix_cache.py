@@ -284,3 +284,15 @@ def test_token_ids_fallback_rule():
         TokenIds.from_tokenizer(_Tok(mask_token_id=None))
     with pytest.raises(ValueError, match="vocab_size"):
         TokenIds(mask_id=60, vocab_size=50)
+
+
+def test_megatron_adapter_refuses_a_task_head_model_saying_what_it_holds():
+    """A classification fine-tune has no masked-LM output: scoring or generating from it is
+    refused when the adapter is built, with the head named (not a forward's keyword error)."""
+    from megatron_biglm.model.head_model import head_model_provider
+
+    init_megatron(1, 1)
+    cfg = tiny_config(vocab_size=VOCAB)
+    model = head_model_provider("classification", {"num_labels": 3})(True, True, cfg, cfg.to_transformer_config())
+    with pytest.raises(ValueError, match="'classification' task head, not the masked-LM head"):
+        MegatronMaskedLMAdapter(model, SPECIAL, vocab_size=VOCAB, max_length=128)

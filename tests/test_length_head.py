@@ -34,7 +34,10 @@ def test_length_logits_come_from_the_prefix_only_and_predictions_are_at_least_on
     assert torch.allclose(a, b, atol=1e-6)  # the target never reaches the length head
     logits = torch.zeros(2, 7)
     logits[:, 0] = 10.0  # class 0 is the favourite, but a target has a token
-    assert (model.length_head.predict(logits, 3) >= 1).all()
+    top = model.length_head.predict(logits, 3)
+    assert (top.lengths >= 1).all()
+    # log-probabilities among the lengths >= 1, best first
+    assert torch.allclose(top.logprobs, torch.full((2, 3), -torch.log(torch.tensor(6.0))))
 
 
 def test_length_head_is_replicated_under_tp_and_exported_beside_the_model():

@@ -36,6 +36,7 @@ class Candidate:
     prefix: list[int]
     n_slots: int
     generator: torch.Generator | None = None
+    length_logprob: float = 0.0  # the length predictor's log-probability of n_slots
     tokens: list[int] = field(default_factory=list)
     logconf: list[float] = field(default_factory=list)
     iterations: int = 0

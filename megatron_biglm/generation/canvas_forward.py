@@ -15,15 +15,13 @@ import torch
 
 from megatron_biglm.inference.buckets import bucket_width
 
-from .slot_forward import padding_id
-
 
 class CanvasForward:
     """Per-row canvases (prefix, then the open block's slots, then `later` masks)."""
 
     def __init__(self, adapter):
         self.adapter = adapter
-        self.pad_id = padding_id(adapter.special)
+        self.pad_id = int(adapter.special.pad_id)
         self.mask_id = int(adapter.special.mask_id)
         self.device = adapter.device
         self._prefixes: list[list[int]] = []

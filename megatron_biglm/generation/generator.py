@@ -19,21 +19,21 @@ from typing import Callable, Sequence
 
 import torch
 
-from megatron_biglm.inference.protocol import BlockCausalLogits
+from megatron_biglm.inference.protocol import BlockCausalLogits, LengthPrediction
 
 from .blocks import Candidate, decode_candidates
 from .config import GenerationConfig, GenerationConfigError
 from .length import LengthPredictor, best, candidate_lengths, lengths_around, mean_logprob
 from .output import CanvasStep, GenerationOutput
-from .slot_forward import padding_id
 
 
 class MaskPredictGenerator:
     """Mask-Predict generation with a masked-LM adapter and its tokenizer.
 
     `length_predictor` (see `length.LengthPredictor`) defaults to the adapter's `predict_lengths`
-    when it has one (a checkpoint with a length head). `use_cache` defaults to the adapter's
-    `prefix_cache`; False forces full forwards (the reference path)."""
+    when it has the `LengthPrediction` capability (a checkpoint with a length head).
+    `use_cache` defaults to the adapter's `prefix_cache`; False forces full forwards (the
+    reference path)."""
 
     def __init__(self, adapter, tokenizer, *, length_predictor: LengthPredictor | None = None,
                  use_cache: bool | None = None):
@@ -45,20 +45,15 @@ class MaskPredictGenerator:
         if int(mask) != int(adapter.special.mask_id):
             raise ValueError(f"the tokenizer's mask id {mask} differs from the model's "
                              f"{adapter.special.mask_id}; load the tokenizer saved with the model")
-        if getattr(adapter.special, "bos_id", None) is None:
+        if adapter.special.bos_id is None:
             raise ValueError("the model's special tokens have no BOS id; the model input is "
                              "[BOS] + prompt + slots, so set the tokenizer's bos_token (or cls_token)")
         self.adapter = adapter
         self.tokenizer = tokenizer
-        self.length_predictor = length_predictor or getattr(adapter, "predict_lengths", None)
+        if length_predictor is None and isinstance(adapter, LengthPrediction):
+            length_predictor = adapter.predict_lengths
+        self.length_predictor = length_predictor
         self.use_cache = bool(adapter.prefix_cache) if use_cache is None else bool(use_cache)
-
-    @classmethod
-    def from_loader(cls, path, loader: Callable[..., tuple], **loader_kwargs) -> "MaskPredictGenerator":
-        """Build from a model path with `loader(path, **loader_kwargs) -> (adapter, tokenizer)`:
-        the seam where inference's checkpoint loading (HF export or megatron) plugs in."""
-        adapter, tokenizer = loader(path, **loader_kwargs)
-        return cls(adapter, tokenizer)
 
     @classmethod
     def from_pretrained(cls, path, *, device: str | None = None, dtype: str | None = None,
@@ -151,7 +146,7 @@ class MaskPredictGenerator:
             need = 1 if self.length_predictor is not None else config.max_new_tokens
         fitted = [self._fit(ids, need, config) for ids in encoded]
         prefixes = [[bos] + ids for ids, _ in fitted]
-        lengths = candidate_lengths(config, prefixes, self.length_predictor, padding_id(special),
+        lengths = candidate_lengths(config, prefixes, self.length_predictor, int(special.pad_id),
                                     self.adapter.device)
         refit = [self._fit(ids, max(cands), config) for (ids, _), cands in zip(fitted, lengths)]
         dropped = [d0 + d1 for (_, d0), (_, d1) in zip(fitted, refit)]
@@ -159,8 +154,8 @@ class MaskPredictGenerator:
         random = config.temperature > 0 or config.remask == "random"
         groups = []
         for prefix, ids, occ, cands in zip(prefixes, encoded, occurrence, lengths):
-            groups.append([Candidate(prefix, n, self._generator(config.seed, ids, occ, n) if random else None)
-                           for n in cands])
+            groups.append([Candidate(prefix, n, self._generator(config.seed, ids, occ, n) if random else None,
+                                     length_logprob=logp) for n, logp in cands.items()])
         decode_candidates(self.adapter, [c for g in groups for c in g], config, self.use_cache)
         return [self._output(prompt, group, drop, config)
                 for prompt, group, drop in zip(prompts, groups, dropped)]
@@ -194,7 +189,7 @@ class MaskPredictGenerator:
             if config.eos_cut and eos is not None and eos in c.tokens:
                 n = c.tokens.index(eos)
             kept.append(n)
-            scores.append(mean_logprob(c.logconf[:n + 1] if n < len(c.tokens) else c.logconf))
+            scores.append(mean_logprob(c.logconf[:n + 1] if n < len(c.tokens) else c.logconf) + c.length_logprob)
         win = best(scores)
         c, n = group[win], kept[win]
         ids, logconf = c.tokens[:n], c.logconf[:n]

@@ -8,21 +8,30 @@ Candidate lengths of a prompt, best first:
 - otherwise `max_new_tokens` (one candidate, cut at EOS afterwards).
 
 The predictor hook is any callable `predict(prefix_ids [g, p], prefix_lengths [g], k) ->
-lengths [g, k]` (best first, right-padded prefixes `[BOS] + prompt` on the adapter's device),
-so the head added to the model later plugs in without touching the decoder.
+LengthCandidates(lengths [g, k], logprobs [g, k])` (best first, right-padded prefixes
+`[BOS] + prompt` on the adapter's device): an adapter's `predict_lengths`
+(`inference.LengthPrediction`) or the caller's own.
 
-The winner among a prompt's candidates is the one with the highest *mean* log-confidence
-(1/N) sum log p_i, the paper's rule; a tie goes to the better-ranked length.
+The winner among a prompt's candidates has the highest score: the mean log-confidence of its
+tokens (1/N) sum log p_i plus the predictor's log-probability of its length N (0 for fixed
+lengths); a tie goes to the better-ranked length. The length term matters where the tokens
+cannot tell lengths apart: a model that copies or reverses its source is as confident in a
+prefix of the answer as in the whole of it, and mean confidence alone then picks a shorter,
+wrong length about half the time. The head knows the length; the tokens know the content.
 """
 from __future__ import annotations
 
-from typing import Callable, Sequence
+import math
+from typing import TYPE_CHECKING, Callable, Sequence
 
 import torch
 
 from .config import GenerationConfig
 
-LengthPredictor = Callable[[torch.Tensor, torch.Tensor, int], torch.Tensor]
+if TYPE_CHECKING:
+    from megatron_biglm.model.heads import LengthCandidates
+
+LengthPredictor = Callable[[torch.Tensor, torch.Tensor, int], "LengthCandidates"]
 
 
 def lengths_around(length: int, beam: int) -> list[int]:
@@ -38,27 +47,39 @@ def lengths_around(length: int, beam: int) -> list[int]:
 
 def candidate_lengths(config: GenerationConfig, prefixes: Sequence[Sequence[int]],
                       predictor: LengthPredictor | None, pad_id: int,
-                      device: torch.device) -> list[list[int]]:
-    """Candidate lengths per prefix, best first (see module docstring)."""
+                      device: torch.device) -> list[dict[int, float]]:
+    """Candidate lengths per prefix, best first, each with its log-probability under the
+    predictor (0.0 when there is none); see the module docstring."""
     if config.length is not None:
-        return [lengths_around(config.length, config.length_beam) for _ in prefixes]
+        return [dict.fromkeys(lengths_around(config.length, config.length_beam), 0.0) for _ in prefixes]
     if predictor is None:
-        return [[config.max_new_tokens] for _ in prefixes]
+        return [{config.max_new_tokens: 0.0} for _ in prefixes]
     width = max(len(p) for p in prefixes)
     ids = torch.full((len(prefixes), width), pad_id, dtype=torch.long, device=device)
     for i, p in enumerate(prefixes):
         ids[i, :len(p)] = torch.tensor(list(p), dtype=torch.long, device=device)
     lengths = torch.tensor([len(p) for p in prefixes], dtype=torch.long, device=device)
     predicted = predictor(ids, lengths, config.length_beam)
-    if tuple(predicted.shape) != (len(prefixes), config.length_beam):
-        raise ValueError(f"the length predictor returned shape {tuple(predicted.shape)}, expected "
-                         f"{(len(prefixes), config.length_beam)} (prompts x length_beam)")
+    want = (len(prefixes), config.length_beam)
+    if tuple(predicted.lengths.shape) != want or tuple(predicted.logprobs.shape) != want:
+        raise ValueError(f"the length predictor returned lengths {tuple(predicted.lengths.shape)} and "
+                         f"log-probabilities {tuple(predicted.logprobs.shape)}, expected {want} "
+                         "(prompts x length_beam) for both")
     out = []
-    for row in predicted.tolist():
-        cap = config.max_new_tokens
-        row = [max(1, int(n)) if cap is None else min(cap, max(1, int(n))) for n in row]
-        out.append(list(dict.fromkeys(row)))  # capping may merge candidates; keep rank order
+    cap = config.max_new_tokens
+    for row, logps in zip(predicted.lengths.tolist(), predicted.logprobs.tolist()):
+        merged: dict[int, float] = {}
+        for n, logp in zip(row, logps):
+            n = max(1, int(n)) if cap is None else min(cap, max(1, int(n)))
+            # capping may merge candidates: keep the rank order, add up their probabilities
+            merged[n] = logp if n not in merged else _logaddexp(merged[n], logp)
+        out.append(merged)
     return out
+
+
+def _logaddexp(a: float, b: float) -> float:
+    hi, lo = max(a, b), min(a, b)
+    return hi if lo == -math.inf else hi + math.log1p(math.exp(lo - hi))
 
 
 def mean_logprob(logconf: Sequence[float]) -> float:

@@ -2,8 +2,9 @@
 
 The ids are the generated token ids after the cuts (EOS with `max_new_tokens`, then `until`);
 `confidence[i]` is the probability the model gave `ids[i]` when it was last predicted (the value
-re-masking ranked). `candidates` keeps every length of the length beam with its mean
-log-probability, so the choice of the winner can be checked.
+re-masking ranked). `candidates` keeps every length of the length beam with its score (mean
+token log-probability plus the length predictor's log-probability of that length), so the
+choice of the winner can be checked.
 """
 from __future__ import annotations
 
@@ -29,7 +30,7 @@ class GenerationOutput:
     iterations: int  # forward passes over the slots of the winning candidate, all blocks
     finish_reason: str  # "length" (all slots kept), "eos" (cut at EOS), "stop" (an `until` string)
     length: int  # slots decoded for the winner (before any cut)
-    candidates: list[tuple[int, float]] = field(default_factory=list)  # (length, mean log-prob)
+    candidates: list[tuple[int, float]] = field(default_factory=list)  # (length, score)
     steps: list[CanvasStep] | None = None
     prompt_tokens_dropped: int = 0  # prompt tokens cut from the left to fit (overflow="truncate_left")
 

@@ -30,12 +30,6 @@ from megatron_biglm.inference.engine import pad
 from megatron_biglm.inference.protocol import BlockCausalLogits
 
 
-def padding_id(special) -> int:
-    """The id that fills padding: PAD, else EOS, else MASK (padding is never attended to nor
-    read, so any id does; the token record may lack a PAD)."""
-    return int(next(i for i in (special.pad_id, special.eos_id, special.mask_id) if i is not None))
-
-
 class SlotForward:
     """Per-row prefixes (indexed 0..g-1 after each `set_prefixes` / `extend`) and the forward
     that scores slots after them."""
@@ -50,7 +44,7 @@ class SlotForward:
                              "needs; use the prefix cache or blocks='refresh'")
         self.adapter = adapter
         self.use_cache = use_cache
-        self.pad_id = padding_id(adapter.special)
+        self.pad_id = int(adapter.special.pad_id)
         self.device = adapter.device
         self._prefixes: list[list[int]] = []
         self._starts: list[list[int]] = []  # per row: where each block appended by `extend` starts

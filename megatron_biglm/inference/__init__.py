@@ -21,6 +21,6 @@ from __future__ import annotations
 
 from megatron_biglm.data.token_ids import TokenIds
 
-from .protocol import BlockCausalLogits, MaskedLMAdapter, inference_token_ids
+from .protocol import BlockCausalLogits, LengthPrediction, MaskedLMAdapter, inference_token_ids
 
-__all__ = ["BlockCausalLogits", "MaskedLMAdapter", "TokenIds", "inference_token_ids"]
+__all__ = ["BlockCausalLogits", "LengthPrediction", "MaskedLMAdapter", "TokenIds", "inference_token_ids"]

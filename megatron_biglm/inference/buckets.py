@@ -70,7 +70,6 @@ def resolve_length_buckets(spec, device) -> LengthBuckets | None:
 def bucket_width(adapter, width: int, room: int | None = None) -> int:
     """`width` bucketed by the adapter's `length_buckets`, capped at `room` (the positions
     left after a cached prefix) or else at its `max_length`."""
-    buckets = getattr(adapter, "length_buckets", None)
-    if buckets is None:
+    if adapter.length_buckets is None:
         return int(width)
-    return buckets(width, room if room is not None else getattr(adapter, "max_length", None))
+    return adapter.length_buckets(width, room if room is not None else adapter.max_length)

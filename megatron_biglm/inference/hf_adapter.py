@@ -64,9 +64,10 @@ class HFMaskedLMAdapter(MaskedLMAdapter):
         if length_head is not None:  # from the export's length_head.safetensors (length_head_file)
             self.predict_lengths = self._predict_lengths
 
-    def _predict_lengths(self, prefix_ids, prefix_lengths, k: int) -> torch.Tensor:
-        """The length head's top-k target lengths `[g, k]` (best first, >= 1) from the mean of
-        the prefix's final hidden states (prefix rows see the prefix only: full attention)."""
+    def _predict_lengths(self, prefix_ids, prefix_lengths, k: int):
+        """`LengthPrediction`: the length head's top-k target lengths `[g, k]` (best first,
+        >= 1) and their log-probabilities, from the mean of the prefix's final hidden states
+        (prefix rows see the prefix only: full attention)."""
         base = getattr(self.model, "base_model", None)
         if not isinstance(base, torch.nn.Module) or base is self.model:
             raise ValueError(f"{type(self.model).__name__} has no base model to read hidden states from")

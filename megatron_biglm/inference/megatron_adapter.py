@@ -36,6 +36,13 @@ class MegatronMaskedLMAdapter(MaskedLMAdapter):
 
     def __init__(self, model, special: TokenIds, *, vocab_size: int, max_length: int,
                  split_attention: bool = True, prefix_cache: bool = True):
+        from megatron_biglm.model.head_model import BiGLMHeadModel
+
+        if isinstance(model, BiGLMHeadModel):
+            raise ValueError(
+                f"this checkpoint holds a model fine-tuned with a {model.head_name!r} task head, not the "
+                "masked-LM head that scoring and generation need; use its pretraining checkpoint (or a "
+                "verbalizer, seq2seq or instruction-tuned one), or evaluate it with its own task")
         if not (getattr(model, "pre_process", True) and getattr(model, "post_process", True)):
             raise ValueError("the megatron adapter needs the whole model in one chunk (PP=1); "
                              "load the checkpoint with pipeline_model_parallel_size=1")
@@ -53,7 +60,7 @@ class MegatronMaskedLMAdapter(MaskedLMAdapter):
             # only then: generation treats the attribute's presence as "the model has a head"
             self.predict_lengths = self._predict_lengths
 
-    def _predict_lengths(self, prefix_ids, prefix_lengths, k: int) -> torch.Tensor:
+    def _predict_lengths(self, prefix_ids, prefix_lengths, k: int):
         """The length head's top-k target lengths `[g, k]` (best first, >= 1) for right-padded
         prefixes `[BOS] + source`: the generator's length-predictor hook."""
         with torch.no_grad():

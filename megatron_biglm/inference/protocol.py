@@ -22,11 +22,14 @@ ever sees a later one, the cached keys/values stay exact.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from typing import Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 import torch
 
 from megatron_biglm.data.token_ids import TokenIds
+
+if TYPE_CHECKING:  # megatron-core is heavy to import; the type is only named here
+    from megatron_biglm.model.heads import LengthCandidates
 
 
 class MaskedLMAdapter(ABC):
@@ -84,6 +87,17 @@ class MaskedLMAdapter(ABC):
         """What the results JSON records about how this model was run."""
         return {"split_attention": self.split_attention, "prefix_cache": self.prefix_cache,
                 "max_length": self.max_length}
+
+
+@runtime_checkable
+class LengthPrediction(Protocol):
+    """Capability: a CMLM length head. Adapters of a model with one have `predict_lengths`; the
+    generator then takes its candidate lengths (and ranks them with their log-probabilities)
+    from it when no fixed length is asked for."""
+
+    def predict_lengths(self, prefix_ids: torch.Tensor, prefix_lengths: torch.Tensor, k: int) -> LengthCandidates:
+        """Top-k target lengths of right-padded prefixes `[g, p]` (`[BOS] + source`), best first."""
+        ...
 
 
 @runtime_checkable

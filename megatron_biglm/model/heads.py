@@ -18,7 +18,7 @@ model's forward received for it (labels, loss_mask, valid_lengths, ...).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable, Dict, Optional, Protocol
+from typing import Callable, Dict, NamedTuple, Optional, Protocol
 
 import torch
 
@@ -131,6 +131,14 @@ class SpanHead(torch.nn.Module):
         return logits
 
 
+class LengthCandidates(NamedTuple):
+    """A length predictor's answer per prefix: the top-k target lengths `[g, k]`, best first,
+    and the predictor's log-probability of each `[g, k]` (fp32)."""
+
+    lengths: torch.Tensor
+    logprobs: torch.Tensor
+
+
 class LengthHead(torch.nn.Module):
     """CMLM's length prediction (Ghazvininejad et al., 2019): the target length as a class
     0..max_length, from the mean of the prefix's final hidden states over [0, split).
@@ -156,11 +164,13 @@ class LengthHead(torch.nn.Module):
         return torch.nn.functional.linear(pooled, self.weight.to(pooled.dtype),
                                           self.bias.to(pooled.dtype)).float()
 
-    def predict(self, logits: torch.Tensor, k: int) -> torch.Tensor:
-        """The top-k lengths [b, k], best first, never below 1 (a target has a token)."""
-        logits = logits.clone()
+    def predict(self, logits: torch.Tensor, k: int) -> LengthCandidates:
+        """The top-k lengths [b, k], best first, never below 1 (a target has a token), with
+        their log-probabilities among the lengths >= 1."""
+        logits = logits.float().clone()
         logits[:, 0] = float("-inf")
-        return logits.topk(min(k, self.max_length), dim=-1).indices
+        top = logits.log_softmax(dim=-1).topk(min(k, self.max_length), dim=-1)
+        return LengthCandidates(top.indices, top.values)
 
 
 HEADS: Dict[str, HeadSpec] = {}

@@ -137,7 +137,7 @@ class Seq2SeqRecipe(FinetuneRecipe):
         if ids.mask_id is None:
             raise ValueError("the tokenizer has no mask token; CMLM training masks target tokens")
         self.mask_id = int(ids.mask_id)
-        self.pad_id = int(next(i for i in (ids.pad_id, ids.eos_id, ids.mask_id) if i is not None))
+        self.pad_id = int(ids.pad_id)
 
     def _decoding_config(self, overrides: dict):
         from megatron_biglm.generation import GenerationConfig
@@ -253,7 +253,7 @@ class Seq2SeqRecipe(FinetuneRecipe):
         for start in range(0, len(examples), size):
             chunk = examples[start:start + size]
             ids, lengths = pad([e.input_ids[:e.split] for e in chunk], self.pad_id, adapter.device)
-            top = adapter.predict_lengths(ids, lengths, 1)[:, 0].cpu()
+            top = adapter.predict_lengths(ids, lengths, 1).lengths[:, 0].cpu()
             hits += int((top == torch.tensor([e.target_length for e in chunk])).sum())
         return hits / len(examples)
 
