@@ -6,8 +6,9 @@ the never-masked specials, vocab size), so workers pickle nothing heavy and the 
 the inference adapters and scoring rules need the same ids (BOS opens every model input, MASK
 fills the slots, PAD fills padding that is never attended to, EOS closes documents).
 
-The fallback rule (applied once, in ``from_tokenizer``; the same choices ``load_tokenizer``
-makes when it completes a tokenizer):
+The fallback rule (BOS and EOS in ``from_tokenizer``, PAD on construction, so every record has
+a PAD and no consumer needs a rule of its own; the same choices ``load_tokenizer`` makes when it
+completes a tokenizer):
   * BOS: the tokenizer's BOS, else CLS (BERT family), else None;
   * EOS: the tokenizer's EOS, else SEP, else None;
   * PAD: the tokenizer's PAD, else EOS, else MASK (padding is never attended to, so any id
@@ -15,9 +16,8 @@ makes when it completes a tokenizer):
   * MASK: required (the model is a masked LM).
 What each consumer additionally needs is checked where it is used, with ``require``: the
 dataset needs EOS (documents end with it), scoring and generation need BOS.
-Before the merge the data side had no fallbacks (a tokenizer without EOS failed at once, and a
-missing PAD was stored as None); megatron's view (``MegatronTokenIds``) treats PAD = EOS exactly
-as it treated a missing PAD, so datasets and their cache keys are unchanged.
+Megatron's view (``MegatronTokenIds``) treats PAD = EOS as "no PAD", so real EOS tokens are never
+taken for padding.
 """
 from __future__ import annotations
 
@@ -38,6 +38,8 @@ class TokenIds:
     special_ids: tuple[int, ...] = field(default=())
 
     def __post_init__(self):
+        if self.pad_id is None:  # padding is never attended to nor read: any id will do
+            object.__setattr__(self, "pad_id", self.eos_id if self.eos_id is not None else self.mask_id)
         ids = {int(i) for i in self.special_ids}
         ids.update(i for i in (self.eos_id, self.pad_id, self.bos_id, self.mask_id) if i is not None)
         object.__setattr__(self, "special_ids", tuple(sorted(ids)))
@@ -69,14 +71,12 @@ class TokenIds:
         bos = _first(tokenizer, "bos_token_id", "cls_token_id")
         eos = _first(tokenizer, "eos_token_id", "sep_token_id")
         pad = _first(tokenizer, "pad_token_id")
-        if pad is None:
-            pad = eos if eos is not None else mask
         try:
             vocab = len(tokenizer)
         except TypeError:  # a tokenizer-like object without a length: ids stay unbounded
             vocab = None
         specials = getattr(tokenizer, "all_special_ids", None) or ()
-        return cls(mask_id=int(mask), eos_id=eos, pad_id=int(pad), bos_id=bos, vocab_size=vocab,
+        return cls(mask_id=int(mask), eos_id=eos, pad_id=pad, bos_id=bos, vocab_size=vocab,
                    special_ids=tuple(int(i) for i in specials))
 
 
@@ -112,6 +112,3 @@ class MegatronTokenIds:
             "special_ids": list(ids.special_ids),
         }
 
-    @property
-    def special_tokens_dict(self) -> dict:
-        return {"eos_token": self.ids.eos_id, "mask_token": self.ids.mask_id}

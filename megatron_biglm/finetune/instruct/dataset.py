@@ -123,7 +123,7 @@ class InstructionSamples(torch.utils.data.Dataset):
                              "rebuild the dataset with --max-length <= seq_length, or raise data.seq_length")
         self.data, self.count, self.seq_length, self.ids = data, int(count), int(seq_length), ids
         self.seed, self.variant, self.ratio, self.first = int(seed), variant, float(ratio), int(first)
-        self.pad_id = ids.pad_id if ids.pad_id is not None else ids.eos_id
+        self.pad_id = ids.pad_id
 
     def __len__(self) -> int:
         return self.count

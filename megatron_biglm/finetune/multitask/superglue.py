@@ -66,7 +66,7 @@ def predict(adapter, tokenizer, task: str, rows: list[dict], *,
         ex = encoder.encode(row, row["label"], report=report, source=task, line=i + 1)
         if ex is not None:
             examples.append(ex)
-    pad_id = encoder.ids.pad_id if encoder.ids.pad_id is not None else encoder.ids.eos_id
+    pad_id = encoder.ids.pad_id
     predictions = []
     with torch.inference_mode():
         for start in range(0, len(examples), batch_size):

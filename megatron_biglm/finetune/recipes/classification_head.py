@@ -17,6 +17,7 @@ from typing import Sequence
 
 import torch
 
+from megatron_biglm.data.token_ids import TokenIds
 from megatron_biglm.model.head_model import head_model_provider
 
 from ..data_files import get_schema
@@ -37,8 +38,7 @@ class HeadClassificationRecipe(LabelRecipe):
         self.pooling = str(options.get("pooling", "mean"))
         if self.pooling not in ("mean", "first"):
             raise ValueError(f"finetune.options.pooling must be 'mean' or 'first', got {self.pooling!r}")
-        pad = getattr(tokenizer, "pad_token_id", None)
-        self.pad_id = pad if pad is not None else tokenizer.eos_token_id
+        self.pad_id = TokenIds.from_tokenizer(tokenizer).pad_id
 
     @property
     def head_options(self) -> dict:

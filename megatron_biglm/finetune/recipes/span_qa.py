@@ -21,6 +21,7 @@ from typing import Sequence
 
 import torch
 
+from megatron_biglm.data.token_ids import TokenIds
 from megatron_biglm.model.head_model import head_model_provider
 from megatron_biglm.training.recipe import LOSS_KEY, RecipeData
 
@@ -40,8 +41,7 @@ class SpanQARecipe(FinetuneRecipe):
         self.max_query_length = int(options.get("max_query_length", 64))
         self.n_best = int(options.get("n_best", 20))
         self.max_answer_length = int(options.get("max_answer_length", 30))
-        pad = getattr(tokenizer, "pad_token_id", None)
-        self.pad_id = pad if pad is not None else tokenizer.eos_token_id
+        self.pad_id = TokenIds.from_tokenizer(tokenizer).pad_id
         self.labeled_valid: list = []
 
     def encoder_options(self, training: bool) -> dict:

@@ -37,7 +37,7 @@ class VerbalizerRecipe(LabelRecipe):
         self.encoder = VerbalizerEncoder(tokenizer, task.prompt, options.max_length,
                                          fill_short_labels_with=options.fill_short_labels_with)
         self.slot_targets = self.encoder.slot_targets
-        self.pad_id = self.encoder.ids.pad_id if self.encoder.ids.pad_id is not None else self.encoder.ids.eos_id
+        self.pad_id = self.encoder.ids.pad_id
 
     def encoder_options(self, training: bool) -> dict:  # noqa: ARG002
         return {"fill_short_labels_with": self.options.fill_short_labels_with}
