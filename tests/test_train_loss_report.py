@@ -58,7 +58,8 @@ def test_reported_loss_is_the_per_token_mean_whatever_the_schedule_divides(world
     from megatron.core.transformer import TransformerConfig
 
     from megatron_biglm.training.pretrain_recipe import PretrainRecipe
-    from megatron_biglm.training.step import forward_backward, make_forward_step, reduce_loss
+    from megatron_biglm.training.recipe import split_report
+    from megatron_biglm.training.step import forward_backward, make_forward_step, reduce_reports
 
     config = TransformerConfig(num_layers=1, hidden_size=8, num_attention_heads=1,
                                calculate_per_token_loss=per_token, use_cpu_initialization=True)
@@ -72,7 +73,7 @@ def test_reported_loss_is_the_per_token_mean_whatever_the_schedule_divides(world
         expected_count = sum(int((b["loss_mask"] != 0).sum()) for b in batches)
         forward_step = make_forward_step(torch.device("cpu"), PretrainRecipe())
         losses = forward_backward([model], iter(batches), num_micro, 16, 3, forward_step, forward_only=forward_only)
-        loss, count = reduce_loss(losses, torch.device("cpu"))
+        loss, count, _ = split_report(reduce_reports(losses, torch.device("cpu")), None)
         assert count == expected_count
         assert loss == pytest.approx(expected_sum / expected_count, rel=1e-6)
 

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from torch.distributed.checkpoint import FileSystemReader
 
-from .dist_reader import MODEL_PREFIXES, DistCheckpointReadError
+from .dist_reader import DistCheckpointReadError
 
 _ZIP_MAGIC = b"PK\x03\x04"
 
@@ -111,18 +111,3 @@ def check_items(folder: Path, items, report: ChecksumReport) -> None:
             handle.close()
 
 
-def verify_dist_checksums(dist_dir, prefixes: tuple = MODEL_PREFIXES) -> ChecksumReport:
-    """CRC-check every stored item of the model's tensors (`prefixes=()`: every item, optimizer
-    state included); raise DistCheckpointReadError naming the first bad one. The checkpoint-level
-    verifier with the user's advice is `checkpoint.verify.verify_checkpoint`."""
-    dist_dir = Path(dist_dir)
-    report = ChecksumReport()
-    try:
-        check_items(dist_dir, dist_items(dist_dir, prefixes), report)
-    except CorruptItem as exc:
-        raise DistCheckpointReadError(
-            f"{exc.path} is corrupt: the stored bytes of {exc.item} fail their CRC-32 check "
-            f"({exc.why}). Re-copy the checkpoint, or export an earlier one") from None
-    except FileNotFoundError as exc:
-        raise DistCheckpointReadError(f"{exc.filename} is missing from {dist_dir}; re-copy the checkpoint") from exc
-    return report

@@ -55,5 +55,3 @@ def count_params(cfg: BiGLMModelConfig) -> int:
     return sum(param_breakdown(cfg).values())
 
 
-def non_embedding_params(cfg: BiGLMModelConfig) -> int:
-    return count_params(cfg) - cfg.padded_vocab_size * cfg.hidden_size

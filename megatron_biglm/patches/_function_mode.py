@@ -7,7 +7,7 @@ inherits it), and stays entered for the life of the process.
 """
 from __future__ import annotations
 
-from typing import Any, Callable, Dict, Optional
+from typing import Any, Callable, Dict
 
 from torch.overrides import TorchFunctionMode
 
@@ -32,11 +32,6 @@ class CpuShimMode(TorchFunctionMode):
 
 
 _ENTERED: list = []
-
-
-def entered_mode() -> Optional[CpuShimMode]:
-    """The mode entered in this process, if any."""
-    return _ENTERED[0] if _ENTERED else None
 
 
 def ensure_entered() -> CpuShimMode:

@@ -48,11 +48,6 @@ def make_forward_step(device, recipe: Recipe, stats: StepStats | None = None):
     return forward_step
 
 
-def reduce_loss(losses_reduced, device, recipe: Recipe | None = None) -> tuple[float, int]:
-    """(global mean loss, global loss tokens) on every rank."""
-    return split_report(reduce_reports(losses_reduced, device, recipe), recipe)[:2]
-
-
 def reduce_reports(losses_reduced, device, recipe: Recipe | None = None) -> torch.Tensor:
     """The micro-batch reports summed over the global batch, on every rank (recipe.add_report).
 
