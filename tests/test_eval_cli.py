@@ -77,7 +77,9 @@ def test_tool_script_runs_as_a_program():
 @pytest.mark.slow  # a fresh interpreter importing lm-eval, transformers and torch: 15-40 s
 def test_lm_eval_own_cli_runs_our_models(tmp_path, biglm_dir):
     """`python -m megatron_biglm.evaluation run ...` is lm-eval's CLI with biglm/hf-mlm
-    registered; its default device cuda:0 falls back to CPU on machines without CUDA."""
+    registered; its default device cuda:0 falls back to CPU on machines without CUDA. What it
+    scores equals what `lm_eval.simple_evaluate` scores in this process: every document's
+    log-likelihoods and the accuracy."""
     from megatron_biglm.evaluation.tasks import write_local_task_yamls
 
     data = write_task_data(tmp_path / "data", ["boolq"], n=2)
@@ -86,12 +88,28 @@ def test_lm_eval_own_cli_runs_our_models(tmp_path, biglm_dir):
     proc = subprocess.run(
         [sys.executable, "-m", "megatron_biglm.evaluation", "run", "--model", "biglm",
          "--model_args", f"path={biglm_dir},scoring=oneshot", "--tasks", "boolq",
-         "--include_path", str(tmp_path / "yaml"), "--output_path", str(out)],
+         "--include_path", str(tmp_path / "yaml"), "--output_path", str(out), "--log_samples"],
         capture_output=True, text=True, timeout=600, cwd=REPO,
         env={**os.environ, "OMP_NUM_THREADS": "1"})  # tiny model: threads only contend
     assert proc.returncode == 0, proc.stderr[-2000:]
     (result_file,) = out.rglob("results_*.json")
     results = json.loads(result_file.read_text())
     assert results["config"]["masked_lm_eval"]["scoring"] == "oneshot"
-    assert 0.0 <= results["results"]["boolq"]["acc,none"] <= 1.0
-    assert results["results"]["boolq"]["acc,none"] * 2 in (0.0, 1.0, 2.0)  # 2 documents
+    (samples_file,) = out.rglob("samples_boolq_*.jsonl")
+    cli = {s["doc_id"]: s for s in map(json.loads, samples_file.read_text().splitlines())}
+
+    import lm_eval
+
+    from megatron_biglm.evaluation import register_lm_eval_models
+    from megatron_biglm.evaluation.tasks import local_task_manager
+
+    register_lm_eval_models()
+    here = lm_eval.simple_evaluate(model="biglm", model_args=f"path={biglm_dir},scoring=oneshot", tasks=["boolq"],
+                                   task_manager=local_task_manager(str(tmp_path / "yaml")), log_samples=True)
+    mine = {s["doc_id"]: s for s in here["samples"]["boolq"]}
+    assert sorted(cli) == sorted(mine) == [0, 1]
+    for doc in cli:
+        got = [float(r[0][0]) for r in cli[doc]["resps"]]
+        want = [float(r[0][0]) for r in mine[doc]["resps"]]
+        assert got == pytest.approx(want, abs=1e-5) and len(got) == 2  # yes / no
+    assert results["results"]["boolq"]["acc,none"] == here["results"]["boolq"]["acc,none"]
