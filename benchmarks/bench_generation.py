@@ -18,7 +18,11 @@ generated tokens (batch x N) over the wall time of the `generate` call.
     python -m benchmarks generation [--small] [--layers 4] [--hidden 256] [--prefix 512] [--reps 3]
                                     [--device cuda]
 
-`--small` is a smoke run (2 layers x 128 hidden, prefix 128, 1 rep).
+`--small` is a smoke run (2 layers x 128 hidden, prefix 128, 1 rep). `--profile` adds where
+the time goes per step: Mask-Predict's prefix encode, its T slot forwards and the rest of each
+iteration (sampling, re-masking, bookkeeping), against the autoregressive prefill, its N - 1
+one-token forwards and `generate`'s own per-token work; then the ratio that model predicts
+when every forward costs the same launch-bound floor (a GPU at small batch).
 """
 from __future__ import annotations
 
@@ -111,6 +115,7 @@ def main(argv=None) -> int:
     p.add_argument("--block-size", type=int, default=16)
     p.add_argument("--reps", type=int, default=3)
     p.add_argument("--device", default="cpu", help="cpu or cuda (float32 either way)")
+    p.add_argument("--profile", action="store_true", help="per-step time breakdown of Mask-Predict and AR")
     args = p.parse_args(argv)
     if args.small:
         args.layers, args.hidden, args.prefix, args.reps = 2, 128, 128, 1
@@ -177,4 +182,72 @@ def main(argv=None) -> int:
     print(f"block-wise refresh / one block:     {r / c:.2f}x")
     print(f"block-wise cached / one block:      {k / c:.2f}x")
     print(f"mask-predict (cached) / AR:         {c / a:.2f}x (goal >= 3: {'met' if c / a >= 3 else 'not met'})")
+    if args.profile:
+        profile(cached, one, prompts, clm, ar_input, n, device)
     return 0
+
+
+def _clock(device) -> float:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    return time.perf_counter()
+
+
+def profile(gen, config, prompts, clm, ar_input, n: int, device) -> dict:
+    """Per-step times (ms) of one Mask-Predict call and one autoregressive decode, same batch."""
+    spent = {"encode_prefix": [], "logits_with_prefix": []}
+    adapter = gen.adapter
+    for name in spent:  # instance attributes shadow the methods for this one call
+        method = getattr(adapter, name)
+
+        def timed_call(*a, _method=method, _name=name, **kw):
+            t = _clock(device)
+            out = _method(*a, **kw)
+            spent[_name].append(_clock(device) - t)
+            return out
+
+        setattr(adapter, name, timed_call)
+    try:
+        t = _clock(device)
+        gen.generate(prompts, config, batch_size=len(prompts))
+        mp_total = _clock(device) - t
+    finally:
+        for name in spent:
+            delattr(adapter, name)
+    encode, forwards = sum(spent["encode_prefix"]), spent["logits_with_prefix"]
+    mp_other = (mp_total - encode - sum(forwards)) / len(forwards)
+
+    t = _clock(device)
+    out = clm(input_ids=ar_input, attention_mask=torch.ones_like(ar_input), use_cache=True)
+    prefill = _clock(device) - t
+    past, token, steps = out.past_key_values, out.logits[:, -1].argmax(-1, keepdim=True), []
+    mask = torch.ones_like(ar_input)
+    for _ in range(n - 1):
+        mask = torch.cat([mask, torch.ones_like(token)], dim=1)
+        t = _clock(device)
+        out = clm(input_ids=token, attention_mask=mask, past_key_values=past, use_cache=True)
+        steps.append(_clock(device) - t)
+        past, token = out.past_key_values, out.logits[:, -1].argmax(-1, keepdim=True)
+    t = _clock(device)
+    clm.generate(input_ids=ar_input, attention_mask=torch.ones_like(ar_input), max_new_tokens=n,
+                 min_new_tokens=n, do_sample=False, use_cache=True, pad_token_id=PAD)
+    ar_total = _clock(device) - t
+    ar_other = (ar_total - prefill - sum(steps)) / (n - 1)
+    row = dict(mp_total=mp_total, mp_encode=encode, mp_forwards=len(forwards),
+               mp_forward=statistics.mean(forwards), mp_other=mp_other,
+               ar_total=ar_total, ar_prefill=prefill, ar_steps=len(steps), ar_forward=statistics.mean(steps),
+               ar_other=ar_other)
+    ms = {k: v * 1e3 if isinstance(v, float) else v for k, v in row.items()}
+    print("\nper-step profile (ms; one call each, same batch and prompts)")
+    print(f"  mask-predict: total {ms['mp_total']:.1f} = prefix encode {ms['mp_encode']:.1f} + "
+          f"{row['mp_forwards']} slot forwards x {ms['mp_forward']:.2f} + "
+          f"{row['mp_forwards']} x {ms['mp_other']:.2f} other (sampling, re-masking, bookkeeping)")
+    print(f"  autoregressive: total {ms['ar_total']:.1f} = prefill {ms['ar_prefill']:.1f} + "
+          f"{row['ar_steps']} one-token forwards x {ms['ar_forward']:.2f} + "
+          f"{row['ar_steps']} x {ms['ar_other']:.2f} other (generate's per-token work)")
+    # launch-bound model: every forward costs the same floor f; prefill/encode as measured
+    for floor_ms in (ms["ar_forward"], 5.0):
+        f = floor_ms / 1e3
+        pred = (prefill + (n - 1) * (f + ar_other)) / (encode + len(forwards) * (f + mp_other))
+        print(f"  if every forward cost {floor_ms:.2f} ms (launch-bound): predicted MP / AR = {pred:.2f}x")
+    return row

@@ -18,6 +18,11 @@ reflects the current code):
                  each accuracy with its 95 % interval; acc_mutual_info (how much the line
                  raised each candidate's likelihood) is the one a small model moves first
 
+SIGTERM or Ctrl-C stops it in any stage and exits 0: during pretraining the trainer finishes
+its step and saves; in any other stage the stage is abandoned (its workers shut down). No later
+stage runs on a stopped model; rerunning the same command resumes the pretraining from its
+last checkpoint and redoes the other stages.
+
 What "the model learned" means here: the unigram entropy of the corpus under its tokenizer is
 the loss of the best model that ignores context (a model stuck there answers fill-mask with
 '\n' ',' '.'). The run settings (vocab 2048, lr 1e-3, 1600 steps; see tiny_cpu.yaml) were
@@ -30,11 +35,23 @@ import argparse
 import json
 import logging
 import shutil
+import signal
 import sys
 import time
 from pathlib import Path
 
 log = logging.getLogger("megatron_biglm.quickstart")
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
+STOPPED_MARKER = "STOPPED.json"  # in the pretrain run_dir: a signal stopped it, a rerun resumes
+
+
+class Stopped(BaseException):
+    """A stop signal arrived: unwind (closing files and worker pools) and exit 0. A
+    BaseException, so that no library's `except Exception` swallows it."""
+
+
+def _raise_stopped(signum, frame):  # noqa: ARG001 - signal API
+    raise Stopped(signal.Signals(signum).name)
 TINY_CPU_CONFIG = Path(__file__).resolve().parents[1] / "examples" / "configs" / "tiny_cpu.yaml"
 
 
@@ -69,19 +86,46 @@ def stage_pretrain(out: Path, tok_dir: Path, data_prefix: Path, steps: int, voca
     preempted cluster job would; the loss must fall across the whole run."""
     from megatron_biglm.train import train
 
-    shutil.rmtree(out / "pretrain", ignore_errors=True)  # a rerun trains afresh, never resumes a stale run
+    run_dir = out / "pretrain"
+    marker = run_dir / STOPPED_MARKER
+    started = json.loads(marker.read_text()) if marker.exists() else None
+    if started is None:
+        shutil.rmtree(run_dir, ignore_errors=True)  # a finished or broken run is never resumed
+    else:
+        log.info("pretrain: resuming the run a %s stopped at step %s", started["signal"], started["step"])
+        marker.unlink()
     config = TINY_CPU_CONFIG
-    overrides = [f"data.tokenizer={tok_dir}", f"data.blend=['{data_prefix}']", f"run_dir={out / 'pretrain'}",
+    overrides = [f"data.tokenizer={tok_dir}", f"data.blend=['{data_prefix}']", f"run_dir={run_dir}",
                  f"model.vocab_size={vocab_size}", f"schedule.train_steps={steps}",
                  f"schedule.warmup_steps={max(1, steps // 20)}", "logging.tensorboard=false"]
-    first = train(config, overrides + [f"training.exit_after_steps={steps // 2}"])
+    val_loss_start = None if started is None else started["val_loss_start"]
+
+    def stopped(signal_name: str, step) -> Stopped:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        marker.write_text(json.dumps({"signal": signal_name, "step": step,
+                                      "val_loss_start": val_loss_start}) + "\n")
+        return Stopped(signal_name)
+
+    def call(extra: list[str]):
+        nonlocal val_loss_start
+        try:
+            result = train(config, overrides + extra)
+        except Stopped as stop:  # before the trainer took the signal over: nothing new was saved
+            raise stopped(str(stop), "its last checkpoint") from None
+        if val_loss_start is None:
+            val_loss_start = result.first_val_loss
+        if result.stopped_by is not None:  # the trainer saved; a rerun resumes from there
+            raise stopped(result.stopped_by, result.iteration)
+        return result
+
+    first = call([f"training.exit_after_steps={steps // 2}"])
     log.info("pretrain: stopped at step %d, checkpoint %s", first.iteration, first.checkpoint)
-    second = train(config, overrides)
+    second = call([])
     if second.resumed_from is None:
         raise RuntimeError("the second pretraining call did not resume from the first one's checkpoint")
     log.info("pretrain: resumed from %s, finished at step %d", second.resumed_from, second.iteration)
     return {"steps": second.iteration, "resumed_from": second.resumed_from, "checkpoint": second.checkpoint,
-            "val_loss_start": first.first_val_loss, "val_loss_end": second.last_val_loss}
+            "val_loss_start": val_loss_start, "val_loss_end": second.last_val_loss}
 
 
 def stage_curves(out: Path, unigram: float) -> Path:
@@ -194,12 +238,26 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
     args.out.mkdir(parents=True, exist_ok=True)
+    previous = {sig: signal.signal(sig, _raise_stopped) for sig in STOP_SIGNALS}
+    stage = {"name": "start"}
+    try:
+        return _run(args, stage)
+    except Stopped as stop:
+        log.info("quickstart: stopped by %s during %s; no later stage ran. Rerun the same command to "
+                 "continue (the pretraining resumes from its last checkpoint).", stop, stage["name"])
+        return 0
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
 
+
+def _run(args, stage: dict) -> int:
     from megatron_biglm.data.unigram import unigram_entropy
 
     t0, seconds = time.time(), {}
 
     def timed(name, fn, *a):
+        stage["name"] = name
         start = time.time()
         value = fn(*a)
         seconds[name] = round(time.time() - start, 1)

@@ -47,139 +47,207 @@ def _iterate_forever_guard(loader, what: str):
     raise RuntimeError(f"{what} ran out of samples; this is a bug in the sample budget")
 
 
-def train(config_or_path, overrides=(), callbacks=(), forward_hook=None, recipe=None,
-          init_from=None) -> TrainResult:
+def train(config_or_path, overrides=(), callbacks=(), recipe=None, init_from=None) -> TrainResult:
     """Run (or resume) training as configured; return a summary on every rank.
 
     `recipe`: what is trained (datasets, forward/loss, metrics; training/recipe.py); None is
     BiGLM pretraining (training/pretrain_recipe.py). `callbacks`: `cb(step, loop_state)`, or
     objects with `on_step(step, loop_state, ctx)` (ctx: training/loop.LoopContext: the live
     model, tokenizer, metrics), after each step; the config's `zero_shot_eval` adds one.
-    `forward_hook`: wraps the loss computation for tests (e.g. to inject a NaN) as
-    `hook(step, loss_tensor) -> tensor`. A callback with `on_save(loop_state, path)` hears of
-    each checkpoint once it is sealed (fine-tuning's `best` pointer).
+    A callback with `on_save(loop_state, path)` hears of each checkpoint once it is sealed
+    (fine-tuning's `best` pointer).
     `init_from`: a checkpoint of any kind (a pretraining run, an HF import) whose model weights
     a run without checkpoints of its own starts from, with a fresh optimizer and schedule
     (fine-tuning); once the run has saved, `checkpoint.load` (auto) resumes those instead.
     """
-    import torch
-
-    from megatron_biglm.checkpoint import dirs as checkpoint_dir
-    from megatron_biglm.checkpoint.signature import model_signature, read_train_state
-    from megatron_biglm.checkpoint.verify import verify_checkpoint
-    from megatron_biglm.config import check_batch_arithmetic, load_config, save_resolved
-    from megatron_biglm.data.pretrain_data import make_loader
-    from megatron_biglm.training import build, distributed, loop
-    from megatron_biglm.training.backends import check_resume, select_backend
-    from megatron_biglm.model.shape import shape_of
-    from megatron_biglm.training.flops import default_peak_tflops
-    from megatron_biglm.training.loop_state import checkpoint_state, restore_state
-    from megatron_biglm.training.metrics import MetricsLogger
-    from megatron_biglm.training.nonfinite import NonFiniteGuard
+    from megatron_biglm.config import load_config
+    from megatron_biglm.training import distributed
+    from megatron_biglm.training.backends import select_backend
     from megatron_biglm.training.pretrain_recipe import PretrainRecipe
-    from megatron_biglm.training.schedule import build_scheduler
-    from megatron_biglm.training.signals import GracefulStop
 
     cfg = load_config(config_or_path, list(overrides))
     recipe = recipe if recipe is not None else PretrainRecipe()
     backend = select_backend(cfg)
     info = distributed.init_distributed(cfg)
     try:
-        num_micro = check_batch_arithmetic(cfg, info.dp)
-        precision = build.resolve_precision(cfg)
-        kernels = build.kernels(cfg, precision)  # refuses a named kernel that is not installed
-        if info.is_logger:
-            print(kernels, flush=True)
-        mc = build.model_config(cfg)
-        signature = model_signature({**mc.to_dict(), "padded_vocab_size": mc.padded_vocab_size})
-        data = recipe.build_data(cfg, mc, info.dp)
-        root = cfg.checkpoint_dir
-        # Every rank checks (shared filesystem), so a refusal stops all ranks, none hangs.
-        start = checkpoint_dir.choose_start(root, cfg.checkpoint.load)
-        if start.path is None and init_from is not None and cfg.checkpoint.load == "auto":
-            start = _initial_weights(init_from)
-        init_path = start.path if start.weights_only else None  # weights only: a start, not a resume
-        load_path = None if start.weights_only else start.path
-        if start.path is not None:
-            saved_state = read_train_state(start.path, signature)  # refuses another model shape
-            if load_path is not None:
-                check_resume(saved_state, backend, start.path, info.dp)
-            verified = (verify_checkpoint(start.path, collective=True).note() if cfg.checkpoint.verify else
-                        f"checkpoint.verify=false: {start.path} was loaded without its CRC-32 check")
-
-        model_chunks, optimizer = backend.build(cfg, mc, precision, num_micro, init_weights=init_path,
-                                                provider=recipe.model_provider)
-        scheduler = build_scheduler(optimizer, cfg)
-        guard = NonFiniteGuard(cfg.training.max_nonfinite_in_a_row)
-        state = loop.LoopState(tokens_per_sample=cfg.data.seq_length)
-        stateful = {"nonfinite": guard, "recipe": recipe}  # what a checkpoint saves besides the loop state
-        if load_path is not None:
-            restore_state(backend.load(load_path, model_chunks, optimizer, scheduler), state, stateful)
-        if forward_hook is not None:
-            _install_forward_hook(model_chunks, forward_hook, state)
-
-        metrics = MetricsLogger(cfg.run_dir, enabled=info.is_logger, total_steps=cfg.schedule.train_steps,
-                                tensorboard=cfg.logging.tensorboard, wandb=cfg.logging.wandb,
-                                wandb_project=cfg.logging.wandb_project, progress=cfg.logging.progress,
-                                config=cfg.to_dict(), start_step=state.iteration)
-        if info.is_logger:
-            save_resolved(cfg, Path(cfg.run_dir) / "config.yaml")
-            print("resolved config:\n" + cfg.to_yaml(), flush=True)
-            for note in metrics.notes + ([start.note] if start.note else []) + ([verified] if start.path else []):
-                metrics.message(note)
-            metrics.message(
-                f"{backend.name} backend; world {info.world_size} = TP {info.tp} × PP {info.pp} × DP {info.dp}; "
-                f"{num_micro} micro-batches "
-                f"of {cfg.training.micro_batch_size} per step; precision {precision}; "
-                + (f"resumed from {load_path} at step {state.iteration}" if load_path else
-                   f"starting at step 0 from the weights of {init_path} (a weights-only checkpoint: fresh "
-                   f"optimizer and LR schedule)" if init_path else "starting fresh"))
-
-        collate = {"collate_fn": data.collate_fn} if data.collate_fn is not None else {}
-
-        def train_iter(consumed):
-            loader = make_loader(data.train, consumed, cfg.training.micro_batch_size, info.dp_rank, info.dp,
-                                 num_workers=cfg.data.num_workers, **collate)
-            return _iterate_forever_guard(loader, "the training set")
-
-        def valid_iter():
-            loader = make_loader(data.valid, 0, cfg.training.micro_batch_size, info.dp_rank, info.dp, **collate)
-            return itertools.cycle(loader) if len(loader) else iter(())
-
-        def save(st):
-            path = backend.save(root, st.iteration, model_chunks, optimizer, scheduler,
-                                {**checkpoint_state(st, stateful), "backend": backend.name}, cfg, signature)
-            for cb in callbacks:
-                if hasattr(cb, "on_save"):
-                    cb.on_save(st, path)
-            return path
-
-        shape = shape_of(mc)
-        callbacks = list(callbacks) + _configured_callbacks(cfg, data.tokenizer, recipe)
-        with GracefulStop() as stop:
-            comps = loop.Components(
-                config=cfg, info=info, model_chunks=model_chunks, optimizer=optimizer, scheduler=scheduler,
-                guard=guard, metrics=metrics, train_iter_fn=train_iter,
-                valid_iter_fn=valid_iter if data.valid is not None and cfg.training.eval_iters > 0 else None,
-                save_fn=save, stop=stop, model_shape=shape, num_microbatches=num_micro, recipe=recipe,
-                peak_tflops=cfg.logging.peak_tflops or default_peak_tflops(), callbacks=callbacks,
-                train_step_fn=backend.train_step, evaluate_fn=backend.evaluate, tokenizer=data.tokenizer)
-            try:
-                state = loop.run(comps, state)
-            finally:
-                metrics.close()
-        latest = checkpoint_dir.complete_checkpoints(root)
-        result = TrainResult(
-            iteration=state.iteration, consumed_samples=state.consumed_samples, last_loss=state.last_loss,
-            first_val_loss=state.first_val_loss, last_val_loss=state.last_val_loss, stopped_by=state.stopped_by,
-            skipped_nonfinite=guard.total_skipped, checkpoint=str(latest[-1]) if latest else None,
-            run_dir=str(cfg.run_dir), resumed_from=str(load_path) if load_path else None,
-            initialized_from=str(init_path) if init_path else None)
-        if info.is_logger and state.stopped_by is None and state.iteration >= cfg.schedule.train_steps:
-            (Path(cfg.run_dir) / "train_done.json").write_text(json.dumps(result.__dict__, indent=1))
-        return result
+        run = _prepare(cfg, info, recipe)
+        start = _choose_start(cfg, info, backend, run, init_from)
+        parts = _build(cfg, backend, run, start, recipe)
+        metrics = _announce(cfg, info, backend, run, start, parts)
+        state = _loop(cfg, info, backend, run, parts, metrics, recipe, list(callbacks))
+        return _finish(cfg, info, parts, state, start)
     finally:
         backend.shutdown(info)
+
+
+@dataclass
+class _Run:
+    """What the config resolves to before anything is built."""
+    num_micro: int
+    precision: str
+    model_config: object
+    signature: dict
+    data: object  # the recipe's RecipeData
+
+
+@dataclass
+class _Start:
+    """Where the weights come from: `load` resumes a run, `init` takes weights only."""
+    load: Path | None
+    init: Path | None
+    note: str | None
+    verified: str | None
+
+
+@dataclass
+class _Parts:
+    model_chunks: list
+    optimizer: object
+    scheduler: object
+    guard: object
+    state: object        # loop.LoopState, restored on resume
+    stateful: dict       # what a checkpoint saves besides the loop state
+
+
+def _prepare(cfg, info, recipe) -> _Run:
+    """Batch arithmetic, precision, the kernel report, the model config and the recipe's data."""
+    from megatron_biglm.checkpoint.signature import model_signature
+    from megatron_biglm.config import check_batch_arithmetic
+    from megatron_biglm.training import build
+
+    num_micro = check_batch_arithmetic(cfg, info.dp)
+    precision = build.resolve_precision(cfg)
+    kernels = build.kernels(cfg, precision)  # refuses a named kernel that is not installed
+    if info.is_logger:
+        print(kernels, flush=True)
+    mc = build.model_config(cfg)
+    signature = model_signature({**mc.to_dict(), "padded_vocab_size": mc.padded_vocab_size})
+    return _Run(num_micro, precision, mc, signature, recipe.build_data(cfg, mc, info.dp))
+
+
+def _choose_start(cfg, info, backend, run: _Run, init_from) -> _Start:
+    """Resume this run, start from another checkpoint's weights, or start fresh. Every rank
+    checks (shared filesystem), so a refusal stops all ranks and none hangs."""
+    from megatron_biglm.checkpoint import dirs as checkpoint_dir
+    from megatron_biglm.checkpoint.signature import read_train_state
+    from megatron_biglm.checkpoint.verify import verify_checkpoint
+    from megatron_biglm.training.backends import check_resume
+
+    start = checkpoint_dir.choose_start(cfg.checkpoint_dir, cfg.checkpoint.load)
+    if start.path is None and init_from is not None and cfg.checkpoint.load == "auto":
+        start = _initial_weights(init_from)
+    init_path = start.path if start.weights_only else None  # weights only: a start, not a resume
+    load_path = None if start.weights_only else start.path
+    verified = None
+    if start.path is not None:
+        saved_state = read_train_state(start.path, run.signature)  # refuses another model shape
+        if load_path is not None:
+            check_resume(saved_state, backend, start.path, info.dp)
+        verified = (verify_checkpoint(start.path, collective=True).note() if cfg.checkpoint.verify else
+                    f"checkpoint.verify=false: {start.path} was loaded without its CRC-32 check")
+    return _Start(load_path, init_path, start.note, verified)
+
+
+def _build(cfg, backend, run: _Run, start: _Start, recipe) -> _Parts:
+    """Model, optimizer, schedule and the non-finite guard; on resume, their saved states."""
+    from megatron_biglm.training import loop
+    from megatron_biglm.training.loop_state import restore_state
+    from megatron_biglm.training.nonfinite import NonFiniteGuard
+    from megatron_biglm.training.schedule import build_scheduler
+
+    model_chunks, optimizer = backend.build(cfg, run.model_config, run.precision, run.num_micro,
+                                            init_weights=start.init, provider=recipe.model_provider)
+    scheduler = build_scheduler(optimizer, cfg)
+    guard = NonFiniteGuard(cfg.training.max_nonfinite_in_a_row)
+    state = loop.LoopState(tokens_per_sample=cfg.data.seq_length)
+    stateful = {"nonfinite": guard, "recipe": recipe}
+    if start.load is not None:
+        restore_state(backend.load(start.load, model_chunks, optimizer, scheduler), state, stateful)
+    return _Parts(model_chunks, optimizer, scheduler, guard, state, stateful)
+
+
+def _announce(cfg, info, backend, run: _Run, start: _Start, parts: _Parts):
+    """Open the metrics; on the logging rank save the resolved config and say how the run starts."""
+    from megatron_biglm.config import save_resolved
+    from megatron_biglm.training.metrics import MetricsLogger
+
+    metrics = MetricsLogger(cfg.run_dir, enabled=info.is_logger, total_steps=cfg.schedule.train_steps,
+                            tensorboard=cfg.logging.tensorboard, wandb=cfg.logging.wandb,
+                            wandb_project=cfg.logging.wandb_project, progress=cfg.logging.progress,
+                            config=cfg.to_dict(), start_step=parts.state.iteration)
+    if info.is_logger:
+        save_resolved(cfg, Path(cfg.run_dir) / "config.yaml")
+        print("resolved config:\n" + cfg.to_yaml(), flush=True)
+        for note in metrics.notes + [n for n in (start.note, start.verified) if n]:
+            metrics.message(note)
+        metrics.message(
+            f"{backend.name} backend; world {info.world_size} = TP {info.tp} × PP {info.pp} × DP {info.dp}; "
+            f"{run.num_micro} micro-batches of {cfg.training.micro_batch_size} per step; precision "
+            f"{run.precision}; "
+            + (f"resumed from {start.load} at step {parts.state.iteration}" if start.load else
+               f"starting at step 0 from the weights of {start.init} (a weights-only checkpoint: fresh "
+               f"optimizer and LR schedule)" if start.init else "starting fresh"))
+    return metrics
+
+
+def _loop(cfg, info, backend, run: _Run, parts: _Parts, metrics, recipe, callbacks: list):
+    """The data iterators, the checkpoint writer and the callbacks, handed to the one loop."""
+    from megatron_biglm.data.pretrain_data import make_loader
+    from megatron_biglm.model.shape import shape_of
+    from megatron_biglm.training import loop
+    from megatron_biglm.training.flops import default_peak_tflops
+    from megatron_biglm.training.loop_state import checkpoint_state
+    from megatron_biglm.training.signals import GracefulStop
+
+    data, mbs = run.data, cfg.training.micro_batch_size
+    collate = {"collate_fn": data.collate_fn} if data.collate_fn is not None else {}
+
+    def train_iter(consumed):
+        loader = make_loader(data.train, consumed, mbs, info.dp_rank, info.dp,
+                             num_workers=cfg.data.num_workers, **collate)
+        return _iterate_forever_guard(loader, "the training set")
+
+    def valid_iter():
+        loader = make_loader(data.valid, 0, mbs, info.dp_rank, info.dp, **collate)
+        return itertools.cycle(loader) if len(loader) else iter(())
+
+    def save(st):
+        path = backend.save(cfg.checkpoint_dir, st.iteration, parts.model_chunks, parts.optimizer, parts.scheduler,
+                            {**checkpoint_state(st, parts.stateful), "backend": backend.name}, cfg, run.signature)
+        for cb in callbacks:
+            if hasattr(cb, "on_save"):
+                cb.on_save(st, path)
+        return path
+
+    callbacks = callbacks + _configured_callbacks(cfg, data.tokenizer, recipe)
+    with GracefulStop() as stop:
+        comps = loop.Components(
+            config=cfg, info=info, model_chunks=parts.model_chunks, optimizer=parts.optimizer,
+            scheduler=parts.scheduler, guard=parts.guard, metrics=metrics, train_iter_fn=train_iter,
+            valid_iter_fn=valid_iter if data.valid is not None and cfg.training.eval_iters > 0 else None,
+            save_fn=save, stop=stop, model_shape=shape_of(run.model_config), num_microbatches=run.num_micro,
+            recipe=recipe, peak_tflops=cfg.logging.peak_tflops or default_peak_tflops(), callbacks=callbacks,
+            train_step_fn=backend.train_step, evaluate_fn=backend.evaluate, tokenizer=data.tokenizer)
+        try:
+            return loop.run(comps, parts.state)
+        finally:
+            metrics.close()
+
+
+def _finish(cfg, info, parts: _Parts, state, start: _Start) -> TrainResult:
+    """The summary; a run that reached its last step leaves `train_done.json` beside it."""
+    from megatron_biglm.checkpoint import dirs as checkpoint_dir
+
+    latest = checkpoint_dir.complete_checkpoints(cfg.checkpoint_dir)
+    result = TrainResult(
+        iteration=state.iteration, consumed_samples=state.consumed_samples, last_loss=state.last_loss,
+        first_val_loss=state.first_val_loss, last_val_loss=state.last_val_loss, stopped_by=state.stopped_by,
+        skipped_nonfinite=parts.guard.total_skipped, checkpoint=str(latest[-1]) if latest else None,
+        run_dir=str(cfg.run_dir), resumed_from=str(start.load) if start.load else None,
+        initialized_from=str(start.init) if start.init else None)
+    if info.is_logger and state.stopped_by is None and state.iteration >= cfg.schedule.train_steps:
+        (Path(cfg.run_dir) / "train_done.json").write_text(json.dumps(result.__dict__, indent=1))
+    return result
 
 
 def _initial_weights(init_from):
@@ -207,20 +275,6 @@ def _configured_callbacks(cfg, tokenizer, recipe) -> list:
         raise ConfigError(f"zero_shot_eval needs a tokenizer, and the {recipe.name} recipe gives none")
     return [ZeroShotTrainingHook(z, tokenizer, make_adapter=partial(
         megatron_adapter_for, tokenizer=tokenizer, split_attention=cfg.objective.resolved.restricts_attention))]
-
-
-def _install_forward_hook(model_chunks, hook, state):
-    """Route each micro-batch's per-token loss through `hook(step, loss)` (tests only)."""
-    module = model_chunks[0].module
-    original = module.forward
-
-    def forward(*args, **kwargs):
-        out = original(*args, **kwargs)
-        if kwargs.get("labels") is not None and module.post_process:
-            out = hook(state.iteration + 1, out)
-        return out
-
-    module.forward = forward
 
 
 def cli_main(argv, *, description: str, config_help: str, overrides_help: str, run, summary) -> int:

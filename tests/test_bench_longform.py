@@ -11,7 +11,7 @@ import json
 import pytest
 from eval_fixtures import one_torch_thread  # noqa: F401 - fixture
 
-from benchmarks import bench_longform
+from benchmarks import bench_longform, text_metrics
 
 
 def test_longform_toy_run_is_exact_and_reports_every_decoder(tmp_path, capsys, one_torch_thread):  # noqa: F811
@@ -34,9 +34,9 @@ def test_longform_toy_run_is_exact_and_reports_every_decoder(tmp_path, capsys, o
 def test_text_metrics_equal_hand_counts():
     outputs = [[1, 2, 1, 2, 1, 2, 3], [5, 5, 5, 5, 5]]
     # bigrams: (1,2)(2,1)(1,2)(2,1)(1,2)(2,3): 3 distinct of 6; (5,5) x4: 1 of 4
-    assert bench_longform.distinct_2(outputs) == pytest.approx((3 / 6 + 1 / 4) / 2)
+    assert text_metrics.distinct_2(outputs) == pytest.approx((3 / 6 + 1 / 4) / 2)
     # 4-grams: 1212 2121 1212* 2123: 1 repeat of 4; 5555 x2: 1 repeat of 2
-    assert bench_longform.repeated_4gram_rate(outputs) == pytest.approx((1 / 4 + 1 / 2) / 2)
+    assert text_metrics.repeated_4gram_rate(outputs) == pytest.approx((1 / 4 + 1 / 2) / 2)
 
 
 def test_full_context_nll_masks_every_generated_token_once():
@@ -59,7 +59,7 @@ def test_full_context_nll_masks_every_generated_token_once():
             return logits
 
     prompt, generated = [5, 6], [4, 9, 7] * 6
-    nll = bench_longform.full_context_nll(Fake(), [prompt], [generated])
+    nll = text_metrics.full_context_nll(Fake(), [prompt], [generated])
     probs = torch.arange(1, 7, dtype=torch.float) / 21
     want = -sum(float(torch.log(probs[t - 4])) for t in generated) / len(generated)
     assert nll == pytest.approx(want)

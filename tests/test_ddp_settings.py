@@ -13,7 +13,7 @@ import torch
 
 from megatron_biglm.config import ConfigError, load_config
 from megatron_biglm.training.ddp_settings import DDPSettings, ddp_config, resolve_ddp_settings
-from train_fixtures import TrainData, loss_and_grad_norm, tiny_overrides, train_data  # noqa: F401 (fixture)
+from train_fixtures import TrainData, loss_and_grad_norm, poisoned_train, tiny_overrides, train_data  # noqa: F401 (fixture)
 
 DISTOPT = "optimizer.use_distributed_optimizer=true"
 OVERLAP = {"training.overlap_grad_reduce": True, "training.overlap_param_gather": True}
@@ -95,10 +95,8 @@ def _poison_step_2(step, loss):
 
 
 def test_ddp_check_for_nan_in_grad(train_data, tmp_path):  # noqa: F811
-    from megatron_biglm.train import train
-
-    guarded = train(None, tiny_overrides(train_data, tmp_path / "auto", steps=4), forward_hook=_poison_step_2)
+    guarded = poisoned_train(None, tiny_overrides(train_data, tmp_path / "auto", steps=4), _poison_step_2)
     assert guarded.skipped_nonfinite == 1 and math.isfinite(guarded.last_loss)
     with pytest.raises(Exception, match="found NaN in local grad norm"):
-        train(None, tiny_overrides(train_data, tmp_path / "fatal", steps=4,
-                                   **{"training.check_for_nan_in_grad": True}), forward_hook=_poison_step_2)
+        poisoned_train(None, tiny_overrides(train_data, tmp_path / "fatal", steps=4,
+                                            **{"training.check_for_nan_in_grad": True}), _poison_step_2)

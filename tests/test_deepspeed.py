@@ -20,7 +20,7 @@ from megatron_biglm.train import train
 from megatron_biglm.checkpoint.dirs import CheckpointError, complete_checkpoints, latest_checkpoint
 from megatron_biglm.config import ConfigError, load_config
 from megatron_biglm.training.nonfinite import TooManyNonFinite
-from train_fixtures import loss_and_grad_norm, tiny_overrides, train_data, train_records  # noqa: F401
+from train_fixtures import loss_and_grad_norm, poisoned_train, tiny_overrides, train_data, train_records  # noqa: F401
 
 STEPS = 8
 DS = {"training.backend": "deepspeed", "training.deepspeed.zero_stage": 2}
@@ -190,8 +190,8 @@ def test_zero2_skips_nonfinite_steps_then_stops(train_data, zero2_straight, tmp_
 
     run = tmp_path / "nan"
     with pytest.raises(TooManyNonFinite, match="2 steps in a row"):
-        train(None, tiny_overrides(train_data, run, steps=STEPS, **DS, **RUN,
-                                   **{"training.max_nonfinite_in_a_row": 2}), forward_hook=poisoned)
+        poisoned_train(None, tiny_overrides(train_data, run, steps=STEPS, **DS, **RUN,
+                                            **{"training.max_nonfinite_in_a_row": 2}), poisoned)
     recs = train_records(run)
     straight = loss_and_grad_norm(zero2_straight[0])
     assert [recs[s]["loss"] for s in (1, 2)] == [straight[s][0] for s in (1, 2)]

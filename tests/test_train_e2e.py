@@ -17,7 +17,7 @@ from megatron_biglm.checkpoint.dirs import CheckpointError, complete_checkpoints
 from megatron_biglm.config import ConfigError
 from megatron_biglm.training.metrics import read_metrics
 from megatron_biglm.training.nonfinite import TooManyNonFinite
-from train_fixtures import VOCAB, loss_and_grad_norm, tiny_overrides, train_data  # noqa: F401 (fixture)
+from train_fixtures import VOCAB, loss_and_grad_norm, poisoned_train, tiny_overrides, train_data  # noqa: F401 (fixture)
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -87,7 +87,7 @@ def test_resume_refuses_other_model_and_truncated_checkpoint(train_data, tmp_pat
 def test_nan_steps_are_skipped_then_too_many_stop(train_data, tmp_path):
     def transient(step, loss):
         return loss * math.nan if step in (3, 4) else loss
-    res = train(None, tiny_overrides(train_data, tmp_path / "a", steps=8), forward_hook=transient)
+    res = poisoned_train(None, tiny_overrides(train_data, tmp_path / "a", steps=8), transient)
     assert res.skipped_nonfinite == 2 and math.isfinite(res.last_loss) and res.iteration == 8
     recs = {r["step"]: r for r in read_metrics(tmp_path / "a" / "metrics.jsonl")}
     assert recs[3]["loss"] == "nan" and recs[3]["skipped_nonfinite"] == 1 and recs[8]["skipped_nonfinite"] == 2
@@ -96,8 +96,8 @@ def test_nan_steps_are_skipped_then_too_many_stop(train_data, tmp_path):
         return loss * math.inf if step >= 5 else loss
     run = tmp_path / "b"
     with pytest.raises(TooManyNonFinite, match="3 steps in a row"):
-        train(None, tiny_overrides(train_data, run, steps=12, **{
-            "checkpoint.save_interval": 4, "training.max_nonfinite_in_a_row": 3}), forward_hook=diverged)
+        poisoned_train(None, tiny_overrides(train_data, run, steps=12, **{
+            "checkpoint.save_interval": 4, "training.max_nonfinite_in_a_row": 3}), diverged)
     assert latest_checkpoint(run / "checkpoints").name == "iter_0000004"
 
 

@@ -61,3 +61,24 @@ def train_records(run_dir) -> dict:
 def loss_and_grad_norm(run_dir) -> dict:
     """step -> (loss, grad norm): what exactness tests compare, bit for bit."""
     return {step: (r["loss"], r["grad_norm"]) for step, r in train_records(run_dir).items()}
+
+
+def poisoned_train(config, overrides, poison):
+    """`train(config, overrides)` with every per-token loss passed through `poison(step, loss)`:
+    fault injection through the public seams, a recipe (BiGLM pretraining, wrapped) that is
+    also a callback (its `on_step` advances the step it poisons)."""
+    from megatron_biglm.train import train
+    from megatron_biglm.training.pretrain_recipe import PretrainRecipe
+
+    class Poisoned(PretrainRecipe):
+        step = 1
+
+        def forward(self, model, batch, device):
+            output, loss_func = super().forward(model, batch, device)
+            return poison(self.step, output), loss_func
+
+        def on_step(self, step, state, ctx=None):  # noqa: ARG002 - the callback signature
+            self.step = step + 1
+
+    recipe = Poisoned()
+    return train(config, overrides, callbacks=[recipe], recipe=recipe)

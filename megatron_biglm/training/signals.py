@@ -1,6 +1,8 @@
-"""Graceful stop on SIGTERM / SIGUSR1: finish the current step, save, exit 0.
+"""Graceful stop on SIGTERM / SIGUSR1 / Ctrl-C: finish the current step, save, exit 0.
 
-SLURM sends SIGUSR1 ahead of the time limit (`--signal=USR1@120`) and SIGTERM on preemption.
+SLURM sends SIGUSR1 ahead of the time limit (`--signal=USR1@120`) and SIGTERM on preemption; a
+person presses Ctrl-C (SIGINT). A second Ctrl-C while the stop is pending gives up on the save
+and raises KeyboardInterrupt, as an impatient user expects.
 The handler only sets a flag; the loop checks it between steps, so a checkpoint is never
 written from inside a signal handler or in the middle of an optimizer step. Under several
 ranks the flag is all-reduced so every rank stops at the same step (a rank that stopped
@@ -13,7 +15,7 @@ import signal
 import torch
 import torch.distributed as dist
 
-DEFAULT_SIGNALS = (signal.SIGTERM, signal.SIGUSR1)
+DEFAULT_SIGNALS = (signal.SIGTERM, signal.SIGUSR1, signal.SIGINT)
 
 
 class GracefulStop:
@@ -27,6 +29,8 @@ class GracefulStop:
     def _handler(self, signum, frame):  # noqa: ARG002 - signal API
         if self.received is None:
             self.received = signum
+        elif signum == signal.SIGINT:
+            raise KeyboardInterrupt("second Ctrl-C: stopping without the save")
 
     def __enter__(self):
         for sig in self.signals:
