@@ -1,6 +1,6 @@
 """The paper's Table 1 in miniature: BiGLM against "w/o attn" and "w/o both", with error bars.
 
-    python -m benchmarks fidelity [--steps 600] [--seeds 1 2 3] [--out runs/fidelity]
+    python -m benchmarks fidelity [--steps 1000] [--seeds 1 2 3] [--out runs/fidelity]
                                   [--questions 150] [--windows 64] [--prompts 24]
 
 Three objective variants (`objective.variant`: biglm, no_attn, mlm at 15 %) are trained with
@@ -252,7 +252,7 @@ def plot(results: dict, path: Path) -> None:
 def parse_args(argv):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--out", type=Path, default=Path("runs/fidelity"))
-    p.add_argument("--steps", type=int, default=600, help="training steps per model")
+    p.add_argument("--steps", type=int, default=1000, help="training steps per model")
     p.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3])
     p.add_argument("--variants", nargs="+", choices=VARIANTS, default=list(VARIANTS))
     p.add_argument("--vocab-size", type=int, default=2048)
