@@ -242,6 +242,8 @@ def plot(results: dict, path: Path) -> None:
             lo, hi = min(finite), max(finite)
             pad = (hi - lo) * 0.6 + max(errs) + 1e-3
             ax.set_ylim(lo - pad, hi + pad)
+    for ax in list(axes.flat)[len(METRICS):]:
+        ax.axis("off")
     fig.suptitle(f"tiny BiGLM ablation, {results['meta']['steps']} steps, seeds {results['meta']['seeds']} "
                  "(mean ± 95 % CI)")
     fig.tight_layout()

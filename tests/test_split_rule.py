@@ -142,6 +142,11 @@ def test_block_causal_mask_is_the_segment_order_over_many_draws():
             want = torch.tensor([[block[k] <= block[q] and k < int(lengths[r]) for k in range(s)]
                                  for q in range(s)])
             assert torch.equal(got[r], want)
+        # ... which is the split rule applied at every start; one start is the plain split
+        rule = sequence_mask(lengths, s, None)
+        for j in range(m):
+            rule = rule & sequence_mask(lengths, s, starts[:, j])
+        assert torch.equal(got, rule)
         assert torch.equal(block_causal_mask(lengths, s, starts[:, :1]), sequence_mask(lengths, s, starts[:, 0]))
 
 

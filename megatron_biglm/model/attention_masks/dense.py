@@ -56,12 +56,13 @@ def block_causal_mask(lengths: torch.Tensor, seq_len: int, starts: torch.Tensor)
     the rule allows it: ``q >= start or k < start``. That is "the key's block is not after the
     query's", so finished blocks never see later ones, and one start is the plain split. The
     cached generation path (prefix K/V extended block by block) computes exactly this pattern;
-    this mask is its uncached reference.
+    this mask is its uncached reference. Built from each position's block index (O(s·m + s²),
+    not m applications of the rule).
     """
-    allowed = sequence_mask(lengths, seq_len, None)
-    for j in range(starts.shape[1]):
-        allowed = allowed & sequence_mask(lengths, seq_len, starts[:, j])
-    return allowed
+    pos = torch.arange(seq_len, device=lengths.device)
+    block = (starts[:, None, :] <= pos[None, :, None]).sum(dim=-1)  # [b, s]: blocks started at or before
+    allowed = block[:, None, :] <= block[:, :, None]
+    return allowed & (pos[None, None, :] < lengths[:, None, None])
 
 
 def suffix_after_prefix_mask(prefix_lengths: torch.Tensor, prefix_width: int,
