@@ -177,9 +177,10 @@ def markdown(results: dict) -> str:
         return f"{row[name]['tokens_per_s']:.1f}" if name in row else "-"
 
     for row in results["runs"]:
+        ratios = [f"{row[k]:.2f}x" if k in row else "-" for k in ("cached_vs_uncached", "cached_vs_canvas")]
+        same = "-" if "identical" not in row else "identical" if row["identical"] else row["first_difference"]
         lines.append(f"| {row['batch']} | {tps(row, 'cached')} | {tps(row, 'uncached')} | {tps(row, 'canvas')} | "
-                     f"{row.get('cached_vs_uncached', float('nan')):.2f}x | {row.get('cached_vs_canvas', float('nan')):.2f}x | "
-                     f"{'identical' if row.get('identical') else row.get('first_difference', '-')} |")
+                     f"{ratios[0]} | {ratios[1]} | {same} |")
     if any("quality" in row for row in results["runs"]):
         lines += ["", "| batch | decoder | NLL / token (full context) | distinct-2 | repeated 4-grams |",
                   "|---:|---|---:|---:|---:|"]
