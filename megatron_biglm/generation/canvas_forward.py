@@ -13,7 +13,7 @@ from typing import Sequence
 
 import torch
 
-from megatron_biglm.inference.buckets import bucket_width
+from .slot_forward import full_rows
 
 
 class CanvasForward:
@@ -22,7 +22,6 @@ class CanvasForward:
     def __init__(self, adapter):
         self.adapter = adapter
         self.pad_id = int(adapter.special.pad_id)
-        self.mask_id = int(adapter.special.mask_id)
         self.device = adapter.device
         self._prefixes: list[list[int]] = []
         self._later: list[int] = []
@@ -35,17 +34,6 @@ class CanvasForward:
 
     def logits(self, rows: Sequence[int], slots: torch.Tensor, widths: Sequence[int]) -> torch.Tensor:
         """Logits `[a, w, V]` of the slots `[a, w]` (right-padded to `widths`) in canvases `rows`."""
-        a, w = slots.shape
-        prefix_lengths = [len(self._prefixes[r]) for r in rows]
-        lengths = [p + n + self._later[r] for p, n, r in zip(prefix_lengths, widths, rows)]
-        ids = torch.full((a, bucket_width(self.adapter, max(lengths))), self.pad_id, dtype=torch.long,
-                         device=self.device)
-        for i, r in enumerate(rows):
-            p, n = prefix_lengths[i], widths[i]
-            ids[i, :p] = torch.tensor(self._prefixes[r], dtype=torch.long, device=self.device)
-            ids[i, p:p + n] = slots[i, :n]
-            ids[i, p + n:lengths[i]] = self.mask_id
-        start = torch.tensor(prefix_lengths, dtype=torch.long, device=self.device)
-        positions = (start[:, None] + torch.arange(w, device=self.device)[None]).clamp(max=ids.shape[1] - 1)
-        lengths_t = torch.tensor(lengths, dtype=torch.long, device=self.device)
-        return self.adapter.logits(ids, lengths_t, None, positions)
+        ids, _, lengths, positions = full_rows(self.adapter, self.pad_id, [self._prefixes[r] for r in rows],
+                                               slots, widths, [self._later[r] for r in rows])
+        return self.adapter.logits(ids, lengths, None, positions)

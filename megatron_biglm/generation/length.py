@@ -21,9 +21,9 @@ wrong length about half the time. The head knows the length; the tokens know the
 """
 from __future__ import annotations
 
-import math
 from typing import TYPE_CHECKING, Callable, Sequence
 
+import numpy as np
 import torch
 
 from .config import GenerationConfig
@@ -72,14 +72,9 @@ def candidate_lengths(config: GenerationConfig, prefixes: Sequence[Sequence[int]
         for n, logp in zip(row, logps):
             n = max(1, int(n)) if cap is None else min(cap, max(1, int(n)))
             # capping may merge candidates: keep the rank order, add up their probabilities
-            merged[n] = logp if n not in merged else _logaddexp(merged[n], logp)
+            merged[n] = logp if n not in merged else float(np.logaddexp(merged[n], logp))
         out.append(merged)
     return out
-
-
-def _logaddexp(a: float, b: float) -> float:
-    hi, lo = max(a, b), min(a, b)
-    return hi if lo == -math.inf else hi + math.log1p(math.exp(lo - hi))
 
 
 def mean_logprob(logconf: Sequence[float]) -> float:

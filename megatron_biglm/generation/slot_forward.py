@@ -93,19 +93,32 @@ class SlotForward:
             if width > w:  # bucketed: padding columns, never attended to nor read
                 slots = torch.cat([slots, slots.new_full((a, width - w), self.pad_id)], dim=1)
             return self.adapter.logits_with_prefix(self._state, index, slots, suffix_lengths, positions)
-        total = [p + n for p, n in zip(prefix_lengths, widths)]
-        ids = torch.full((a, bucket_width(self.adapter, max(total))), self.pad_id, dtype=torch.long,
-                         device=self.device)
-        for i, r in enumerate(rows):
-            p = prefix_lengths[i]
-            ids[i, :p] = torch.tensor(self._prefixes[r], dtype=torch.long, device=self.device)
-            ids[i, p:p + widths[i]] = slots[i, :widths[i]]
-        split = torch.tensor(prefix_lengths, dtype=torch.long, device=self.device)
-        positions = (split[:, None] + torch.arange(w, device=self.device)[None]).clamp(max=ids.shape[1] - 1)
+        ids, split, lengths, positions = full_rows(self.adapter, self.pad_id, [self._prefixes[r] for r in rows],
+                                                   slots, widths)
         starts = [self._starts[r] + [p] for r, p in zip(rows, prefix_lengths)]
         if max(map(len, starts)) == 1:  # no extended blocks: the plain split
-            return self.adapter.logits(ids, split + suffix_lengths, split, positions)
+            return self.adapter.logits(ids, lengths, split, positions)
         m = max(map(len, starts))  # a repeated start changes nothing in the mask
         starts_t = torch.tensor([s + [s[-1]] * (m - len(s)) for s in starts], dtype=torch.long,
                                 device=self.device)
-        return self.adapter.block_causal_logits(ids, split + suffix_lengths, starts_t, positions)
+        return self.adapter.block_causal_logits(ids, lengths, starts_t, positions)
+
+
+def full_rows(adapter, pad_id: int, prefixes: Sequence[Sequence[int]], slots: torch.Tensor,
+              widths: Sequence[int], later: Sequence[int] | None = None):
+    """The uncached model input: row i is `prefixes[i]`, the slots `slots[i, :widths[i]]` and
+    `later[i]` masks (none by default), right-padded to a bucketed width. Returns (ids, the
+    prefix lengths [a], the real lengths [a], the slots' positions [a, w])."""
+    a, w = slots.shape
+    device = slots.device
+    later = later if later is not None else [0] * a
+    prefix_lengths = [len(p) for p in prefixes]
+    lengths = [p + n + k for p, n, k in zip(prefix_lengths, widths, later)]
+    ids = torch.full((a, bucket_width(adapter, max(lengths))), pad_id, dtype=torch.long, device=device)
+    for i, (p, n) in enumerate(zip(prefix_lengths, widths)):
+        ids[i, :p] = torch.tensor(list(prefixes[i]), dtype=torch.long, device=device)
+        ids[i, p:p + n] = slots[i, :n]
+        ids[i, p + n:lengths[i]] = int(adapter.special.mask_id)
+    start = torch.tensor(prefix_lengths, dtype=torch.long, device=device)
+    positions = (start[:, None] + torch.arange(w, device=device)[None]).clamp(max=ids.shape[1] - 1)
+    return ids, start, torch.tensor(lengths, dtype=torch.long, device=device), positions
