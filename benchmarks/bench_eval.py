@@ -1,14 +1,17 @@
-"""Zero-shot scoring throughput: requests/s per scoring rule, prefix reuse off vs on.
+"""Zero-shot scoring throughput: requests/s per scoring rule, prefix reuse off vs on, for both
+backends the one inference loader serves: the HF export and the megatron checkpoint.
 
-The model is the `tiny` preset in its HF export layout (EuroBERT) with random weights (speed
-does not depend on them), the tokenizer our BPE trained on the sample corpus. Requests look
+The model is the `tiny` preset with random weights (speed does not depend on them), in its HF
+export layout (EuroBERT, `hf`) and as the megatron checkpoint `from_hf` writes of that same
+export (`megatron`: BiGLMModel in-process, native split, the `kv_cache` hook); the tokenizer is
+our BPE trained on the sample corpus. Requests look
 like a multiple-choice task: each question is a Shakespeare passage of `--context-tokens`
 tokens with `--choices` continuations of `--choice-tokens` tokens; they go through the lm-eval
 model's `loglikelihood`, so tokenization, batching and scoring are all timed. The speed-up is
 prefix reuse on / off, measured in the same run on the same requests (and the scores of both
-paths are checked to agree).
+paths are checked to agree, and the two backends' scores against each other).
 
-    python -m benchmarks eval [--context-tokens 256] [--questions 12] [--device cpu]
+    python -m benchmarks eval [--backends hf,megatron] [--context-tokens 256] [--questions 12]
 """
 from __future__ import annotations
 
@@ -66,16 +69,26 @@ def build_requests(tokenizer, corpus_jsonl: Path, questions: int, context_tokens
     return pairs
 
 
-def time_rule(model, tokenizer, pairs, scoring: str, batch_size: int, repeats: int):
+def eval_lms(backend: str, source, tokenizer, scoring: str, batch_size: int, device: str):
+    """{reuse: lm-eval model} for one backend: the HF model object, or the megatron checkpoint
+    through `biglm` (the one loader; reuse off = no prefix cache at all)."""
+    from megatron_biglm.evaluation.models import BiGLMEvalLM, HFMaskedLMEvalLM
+
+    if backend == "hf":
+        return {reuse: HFMaskedLMEvalLM(pretrained=source, tokenizer=tokenizer, scoring=scoring,
+                                        batch_size=batch_size, prefix_reuse="on" if reuse else "off",
+                                        progress=False) for reuse in (False, True)}
+    return {reuse: BiGLMEvalLM(path=str(source), scoring=scoring, batch_size=batch_size,
+                               prefix_cache="on" if reuse else "off", verify=False, device=device,
+                               progress=False)
+            for reuse in (False, True)}
+
+
+def time_rule(lms: dict, pairs, repeats: int):
     """Best-of-`repeats` seconds for reuse off and on, measured alternately (off, on, off, ...)
     so that load changes on a shared machine hit both alike; plus scores and passes/request."""
     from lm_eval.api.instance import Instance
 
-    from megatron_biglm.evaluation.models import HFMaskedLMEvalLM
-
-    lms = {reuse: HFMaskedLMEvalLM(pretrained=model, tokenizer=tokenizer, scoring=scoring,
-                                   batch_size=batch_size, prefix_reuse="on" if reuse else "off",
-                                   progress=False) for reuse in (False, True)}
     reqs = [Instance("loglikelihood", {}, pair, i) for i, pair in enumerate(pairs)]
     best = {False: float("inf"), True: float("inf")}
     scores = {}
@@ -90,6 +103,16 @@ def time_rule(model, tokenizer, pairs, scoring: str, batch_size: int, repeats: i
     return best, scores, info["forward_passes"] / info["scored_requests"]
 
 
+def megatron_checkpoint(model, tokenizer, folder: Path) -> Path:
+    """The megatron checkpoint of `model`'s HF export (weights-only, TP=1), under `folder`."""
+    from megatron_biglm.export.convert_from_hf import from_hf
+
+    model.save_pretrained(folder / "hf")
+    tokenizer.save_pretrained(folder / "hf")
+    from_hf(folder / "hf", folder / "ckpt", progress=False, verify=False)
+    return folder / "ckpt"
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--questions", type=int, default=12)
@@ -98,6 +121,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--choice-tokens", type=int, default=8)
     p.add_argument("--batch-size", type=int, default=16)
     p.add_argument("--rules", default="beam,oneshot,pll,l2r")
+    p.add_argument("--backends", default="hf,megatron",
+                   help="hf: the HF export layout; megatron: its megatron checkpoint (comma-separated)")
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--device", default="cpu")
     p.add_argument("--threads", type=int, default=1,
@@ -108,25 +133,37 @@ def main(argv: list[str] | None = None) -> int:
 
     if args.threads:
         torch.set_num_threads(args.threads)
+    backends = args.backends.split(",")
+    if set(backends) - {"hf", "megatron"}:
+        p.error(f"--backends: hf and/or megatron, got {args.backends!r}")
     with tempfile.TemporaryDirectory() as tmp:
         tokenizer, corpus = sample_tokenizer(Path(tmp))
         pairs = build_requests(tokenizer, corpus, args.questions, args.context_tokens,
                                args.choices, args.choice_tokens)
-    model = build_model(tokenizer, args.device)
-    device_name = torch.cuda.get_device_name() if args.device.startswith("cuda") else \
-        f"CPU, {torch.get_num_threads()} threads"
-    print(f"tiny BiGLM (HF export layout), {device_name}; {len(pairs)} requests = "
-          f"{args.questions} questions x {args.choices} choices, context ~{args.context_tokens} "
-          f"tokens, continuation ~{args.choice_tokens} tokens, batch {args.batch_size}")
-    print("| rule | passes/request | req/s reuse off | req/s reuse on | speed-up (on/off) | max |diff| |")
-    print("|---|---|---|---|---|---|")
-    for rule in args.rules.split(","):
-        best, scores, passes = time_rule(model, tokenizer, pairs, rule, args.batch_size,
-                                         args.repeats)
-        diff = max(abs(a - b) for a, b in zip(scores[False], scores[True]))
-        print(f"| {rule} | {passes:.1f} | {len(pairs) / best[False]:.2f} | "
-              f"{len(pairs) / best[True]:.2f} | {best[False] / best[True]:.2f}x | {diff:.1e} |",
-              flush=True)
+        model = build_model(tokenizer, args.device)
+        sources = {"hf": model}
+        if "megatron" in backends:
+            sources["megatron"] = megatron_checkpoint(model, tokenizer, Path(tmp))
+        device_name = torch.cuda.get_device_name() if args.device.startswith("cuda") else \
+            f"CPU, {torch.get_num_threads()} threads"
+        print(f"tiny BiGLM, {device_name}; {len(pairs)} requests = {args.questions} questions x "
+              f"{args.choices} choices, context ~{args.context_tokens} tokens, continuation "
+              f"~{args.choice_tokens} tokens, batch {args.batch_size}")
+        print("| backend | rule | passes/request | req/s reuse off | req/s reuse on | "
+              "speed-up (on/off) | max |diff| on/off | max |diff| vs hf |")
+        print("|---|---|---|---|---|---|---|---|")
+        for rule in args.rules.split(","):
+            reference = None
+            for backend in backends:
+                best, scores, passes = time_rule(
+                    eval_lms(backend, sources[backend], tokenizer, rule, args.batch_size, args.device), pairs,
+                    args.repeats)
+                diff = max(abs(a - b) for a, b in zip(scores[False], scores[True]))
+                reference = reference or scores[False]
+                cross = max(abs(a - b) for a, b in zip(scores[True], reference))
+                print(f"| {backend} | {rule} | {passes:.1f} | {len(pairs) / best[False]:.2f} | "
+                      f"{len(pairs) / best[True]:.2f} | {best[False] / best[True]:.2f}x | "
+                      f"{diff:.1e} | {cross:.1e} |", flush=True)
     return 0
 
 

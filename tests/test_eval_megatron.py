@@ -77,6 +77,20 @@ def test_megatron_checkpoint_scores_equal_its_hf_export(checkpoint, export_dir, 
     assert max(spread) - min(spread) > 1.0  # non-trivial scores, not all equal
 
 
+@pytest.mark.parametrize("scoring,beam", [("beam", 2), ("oneshot", 1), ("l2r", 1)])
+def test_megatron_prefix_cache_scores_equal_the_uncached_forward(checkpoint, pairs, scoring, beam):
+    """lm-eval on a megatron checkpoint reuses the exact prefix K/V cache by default (the one
+    loader offers it wherever the split makes it exact); every score equals the full forward's,
+    with each context encoded once instead of once per candidate row."""
+    cached_lm, cached = _scores(checkpoint, pairs, scoring=scoring, beam=beam)
+    plain_lm, plain = _scores(checkpoint, pairs, scoring=scoring, beam=beam, prefix_cache="off")
+    assert cached_lm.adapter.prefix_cache and cached_lm.prefix_reuse
+    assert not plain_lm.adapter.prefix_cache and not plain_lm.prefix_reuse
+    for (lp, greedy), (ref, ref_greedy) in zip(cached, plain):
+        assert lp == pytest.approx(ref, abs=TOL) and greedy == ref_greedy
+    assert max(lp for lp, _ in plain) - min(lp for lp, _ in plain) > 1.0
+
+
 @pytest.mark.parametrize("variant,requested,expected", [
     ("biglm", None, "on"), ("mlm", None, "off"), ("no_attn", None, "off"), ("mlm", "auto", "off"),
     ("mlm", "on", "on"), ("biglm", "off", "off")])
@@ -154,8 +168,8 @@ def test_bad_paths_and_arguments_get_clear_errors(checkpoint, tmp_path):
         BiGLMEvalLM(path=str(tmp_path / "bare"))
     with pytest.raises(FileNotFoundError, match="neither an exported HF directory"):
         BiGLMEvalLM(path=str(tmp_path / "bare" / "iter_0000010"))
-    with pytest.raises(ValueError, match="prefix_cache=on is not available"):
-        BiGLMEvalLM(path=str(checkpoint), prefix_cache="on")
+    with pytest.raises(ValueError, match="prefix_cache=on is impossible.*split_attention=off"):
+        BiGLMEvalLM(path=str(checkpoint), prefix_cache="on", split_attention="off")
     with pytest.raises(ValueError, match="float32"):
         BiGLMEvalLM(path=str(checkpoint), dtype="float64")
     with pytest.raises(TypeError, match="unknown model argument"):

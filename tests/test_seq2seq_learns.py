@@ -101,7 +101,7 @@ def test_reverse_task_learned_through_the_entry_point_and_decoded_by_mask_predic
     from megatron_biglm.generation import GenerationConfig, MaskPredictGenerator
     from megatron_biglm.inference import inference_token_ids
     from megatron_biglm.inference.hf_adapter import HFMaskedLMAdapter
-    from megatron_biglm.inference.length_head_file import load_length_head
+    from megatron_biglm.inference.loading import load_length_head
     from megatron_biglm.inference.loading import load_megatron_checkpoint
     from megatron_biglm.inference.megatron_adapter import MegatronMaskedLMAdapter
 

@@ -200,7 +200,7 @@ def head_table(head: str, **options) -> Tuple[MappingRow, ...]:
 
 #: Heads that HF `EuroBertForMaskedLM` cannot hold natively. Their tensors keep their megatron
 #: names and go to a separate safetensors file in the export directory, which our inference
-#: loading reads (`inference.length_head_file`); plain transformers ignores the file.
+#: loading reads (`inference.loading.load_length_head`); plain transformers ignores the file.
 #: name prefix -> file name.
 SIDECAR_HEADS: Dict[str, str] = {"length_head.": "length_head.safetensors"}
 

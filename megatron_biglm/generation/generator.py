@@ -59,13 +59,14 @@ class MaskPredictGenerator:
     def from_pretrained(cls, path, *, device: str | None = None, dtype: str | None = None,
                         use_cache: bool | None = None, **load_options) -> "MaskPredictGenerator":
         """An HF export directory or a megatron checkpoint (root, `iter_*`, run directory),
-        behind one API (see `generation.loading`). `dtype` None: bfloat16 on GPU, float32 on
+        loaded by the one inference loader (`inference.loading.load_adapter`), so generation
+        runs the model exactly as lm-eval scores it. `dtype` None: bfloat16 on GPU, float32 on
         CPU. `load_options`: tokenizer, split_attention, prefix_cache, max_length,
-        trust_remote_code; anything else is an error."""
-        from .loading import load_for_generation
+        trust_remote_code, length_buckets, verify; anything else is an error."""
+        from megatron_biglm.inference.loading import load_adapter
 
-        adapter, tokenizer = load_for_generation(path, device=device, dtype=dtype, **load_options)
-        return cls(adapter, tokenizer, use_cache=use_cache)
+        loaded = load_adapter(path, device=device, dtype=dtype, **load_options)
+        return cls(loaded.adapter, loaded.tokenizer, use_cache=use_cache)
 
     # ------------------------------------------------------------------ public
     def generate(self, prompts: Sequence[str], config: GenerationConfig | None = None, *,

@@ -12,7 +12,9 @@ export, evaluation or generation; masks come from
   callable_adapter.py  a plain `forward(ids, allowed)` function
   engine.py            grouping by prefix, padded batches, `PrefixCache`, `run_rows`
   buckets.py           padded lengths rounded up to buckets (few shapes for compiled kernels)
-  loading.py           a megatron checkpoint loaded at TP=1/PP=1 for inference; HF masked LMs
+  loading.py           the one loader: `load_adapter` (megatron checkpoint or HF directory ->
+                       adapter + tokenizer), `load_megatron_checkpoint` (the bare model at
+                       TP=1/PP=1), an HF export's length head
 
 `TokenIds` (the one special-token record, defined in `megatron_biglm.data.token_ids`) is
 re-exported here. Submodules are imported on use: nothing heavy happens at package import.

@@ -43,7 +43,7 @@ class _PrefixState:
 class HFMaskedLMAdapter(MaskedLMAdapter):
     """`split_attention` / `prefix_cache`: "auto" (use when the probe passes), "on" (fail
     loudly if it does not), "off". `length_head`: the export's CMLM length head
-    (`length_head_file.load_length_head`), which adds `predict_lengths`."""
+    (`loading.load_length_head`), which adds `predict_lengths`."""
 
     def __init__(self, model, special: TokenIds, *, max_length: int | None = None,
                  split_attention: str = "auto", prefix_cache: str = "auto", length_head=None):
@@ -61,7 +61,7 @@ class HFMaskedLMAdapter(MaskedLMAdapter):
         self.split_attention = self.split_mode != "none"
         self.prefix_cache, self.cache_note = self._resolve_cache(prefix_cache)
         self.length_head = length_head
-        if length_head is not None:  # from the export's length_head.safetensors (length_head_file)
+        if length_head is not None:  # from the export's length_head.safetensors (loading.load_length_head)
             self.predict_lengths = self._predict_lengths
 
     def _predict_lengths(self, prefix_ids, prefix_lengths, k: int):

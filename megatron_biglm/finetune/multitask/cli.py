@@ -5,8 +5,10 @@ after instruction tuning): MMLU zero-/k-shot, SuperGLUE average, Genset BLEU-2 /
         --superglue-data SG_DIR --genset genset.jsonl --max-new-tokens 32 --steps 10 \
         [--genset-template default] --output multitask.json
 
-PATH is an HF export or a megatron checkpoint, loaded once for all three sections, run with
-split attention (`--split-attention off` for a model trained without it). A section
+PATH is an HF export or a megatron checkpoint, loaded once for all three sections by the one
+inference loader: a megatron checkpoint runs as it was trained (split attention for BiGLM, full
+attention for an mlm baseline), an HF export with split attention (`--split-attention` overrides
+both). A section
 whose input is not given is reported as skipped, with the reason, in the table and the JSON.
 Bad input (a missing file, rows in the wrong schema, MMLU unreachable offline) prints
 `error: ...` saying what to do and exits with status 2, before the model is loaded where it
@@ -42,9 +44,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--device", help="default: cuda when available, else cpu")
     p.add_argument("--dtype", help="default: bfloat16 on GPU, float32 on CPU")
     p.add_argument("--batch-size", type=int, default=16, help="rows per forward pass (scoring)")
-    p.add_argument("--split-attention", choices=("on", "off"), default="on",
+    p.add_argument("--split-attention", choices=("on", "off"), default=None,
                    help="on: prefix rows never see the answer slots (BiGLM as trained); off: full "
-                        "attention, for a model trained without the split (an mlm baseline)")
+                        "attention. Default: as the megatron checkpoint was trained (its "
+                        "objective.variant), on for an HF export")
     mmlu = p.add_argument_group("MMLU (lm-eval's mmlu tasks through our masked-LM backend)")
     mmlu.add_argument("--mmlu-shots", type=int, nargs="+", help="e.g. 0 5 (ZS / FS)")
     mmlu.add_argument("--mmlu-data", help=f"local cais/mmlu jsonl: DIR/<subject>/test.jsonl (+ dev.jsonl "
@@ -96,14 +99,15 @@ def run_multitask(args) -> dict:
     from megatron_biglm.evaluation.lm import MaskedLMEvalLM
     from megatron_biglm.evaluation.mmlu import run_mmlu
     from megatron_biglm.generation import MaskPredictGenerator
-    from megatron_biglm.generation.loading import load_for_generation
+    from megatron_biglm.inference.loading import load_adapter
 
     from .genset import evaluate_genset
     from .superglue import evaluate_superglue
     from .table import format_row
 
-    adapter, tokenizer = load_for_generation(args.model, device=args.device, dtype=args.dtype,
-                                             split_attention=args.split_attention)
+    loaded = load_adapter(args.model, device=args.device, dtype=args.dtype,
+                          split_attention=args.split_attention)
+    adapter, tokenizer = loaded.adapter, loaded.tokenizer
     report = {"model": str(args.model), "label": args.label or Path(args.model).name,
               "model_info": adapter.describe()}
     if args.mmlu_shots:
