@@ -33,7 +33,7 @@ wordnet:
 install: $(STAMP) wordnet
 
 quickstart: $(STAMP)
-	$(PY) -m megatron_biglm.quickstart $(ARGS)
+	$(PY) -m megatron_biglm.cli.quickstart $(ARGS)
 
 # The test suite, on one interpreter (PYTHON, installed into VENV): the fast set spread over
 # TEST_WORKERS processes (pytest-xdist, whole files per worker), then the tests marked slow one
@@ -44,7 +44,7 @@ quickstart: $(STAMP)
 TEST_WORKERS ?= 2
 TEST_SETS ?= fast slow
 test-one: $(STAMP) wordnet
-	$(PY) -m megatron_biglm.data.sample_corpus --fetch
+	$(PY) -m megatron_biglm.cli.fetch_data corpus
 	@fail=0; ran=0; for set in $(TEST_SETS); do \
 	  case $$set in \
 	    fast) $(PY) -m pytest -q -p no:cacheprovider -m "not slow" -n $(TEST_WORKERS) --dist loadfile $(ARGS); r=$$?;; \

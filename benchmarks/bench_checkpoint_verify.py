@@ -73,7 +73,7 @@ def main(argv=None) -> int:
 
     from megatron_biglm.checkpoint.verify import verify_checkpoint
     from megatron_biglm.inference.loading import load_megatron_checkpoint
-    from megatron_biglm.train import train
+    from megatron_biglm.cli.train import train
 
     with tempfile.TemporaryDirectory(prefix="bench-verify-") as tmp:
         tmp = Path(tmp)

@@ -63,7 +63,7 @@ def ci95(values: list[float]) -> tuple[float, float]:
 # ------------------------------------------------------------------ setup and training
 def prepare(out: Path, max_plays: int | None, vocab_size: int) -> dict:
     """The quickstart's corpus, tokenizer and indexed data, and its validation documents."""
-    from megatron_biglm import quickstart
+    from megatron_biglm.cli import quickstart
 
     corpus = quickstart.stage_corpus(out, max_plays)
     tok_dir = quickstart.stage_tokenizer(out, corpus, vocab_size)
@@ -73,9 +73,9 @@ def prepare(out: Path, max_plays: int | None, vocab_size: int) -> dict:
 
 
 def train_variant(setup: dict, out: Path, variant: str, seed: int, steps: int, vocab_size: int) -> dict:
-    from megatron_biglm import quickstart
+    from megatron_biglm.cli import quickstart
     from megatron_biglm.export.convert_to_hf import to_hf
-    from megatron_biglm.train import train
+    from megatron_biglm.cli.train import train
 
     run_dir = out / "runs" / f"{variant}_seed{seed}"
     overrides = [f"data.tokenizer={setup['tok_dir']}", f"data.blend=['{setup['data_prefix']}']",

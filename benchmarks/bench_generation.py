@@ -1,4 +1,4 @@
-"""Generation throughput (tokens/s), issue 12's benchmark, all in one run:
+"""Generation throughput (tokens/s), all in one run:
 
 1. Mask-Predict (T=10, N=64, batch 8) with the exact prefix cache vs without it, at prefix 512;
 2. block-wise decoding (block_size 16, blocks "refresh" and "cached") vs one block, plus the

@@ -232,19 +232,25 @@ def mask_predict_vs_ar(args, device: torch.device) -> dict:
 
 # ------------------------------------------------------------------ eval
 def eval_prefix_cache(args, device: torch.device) -> dict:
-    """Zero-shot scoring requests/s with eval's prefix reuse off and on (same requests)."""
-    from benchmarks.bench_eval import build_model, build_requests, sample_tokenizer, time_rule
+    """Zero-shot scoring requests/s with eval's prefix reuse off and on (same requests), for
+    the HF export and its megatron checkpoint (both through the one inference loader)."""
+    from benchmarks.bench_eval import (build_model, build_requests, eval_lms, megatron_checkpoint,
+                                       sample_tokenizer, time_rule)
 
+    rules = {}
     with tempfile.TemporaryDirectory() as tmp:
         tokenizer, corpus = sample_tokenizer(Path(tmp), max_plays=1)
         pairs = build_requests(tokenizer, corpus, args.eval_questions, args.eval_context, *args.eval_choices)
-    model = build_model(tokenizer, str(device))
-    rules = {}
-    for rule in args.eval_rules:
-        best, scores, passes = time_rule(model, tokenizer, pairs, rule, 16, args.reps)
-        rules[rule] = dict(passes_per_request=passes, requests_per_s_off=len(pairs) / best[False],
-                           requests_per_s_on=len(pairs) / best[True], speedup=best[False] / best[True],
-                           max_score_diff=max(abs(a - b) for a, b in zip(scores[False], scores[True])))
+        model = build_model(tokenizer, str(device))
+        sources = {"hf": model, "megatron": megatron_checkpoint(model, tokenizer, Path(tmp))}
+        for rule in args.eval_rules:
+            for backend, source in sources.items():
+                best, scores, passes = time_rule(eval_lms(backend, source, tokenizer, rule, 16, str(device)),
+                                                 pairs, args.reps)
+                rules[f"{backend}:{rule}"] = dict(
+                    passes_per_request=passes, requests_per_s_off=len(pairs) / best[False],
+                    requests_per_s_on=len(pairs) / best[True], speedup=best[False] / best[True],
+                    max_score_diff=max(abs(a - b) for a, b in zip(scores[False], scores[True])))
     return dict(requests=len(pairs), context_tokens=args.eval_context, rules=rules)
 
 

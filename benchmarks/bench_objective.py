@@ -3,7 +3,7 @@
 Baseline (measured in the same run, interleaved in rounds so machine load hits all equally):
 the window fetch alone, i.e. megatron's sample/shuffle-index lookup plus IndexedDataset reads
 (`MaskedLMDataset.window`). Measured: full masked samples (`MaskedLMDataset[i]`) in token and
-span suffix modes. Goals (issue 3): masking adds <= 30 % over the fetch; >= 1M tokens/s/core.
+span suffix modes. Goals: masking adds <= 30 % over the fetch; >= 1M tokens/s/core.
 
     python -m benchmarks objective [--seq-length 2048] [--samples 300] [--rounds 7]
 """

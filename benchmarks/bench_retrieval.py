@@ -2,7 +2,7 @@
 
 Both encode the same passages (the stdlib docstring corpus, repeated to `--passages`) with the
 same model: a randomly initialised EuroBERT (our HF export's architecture) wrapped by
-`build_st_directory` as `to-st` wraps a checkpoint. "ours" is what `tools/eval_retrieval.py`
+`build_st_directory` as `to-st` wraps a checkpoint. "ours" is what `python -m megatron_biglm.cli.eval_retrieval`
 runs for that directory (`SentenceTransformerEncoder.encode_passages`: sentence-transformers
 sorts by length, so batches carry little padding); "plain" is the usual loop: batches in
 corpus order, `AutoModel(**tokenizer(batch, padding=True))`, masked mean pooling,

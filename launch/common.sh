@@ -6,9 +6,9 @@
 #   MASTER_PORT   29500                           PYTHON      python with the package installed
 #   EXTRA_ARGS    more key=value overrides        REQUEUE     1: requeue after a signal-stop
 #   DRY_RUN=1     print the resolved environment and command; run nothing
-#   ENTRY         the module torchrun runs (megatron_biglm.train; launch/finetune.sh: megatron_biglm.finetune)
+#   ENTRY         the module torchrun runs (megatron_biglm.cli.train; launch/finetune.sh: megatron_biglm.cli.finetune)
 # Extra key=value arguments given to the script are appended as overrides too.
-# Before launching it prints the kernel report (megatron_biglm.training.cli_kernels) and stops
+# Before launching it prints the kernel report (megatron_biglm.cli.kernels) and stops
 # if the config names a kernel that is not installed.
 set -euo pipefail
 
@@ -22,7 +22,7 @@ set -euo pipefail
 : "${PYTHON:=python}"
 : "${REQUEUE:=1}"
 : "${EXTRA_ARGS:=}"
-: "${ENTRY:=megatron_biglm.train}"
+: "${ENTRY:=megatron_biglm.cli.train}"
 : "${RUN_DIR:=$REPO/runs/$RUN_NAME}"
 : "${CONFIG:=$REPO/examples/configs/$CONFIG_NAME}"
 
@@ -89,8 +89,8 @@ fi
 # flash-attn / Transformer Engine / Apex, python, torch, megatron-core, transformers). A config
 # naming a kernel that is not installed stops here, before srun, saying what to pip install.
 # A fine-tune takes its model from the checkpoint it starts from: its ranks print the report.
-if [[ "$ENTRY" == "megatron_biglm.train" ]]; then
-  "$PYTHON" -m megatron_biglm.training.cli_kernels --config "$CONFIG" "${OVERRIDES[@]}" || exit 2
+if [[ "$ENTRY" == "megatron_biglm.cli.train" ]]; then
+  "$PYTHON" -m megatron_biglm.cli.kernels --config "$CONFIG" "${OVERRIDES[@]}" || exit 2
 fi
 
 mkdir -p "$RUN_DIR"

@@ -16,7 +16,7 @@ export OMP_NUM_THREADS=${OMP_NUM_THREADS:-$(( $(nproc) / NPROC > 0 ? $(nproc) / 
 export HF_HUB_OFFLINE=${HF_HUB_OFFLINE:-1}
 export CUDA_DEVICE_MAX_CONNECTIONS=${CUDA_DEVICE_MAX_CONNECTIONS:-1}
 CMD=("$PYTHON" -m torch.distributed.run --standalone --nproc-per-node="$NPROC"
-     -m megatron_biglm.train --config "$CONFIG" "$@")
+     -m megatron_biglm.cli.train --config "$CONFIG" "$@")
 if [[ "${DRY_RUN:-0}" == "1" ]]; then
   echo "# nproc=$NPROC"
   printf '%q ' "${CMD[@]}"

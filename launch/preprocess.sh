@@ -6,7 +6,7 @@
 #     sbatch --array=0-63 launch/preprocess.sh            # from the repository root
 #   DRY_RUN=1 SHARDS=64 INPUT=... bash launch/preprocess.sh       # print the plan only
 #   LOCAL=1 SHARDS=4 INPUT=... TOKENIZER=... OUT=... bash launch/preprocess.sh   # no SLURM
-#   python tools/merge_datasets.py --shards data/shards --output-prefix data/web   # afterwards
+#   python -m megatron_biglm.cli.merge_datasets --shards data/shards --output-prefix data/web   # afterwards
 # The array range goes on the sbatch command line (--array=0-(SHARDS-1), optionally %M to run
 # at most M tasks at once) rather than as an #SBATCH --array line, so it always matches SHARDS.
 # Re-submitting the same array redoes only the missing or stale shards (a shard is current
@@ -53,7 +53,7 @@ read -r -a KEYS <<< "$JSON_KEYS"
 ARGS=(--input "${INPUTS[@]}" --shards "$SHARDS")
 
 if [[ "${DRY_RUN:-0}" == "1" ]]; then
-  exec "$PYTHON" -m megatron_biglm.data.cli_shards "${ARGS[@]}" --dry-run
+  exec "$PYTHON" -m megatron_biglm.cli.preprocess_shards "${ARGS[@]}" --dry-run
 fi
 for v in TOKENIZER OUT; do
   if [[ -z "${!v:-}" ]]; then
@@ -75,4 +75,4 @@ ARGS+=(--tokenizer "$TOKENIZER" --out "$OUT" --task "$TASK" --json-keys "${KEYS[
 [[ "${STRICT:-0}" == "1" ]] && ARGS+=(--strict)
 [[ "${FORCE:-0}" == "1" ]] && ARGS+=(--force)
 echo "preprocess: job ${SLURM_ARRAY_JOB_ID:-local}, task $TASK of $SHARDS shards -> $OUT"
-exec "$PYTHON" -m megatron_biglm.data.cli_shards "${ARGS[@]}"
+exec "$PYTHON" -m megatron_biglm.cli.preprocess_shards "${ARGS[@]}"

@@ -35,7 +35,7 @@ def zero_bytes_in_item(iter_dir, item_prefix: str, count: int = 64) -> tuple[str
 def saved_run(train_data, tmp_path_factory):  # noqa: F811  (train_data: a fixture)
     """A tiny run trained 4 steps with checkpoints at steps 2 and 4: (its checkpoint root,
     the data it trained on). Tests copy the root before damaging it."""
-    from megatron_biglm.train import train
+    from megatron_biglm.cli.train import train
 
     run = tmp_path_factory.mktemp("saved_run")
     train(None, tiny_overrides(train_data, run, steps=4, **{"checkpoint.save_interval": 2}))

@@ -48,8 +48,5 @@ def read_back(prefix) -> list[list[int]]:
 
 
 def load_tool(name: str):
-    """Import tools/NAME.py as a module, to call its main(argv) in-process."""
-    spec = importlib.util.spec_from_file_location(f"tool_{name}", REPO / "tools" / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    """The command `megatron_biglm.cli.NAME`, to call its main(argv) in-process."""
+    return importlib.import_module(f"megatron_biglm.cli.{name}")

@@ -23,7 +23,7 @@ FLOORS = {
     "inference": 3, "training": 3,
     "export": 4, "evaluation": 4, "generation": 4,
     "finetune": 5,
-    "train": 6, "finetune_main": 6, "instruct_tune": 6, "lowdata_main": 6, "quickstart": 6, "cli": 6, "__main__": 6,
+    "cli": 6,
 }
 TOP = max(FLOORS.values())
 SAME_FLOOR = {
@@ -168,3 +168,28 @@ def test_the_import_reader_sees_lazy_and_relative_imports(tmp_path, source, expe
 
 def test_a_circle_is_found():
     assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+
+
+def test_every_command_lives_in_cli_with_a_console_script():
+    """The entry points sit in one folder: each `cli/` module has `main` and a `biglm-*`
+    console script in setup.py, each console script names a `cli/` module's `main`, and no
+    package below `cli/` has a `__main__` or a `cli*` module of its own."""
+    import importlib
+    import re
+
+    setup = (PACKAGE.parent / "setup.py").read_text(encoding="utf-8")
+    scripts = dict(re.findall(r'"(biglm-[\w-]+)=(megatron_biglm\.[\w.]+:main)"', setup))
+    commands = {p.stem for p in (PACKAGE / "cli").glob("*.py") if p.stem != "__init__"}
+    targets = {target.split(":")[0].rpartition(".")[2] for target in scripts.values()}
+    assert all(t.startswith("megatron_biglm.cli.") for t in scripts.values()), scripts
+    assert targets == commands, f"cli modules without a console script: {sorted(commands - targets)}; " \
+                                f"scripts without a cli module: {sorted(targets - commands)}"
+    assert len(scripts) == len(commands) >= 19
+    for name in sorted(commands):
+        assert callable(importlib.import_module(f"megatron_biglm.cli.{name}").main), name
+    stray = sorted(str(p.relative_to(PACKAGE)) for p in PACKAGE.rglob("*.py")
+                   if p.parent.name != "cli" and (p.stem == "__main__" or p.stem.startswith("cli")))
+    assert not stray, f"entry points outside cli/: {stray}"
+    documented = (PACKAGE / "cli" / "__init__.py").read_text(encoding="utf-8")
+    for script, target in scripts.items():
+        assert re.search(rf"\b{target.split(':')[0].rpartition('.')[2]}\s.*\b{script}\b", documented), script

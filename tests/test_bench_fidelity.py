@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from benchmarks import bench_fidelity
-from megatron_biglm import quickstart
+from megatron_biglm.cli import quickstart
 
 pytestmark = pytest.mark.slow
 

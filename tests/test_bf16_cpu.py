@@ -68,7 +68,7 @@ def _dtypes(model_chunks, optimizer) -> dict:
 def run_layout(tokenizer: str, prefix: str, root: str, layout: str) -> dict:
     """A bf16 run of STEPS steps, the same run stopped at HALF and resumed, and the dtypes of
     the first run's model and optimizer. In-process for `single`, per rank under torchrun."""
-    from megatron_biglm.train import train
+    from megatron_biglm.cli.train import train
     from megatron_biglm.training import build
 
     data, root = TrainData(tokenizer, prefix), Path(root)
@@ -99,7 +99,7 @@ def run_layout(tokenizer: str, prefix: str, root: str, layout: str) -> dict:
 @pytest.fixture(scope="module")
 def fp32_losses(train_data, tmp_path_factory):  # noqa: F811
     """The fp32 reference: one process (DP=2 and TP=2 repeat it to 1e-5 in fp32)."""
-    from megatron_biglm.train import train
+    from megatron_biglm.cli.train import train
 
     run = tmp_path_factory.mktemp("fp32") / "run"
     train(None, tiny_overrides(train_data, run, steps=STEPS))

@@ -1,4 +1,4 @@
-"""One verifier on every load path (issue 11, part 1): a checkpoint with 64 zeroed bytes inside
+"""One verifier on every load path: a checkpoint with 64 zeroed bytes inside
 one stored item (a model weight, or an optimizer-state tensor) is refused by resume, evaluation,
 export and the weights-only start, naming the file, the item and the previous checkpoint;
 with the opt-out (`checkpoint.verify=false`, `verify=false`, `--no-verify`) the load proceeds."""
@@ -16,7 +16,7 @@ from train_fixtures import tiny_overrides
 
 
 def _resume(saved_run, root, tmp_path, *extra):
-    from megatron_biglm.train import train
+    from megatron_biglm.cli.train import train
 
     return train(None, tiny_overrides(saved_run[1], tmp_path / "run", steps=6,
                                       **{"checkpoint.dir": str(root), "checkpoint.load": "auto",
@@ -42,7 +42,7 @@ def _eval_model(iter_dir, **kw):
 
 @pytest.mark.parametrize("kind", sorted(ITEMS))
 def test_a_corrupt_item_is_refused_on_every_load_path(kind, saved_run, tmp_path, capsys):
-    from megatron_biglm.export.convert_cli import main as convert_main
+    from megatron_biglm.cli.convert import main as convert_main
 
     root, file, item = damaged_copy(saved_run, tmp_path, ITEMS[kind])
     latest = root / "iter_0000004"
@@ -58,7 +58,7 @@ def test_a_corrupt_item_is_refused_on_every_load_path(kind, saved_run, tmp_path,
     refused(exc.value)
     assert (root / "latest").read_text().strip() == "iter_0000004"
     assert sorted(p.name for p in root.iterdir()) == ["iter_0000002", "iter_0000004", "latest"]
-    # evaluation (the `biglm` lm-eval model that tools/eval_zero_shot.py runs)
+    # evaluation (the `biglm` lm-eval model that python -m megatron_biglm.cli.eval_zero_shot runs)
     with pytest.raises(CorruptCheckpointError) as exc:
         _eval_model(latest)
     refused(exc.value)
@@ -73,7 +73,7 @@ def test_a_corrupt_item_is_refused_on_every_load_path(kind, saved_run, tmp_path,
 
 
 def test_the_opt_out_loads_a_corrupt_checkpoint(saved_run, tmp_path, capsys):
-    from megatron_biglm.export.convert_cli import main as convert_main
+    from megatron_biglm.cli.convert import main as convert_main
 
     root, _, item = damaged_copy(saved_run, tmp_path)
     latest = root / "iter_0000004"
@@ -97,7 +97,7 @@ def test_deepspeed_resume_refuses_a_corrupt_zero_shard(train_data, tmp_path):  #
     """DeepSpeed's own files (module states, ZeRO optimizer shards) are torch.save archives:
     their entries' CRC-32s are checked like the DCP items."""
     from checkpoint_damage import zero_bytes_in_archive
-    from megatron_biglm.train import train
+    from megatron_biglm.cli.train import train
 
     ds = {"training.backend": "deepspeed", "training.deepspeed.zero_stage": 2, "checkpoint.save_interval": 1,
           "schedule.warmup_steps": 0, "schedule.style": "constant"}

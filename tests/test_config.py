@@ -123,7 +123,7 @@ def test_model_and_objective_sections_are_typed_at_load():
 def test_bad_objective_key_fails_in_load_config_before_any_process_group(tmp_path, monkeypatch):
     import torch.distributed as dist
 
-    from megatron_biglm.train import train
+    from megatron_biglm.cli.train import train
 
     def refuse(*args, **kwargs):  # noqa: ARG001 - works whether or not an earlier test left a group up
         raise AssertionError("a process group was started before the config was checked")

@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from convert_fixtures import fixed_batch, hf_state, random_eurobert_source, train_tokenizer, write_random_eurobert
-from megatron_biglm.export.convert_cli import main as cli_main
+from megatron_biglm.cli.convert import main as cli_main
 from megatron_biglm.export.convert_from_hf import from_hf
 from megatron_biglm.export.convert_to_hf import ConversionError, to_hf
 from megatron_biglm.checkpoint.dist_reader import DistCheckpointReadError, DistCheckpointWeights
@@ -256,7 +256,7 @@ def test_max_abs_difference_matches_a_direct_computation_blockwise():
 def test_shard_sizes_parse():
     import argparse
 
-    from megatron_biglm.export.convert_cli import parse_size
+    from megatron_biglm.cli.convert import parse_size
 
     assert parse_size("2GiB") == 2 * 2**30 and parse_size("500MB") == 500 * 10**6
     assert parse_size("100000") == 100000 and parse_size("1.5 kib") == 1536

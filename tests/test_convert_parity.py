@@ -54,7 +54,7 @@ def _reference_logits(checkpoint: str, ref_path: str, vocab: int) -> None:
 def train_worker(tokenizer: str, prefix: str, run_dir: str, tp: int, pp: int, ref_path: str) -> dict:
     """Train the tiny preset briefly at (tp, pp), then compute reference logits from its checkpoint."""
     from megatron_biglm.model.standalone import init_single_process
-    from megatron_biglm.train import train
+    from megatron_biglm.cli.train import train
 
     overrides = tiny_overrides(TrainData(tokenizer, prefix), Path(run_dir), steps=TRAIN_STEPS,
                                **{"parallelism.tensor_model_parallel_size": tp,
@@ -136,7 +136,7 @@ def test_trained_checkpoint_exports_with_logit_parity(train_data, tmp_path, tp, 
 def test_import_at_tp2_loads_in_megatron_with_the_hf_logits(tokenizer_dir, tmp_path):
     src = write_random_eurobert(tmp_path / "src", vocab_size=400, tokenizer_dir=tokenizer_dir, seed=5)
     proc = subprocess.run(  # the CLI, from one process: it starts the 2 ranks itself
-        [sys.executable, str(REPO / "tools" / "convert_checkpoint.py"), "from-hf", "--hf", str(src),
+        [sys.executable, "-m", "megatron_biglm.cli.convert", "from-hf", "--hf", str(src),
          "--output", str(tmp_path / "ckpt"), "--tp", "2"], capture_output=True, text=True, timeout=240,
         env={**os.environ, "HF_HUB_OFFLINE": "1"})
     assert proc.returncode == 0, proc.stderr[-3000:]

@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from megatron_biglm.data.collate import collate_masked_lm
-from megatron_biglm.data.phased import PhasedDataset
+from megatron_biglm.data.pretrain_data import PhasedDataset
 from megatron_biglm.data.sampler import ResumableSampler
 
 

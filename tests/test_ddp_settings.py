@@ -60,7 +60,7 @@ def test_ddp_settings_bad_value_is_a_config_error():
 
 def overlap_worker(tokenizer: str, prefix: str, root: str) -> dict:
     """Rank body: the same DP=2 run without and with both overlaps (2 micro-batches per rank)."""
-    from megatron_biglm.train import train
+    from megatron_biglm.cli.train import train
 
     data, out = TrainData(tokenizer, prefix), {}
     for name, extra in {"plain": {}, "overlap": OVERLAP}.items():

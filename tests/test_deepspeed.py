@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from megatron_biglm.train import train
+from megatron_biglm.cli.train import train
 from megatron_biglm.checkpoint.dirs import CheckpointError, complete_checkpoints, latest_checkpoint
 from megatron_biglm.config import ConfigError, load_config
 from megatron_biglm.training.nonfinite import TooManyNonFinite

@@ -1,4 +1,4 @@
-"""`tools/eval_zero_shot.py --suite paper` on a tiny BiGLM export and local task data."""
+"""`python -m megatron_biglm.cli.eval_zero_shot --suite paper` on a tiny BiGLM export and local task data."""
 from __future__ import annotations
 
 import json
@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from eval_fixtures import biglm_dir, bpe_dir, one_torch_thread, write_task_data  # noqa: F401
 
-from megatron_biglm.evaluation import cli
+from megatron_biglm.cli import eval_zero_shot as cli
 from megatron_biglm.evaluation.tasks import PAPER_SUITE, resolve_tasks
 
 REPO = Path(__file__).resolve().parents[1]
@@ -68,15 +68,9 @@ def test_resolve_tasks_keeps_paper_metrics_for_known_names():
         ("hellaswag", "Hella.", "acc_norm"), ("mmlu_anatomy", "mmlu_anatomy", "acc")]
 
 
-def test_tool_script_runs_as_a_program():
-    proc = subprocess.run([sys.executable, str(REPO / "tools" / "eval_zero_shot.py"), "--help"],
-                          capture_output=True, text=True, timeout=120)
-    assert proc.returncode == 0 and "--model-args" in proc.stdout and "--data-dir" in proc.stdout
-
-
 @pytest.mark.slow  # a fresh interpreter importing lm-eval, transformers and torch: 15-40 s
 def test_lm_eval_own_cli_runs_our_models(tmp_path, biglm_dir):
-    """`python -m megatron_biglm.evaluation run ...` is lm-eval's CLI with biglm/hf-mlm
+    """`python -m megatron_biglm.cli.eval_zero_shot run ...` is lm-eval's CLI with biglm/hf-mlm
     registered; its default device cuda:0 falls back to CPU on machines without CUDA. What it
     scores equals what `lm_eval.simple_evaluate` scores in this process: every document's
     log-likelihoods and the accuracy."""
@@ -86,7 +80,7 @@ def test_lm_eval_own_cli_runs_our_models(tmp_path, biglm_dir):
     write_local_task_yamls(["boolq"], data, tmp_path / "yaml")
     out = tmp_path / "out"
     proc = subprocess.run(
-        [sys.executable, "-m", "megatron_biglm.evaluation", "run", "--model", "biglm",
+        [sys.executable, "-m", "megatron_biglm.cli.lm_eval", "run", "--model", "biglm",
          "--model_args", f"path={biglm_dir},scoring=oneshot", "--tasks", "boolq",
          "--include_path", str(tmp_path / "yaml"), "--output_path", str(out), "--log_samples"],
         capture_output=True, text=True, timeout=600, cwd=REPO,

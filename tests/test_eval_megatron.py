@@ -95,7 +95,7 @@ def test_megatron_prefix_cache_scores_equal_the_uncached_forward(checkpoint, pai
     ("biglm", None, "on"), ("mlm", None, "off"), ("no_attn", None, "off"), ("mlm", "auto", "off"),
     ("mlm", "on", "on"), ("biglm", "off", "off")])
 def test_split_attention_defaults_to_the_trained_variant(variant, requested, expected):
-    from megatron_biglm.evaluation.models import split_attention_for_variant
+    from megatron_biglm.inference.loading import split_attention_for_variant
 
     chosen, why = split_attention_for_variant(variant, requested)
     assert chosen == expected and repr(variant) in why
@@ -201,8 +201,8 @@ def _refresh_manifest(folder):
 
 
 def test_zero_shot_tool_runs_on_a_megatron_checkpoint(checkpoint, tmp_path, capsys):
-    """`tools/eval_zero_shot.py --model biglm --model-args path=CKPT` (its main, in-process)."""
-    from megatron_biglm.evaluation.cli import main
+    """`python -m megatron_biglm.cli.eval_zero_shot --model biglm --model-args path=CKPT` (its main, in-process)."""
+    from megatron_biglm.cli.eval_zero_shot import main
 
     data = write_task_data(tmp_path / "data", ["boolq"], n=3)
     out = tmp_path / "results.json"

@@ -1,4 +1,4 @@
-"""tools/eval_multitask.py end to end on a tiny BiGLM export: every number of the Table 5 row
+"""python -m megatron_biglm.cli.eval_multitask end to end on a tiny BiGLM export: every number of the Table 5 row
 recomputed here by an independent path (brute-force split masks for SuperGLUE, the genset
 metric functions on the generations, lm-eval's own `biglm` model for MMLU), and bad input.
 
@@ -18,8 +18,8 @@ from eval_fixtures import biglm_dir, bpe_dir, bf_logprobs, one_torch_thread  # n
 from generation_model_fixtures import gen_checkpoint, gen_export, gen_tokenizer_dir  # noqa: F401
 
 from megatron_biglm.finetune.metrics import accuracy, macro_f1
-from megatron_biglm.finetune.metrics.genset import genset_scores
-from megatron_biglm.finetune.multitask.cli import main
+from megatron_biglm.finetune.metrics.generation import genset_scores
+from megatron_biglm.cli.eval_multitask import main
 from megatron_biglm.finetune.tasks import VerbalizerEncoder, get_task
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -179,7 +179,7 @@ def test_mmlu_smoke_offline_equals_lm_eval_biglm_model(biglm_dir, tmp_path, caps
 
 def test_mmlu_hub_offline_error_names_the_fix(biglm_dir):
     env = dict(os.environ, HF_DATASETS_OFFLINE="1", HF_HUB_OFFLINE="1", PYTHONPATH=str(ROOT))
-    proc = subprocess.run([sys.executable, str(ROOT / "tools" / "eval_multitask.py"), "--model", str(biglm_dir),
+    proc = subprocess.run([sys.executable, "-m", "megatron_biglm.cli.eval_multitask", "--model", str(biglm_dir),
                            "--mmlu-shots", "0"], env=env, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2, proc.stderr[-2000:]
     assert "could not load MMLU from the hub (cais/mmlu)" in proc.stderr

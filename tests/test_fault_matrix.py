@@ -1,4 +1,4 @@
-"""The fault matrix: every bad input a user can hand the tools, one row each (issue 11, part 3).
+"""The fault matrix: every bad input a user can hand the tools, one row each.
 
 Each row builds one bad input, runs the user-facing entry on it (a CLI's `main(argv)` or the
 documented Python entry) and asserts three things: the exit status or exception type; a
@@ -69,13 +69,13 @@ class Env:
 
 # ------------------------------------------------------------------ the entries rows run
 def preprocess(env, *inputs, tokenizer=None):
-    from megatron_biglm.data.cli_preprocess import main
+    from megatron_biglm.cli.preprocess import main
     return main(["--input", *map(str, inputs), "--output-prefix", str(env.out / "corpus"),
                  "--tokenizer", tokenizer or env.tokenizer, "--strict", "--quiet"])
 
 
 def train(env, *overrides):
-    from megatron_biglm.train import main
+    from megatron_biglm.cli.train import main
     return main(["--config", env.config, f"run_dir={env.out / 'run'}", *overrides])
 
 
@@ -84,12 +84,12 @@ def resume(env, root, *overrides):
 
 
 def inspect(env, prefix):
-    from megatron_biglm.data.cli_inspect_dataset import main
+    from megatron_biglm.cli.inspect_dataset import main
     return main([str(prefix), "--doc", "0"])
 
 
 def export(env, checkpoint, *extra):
-    from megatron_biglm.export.convert_cli import main
+    from megatron_biglm.cli.convert import main
     return main(["to-hf", "--checkpoint", str(checkpoint), "--output", str(env.out / "hf"), "--quiet", *extra])
 
 
@@ -99,7 +99,7 @@ def evaluate(env, path, **model_args):
 
 
 def eval_cli(env, task, rows, path=None):
-    from megatron_biglm.evaluation.cli import main
+    from megatron_biglm.cli.eval_zero_shot import main
     data = env.file(f"data/{task}.jsonl", b"".join(json.dumps(r).encode() + b"\n" for r in rows))
     return main(["--model", "biglm", "--model-args", f"path={path or env.run[0]},progress=false", "--suite", task,
                  "--data-dir", str(data.parent), "--task-dir", str(env.tmp / "tasks"),
@@ -165,7 +165,7 @@ class Fault:
 
 
 FAULTS = [
-    # corpus: tools/preprocess_data.py --strict (without it such rows are skipped and counted)
+    # corpus: python -m megatron_biglm.cli.preprocess --strict (without it such rows are skipped and counted)
     Fault("corpus", "bad JSON", lambda e: preprocess(e, e.file("c.jsonl", b'{"text": "unterminated\n')),
           1, r"c\.jsonl:1: invalid_json.*" + STRICT),
     Fault("corpus", "missing key", lambda e: preprocess(e, e.file("c.jsonl", b'{"body": "x"}\n')),
@@ -188,15 +188,15 @@ FAULTS = [
     # indexed data (checked at open: data/indexed_tools.py)
     Fault("indexed data", "truncated .bin (train)",
           lambda e: train(e, f"data.blend=['{indexed_copy(e, bin_bytes=lambda d: d[:len(d) // 2])}']"),
-          2, r"copy\.bin: [\d,]+ bytes, but \S+copy\.idx describes [\d,]+ bytes.*re-run tools/preprocess_data\.py"),
+          2, r"copy\.bin: [\d,]+ bytes, but \S+copy\.idx describes [\d,]+ bytes.*re-run python -m megatron_biglm\.cli\.preprocess"),
     Fault("indexed data", "truncated .bin (inspect)",
           lambda e: inspect(e, indexed_copy(e, bin_bytes=lambda d: d[:len(d) // 2])),
-          1, r"truncated \.bin.*re-run tools/preprocess_data\.py"),
+          1, r"truncated \.bin.*re-run python -m megatron_biglm\.cli\.preprocess"),
     Fault("indexed data", "bad magic (inspect)", lambda e: inspect(e, indexed_copy(e, idx_bytes=lambda d: b"NOTANIDX!" + d[9:])),
           1, r"copy\.idx.*not a Megatron index"),
     Fault("config", "missing data path", lambda e: train(e, f"data.blend=['{e.tmp / 'nothing'}']"),
           2, r"no indexed dataset at .*need PREFIX\.bin and PREFIX\.idx"),
-    # config: python -m megatron_biglm.train --config RUN.yaml KEY=VALUE
+    # config: python -m megatron_biglm.cli.train --config RUN.yaml KEY=VALUE
     Fault("config", "unknown key", lambda e: train(e, "optimizer.lrr=1"),
           2, r"unknown config key 'optimizer\.lrr' \(did you mean 'lr'\?\); valid keys in optimizer"),
     Fault("config", "bad type", lambda e: train(e, "optimizer.lr=fast"),
@@ -223,7 +223,7 @@ FAULTS = [
     Fault("checkpoint", "wrong vocab (export tokenizer)",
           lambda e: export(e, e.checkpoints(), "--tokenizer", str(e.other_tokenizer)),
           1, r"is not the tokenizer the model was trained with"),
-    # eval data: tools/eval_zero_shot.py --data-dir
+    # eval data: python -m megatron_biglm.cli.eval_zero_shot --data-dir
     Fault("eval data", "missing fields", lambda e: eval_cli(e, "boolq", [{"question": "is it?", "label": 1}]),
           1, r"boolq\.jsonl:1: boolq row lacks passage; write every row of boolq in its HF schema"),
     Fault("eval data", "empty choices",

@@ -77,7 +77,7 @@ def test_seq2seq_fine_tune_on_real_gem_xsum_pairs_reports_rouge(bigbench_root, t
     from finetune_fixtures import word_tokenizer
     from train_fixtures import train_records
 
-    from megatron_biglm.finetune_main import finetune
+    from megatron_biglm.cli.finetune import finetune
 
     rows = list(bigbench_data.xsum_rows(limit=272))
     files = {"train": tmp_path / "train.jsonl", "validation": tmp_path / "validation.jsonl"}

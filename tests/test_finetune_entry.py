@@ -1,5 +1,5 @@
 """The fine-tuning entry point: a tiny model learns a synthetic prompted-classification task
-through `python -m megatron_biglm.finetune`'s main() (the verbalizer recipe, the one training
+through `python -m megatron_biglm.cli.finetune`'s main() (the verbalizer recipe, the one training
 loop), validation per epoch with the task metric, the `best` pointer beside `latest`, and
 results.json; a run stopped mid-epoch and resumed writes the same results.json.
 """
@@ -27,7 +27,7 @@ ACC_BAR = 0.65
 
 
 def _run(config_dir: Path, task: dict, run_dir: Path, **extra) -> dict:
-    from megatron_biglm.finetune_main import main
+    from megatron_biglm.cli.finetune import main
 
     config = config_dir / "ft.yaml"
     config.write_text("finetune: {task: rte}\n")
@@ -70,7 +70,7 @@ def test_verbalizer_recipe_learns_the_prompted_task_through_the_entry_point(stra
 def test_sigterm_mid_epoch_and_resume_write_the_same_results(straight, task, tmp_path):
     run = tmp_path / "run"
     keep = {"checkpoint.keep_last": 1}
-    from megatron_biglm.finetune_main import finetune
+    from megatron_biglm.cli.finetune import finetune
 
     def sigterm_at_18(step, loop_state):  # noqa: ARG001 - a preemption mid epoch 2
         if step == 18:
@@ -160,7 +160,7 @@ def test_bad_settings_fail_with_a_message(task, monkeypatch):
 
 def test_module_entry_and_launch_script_dry_run():
     env = {**os.environ, "PYTHONPATH": str(REPO), "DRY_RUN": "1", "TASK": "cb", "NODES": "1"}
-    proc = subprocess.run([sys.executable, "-m", "megatron_biglm.finetune", "--help"], capture_output=True,
+    proc = subprocess.run([sys.executable, "-m", "megatron_biglm.cli.finetune", "--help"], capture_output=True,
                           text=True, env=env, cwd=REPO, timeout=120)
     assert proc.returncode == 0 and "finetune" in proc.stdout, proc.stderr
     proc = subprocess.run(["bash", str(REPO / "launch" / "finetune.sh")], capture_output=True, text=True,
@@ -170,7 +170,7 @@ def test_module_entry_and_launch_script_dry_run():
 
     from megatron_biglm.config import load_config
     argv = shlex.split(proc.stdout.strip().splitlines()[-1])
-    assert argv[argv.index("-m", argv.index("torch.distributed.run")) + 1] == "megatron_biglm.finetune"
+    assert argv[argv.index("-m", argv.index("torch.distributed.run")) + 1] == "megatron_biglm.cli.finetune"
     config = argv[argv.index("--config") + 1]
     assert config.endswith("examples/configs/finetune/cb.yaml")
     cfg = load_config(config, argv[argv.index("--config") + 2:])
@@ -180,7 +180,7 @@ def test_module_entry_and_launch_script_dry_run():
 def test_starts_from_the_weights_of_another_run(straight, task, tmp_path):
     """`finetune.init_from`: any checkpoint's weights, fresh optimizer and schedule at step 0
     (here the trained run's: the first validation is already at its accuracy)."""
-    from megatron_biglm.finetune_main import finetune
+    from megatron_biglm.cli.finetune import finetune
 
     run = tmp_path / "from_trained"
     results = finetune(None, finetune_overrides(task, run, **{"finetune.epochs": 1, "optimizer.lr": 1e-5,
@@ -207,7 +207,7 @@ def test_multi_token_label_words_are_scored_by_their_summed_log_probs(task):
 
 def dp_worker(task: dict, out: str) -> dict:
     """One torchrun rank (DP=2): a straight run, and one stopped mid-epoch then resumed."""
-    from megatron_biglm.finetune_main import finetune
+    from megatron_biglm.cli.finetune import finetune
 
     dp = {"training.micro_batch_size": 8}
     straight = finetune(None, finetune_overrides(task, Path(out) / "straight", **dp))

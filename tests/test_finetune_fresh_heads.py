@@ -15,7 +15,7 @@ from finetune_entry_fixtures import finetune_overrides, tiny_run, write_task
 @pytest.fixture(scope="module")
 def start(tmp_path_factory):
     """A task folder and a checkpoint root without task or length head (2 steps)."""
-    from megatron_biglm.finetune_main import finetune
+    from megatron_biglm.cli.finetune import finetune
 
     folder = tmp_path_factory.mktemp("fresh_heads")
     task = write_task(folder / "data", n_train=32, n_valid=8, n_test=8)
@@ -42,7 +42,7 @@ def _frozen_run(task, run, **extra) -> list[str]:
 
 @pytest.mark.parametrize("kind", ["seq2seq", "head"])
 def test_init_from_a_checkpoint_without_the_new_head(start, tmp_path, capsys, kind):
-    from megatron_biglm.finetune_main import finetune
+    from megatron_biglm.cli.finetune import finetune
 
     task, root = start
     if kind == "seq2seq":  # the xsum schema over the same words: document -> itself

@@ -1,4 +1,4 @@
-"""Head classification through `python -m megatron_biglm.finetune`'s main(): a tiny model
+"""Head classification through `python -m megatron_biglm.cli.finetune`'s main(): a tiny model
 learns the synthetic "does the premise contain `cat`?" task (tests/finetune_entry_fixtures.py,
 balanced: chance 50 %) with the `classification` head on mean-pooled states, and the trained
 model exports as HF EuroBertForSequenceClassification that predicts the same, under the same
@@ -22,7 +22,7 @@ ACC_BAR = 0.65
 
 
 def _finetune(tmp: Path, task_name: str, task: dict, **extra) -> tuple[Path, dict]:
-    from megatron_biglm.finetune_main import main
+    from megatron_biglm.cli.finetune import main
 
     run = tmp / "run"
     config = tmp / "ft.yaml"

@@ -1,4 +1,4 @@
-"""Span QA through `python -m megatron_biglm.finetune`'s main(): a tiny model learns a
+"""Span QA through `python -m megatron_biglm.cli.finetune`'s main(): a tiny model learns a
 synthetic extractive task, "the answer is the two words after the marker the question names",
 in SQuAD-schema rows: contexts of 20 random words hold both markers (`cat` and `dog`), each
 followed by words; the question names one ("what follows cat ?"), so the other marker's words
@@ -67,7 +67,7 @@ def span_overrides(task: dict, run: Path, **extra) -> list[str]:
 
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory):
-    from megatron_biglm.finetune_main import main
+    from megatron_biglm.cli.finetune import main
 
     tmp = tmp_path_factory.mktemp("span_ft")
     task = write_span_task(tmp / "task")

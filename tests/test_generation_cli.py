@@ -1,5 +1,5 @@
-"""`tools/generate.py` (megatron_biglm.generation.cli.main): JSONL in, one row per prompt out,
-the canvas per iteration with --show-steps, and every bad input of issue 12 refused with a
+"""`python -m megatron_biglm.cli.generate` (megatron_biglm.cli.generate.main): JSONL in, one row per prompt out,
+the canvas per iteration with --show-steps, and every bad input refused with a
 clear message and exit status 2."""
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from eval_fixtures import one_torch_thread  # noqa: F401
 from generation_model_fixtures import gen_checkpoint, gen_export, gen_tokenizer_dir  # noqa: F401
 
 from megatron_biglm.generation import GenerationConfig, MaskPredictGenerator
-from megatron_biglm.generation.cli import main
+from megatron_biglm.cli.generate import main
 
 LONG = " ".join(["the king is dead, long live the king"] * 40)
 

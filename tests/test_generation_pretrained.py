@@ -1,5 +1,5 @@
 """`MaskPredictGenerator.from_pretrained`: an HF export and the megatron checkpoint it came from
-decode to the same ids with the same settings (issue 12, item 8), both through their exact
+decode to the same ids with the same settings, both through their exact
 prefix caches."""
 from __future__ import annotations
 
@@ -67,7 +67,7 @@ def test_bucketed_lengths_give_the_same_ids_on_both_backends(generators, gen_che
 
 
 def test_quickstart_generate_stage(gen_export):
-    from megatron_biglm.quickstart import stage_generate
+    from megatron_biglm.cli.quickstart import stage_generate
 
     out = stage_generate(str(gen_export), length=5, steps=2)
     assert list(out["continuations"]) == ["To be, or not to be, that is", "My lord, the king"]

@@ -185,7 +185,7 @@ def _copy_dataset(prefix, target):
 
 
 def test_truncated_bin_is_refused_with_both_sizes_and_the_fix(two_parts, bpe_dir, tmp_path, capsys):
-    """The issue's case: a .bin cut to half its size. megatron-core would fail deep in its
+    """A .bin cut to half its size. megatron-core would fail deep in its
     reader with a bare offset error; every opener names the file, both sizes and the fix."""
     from megatron_biglm.data.indexed_tools import CorruptDatasetError, check_dataset
 
@@ -195,7 +195,7 @@ def test_truncated_bin_is_refused_with_both_sizes_and_the_fix(two_parts, bpe_dir
     with open(half + ".bin", "r+b") as fh:
         fh.truncate(full_size // 2)
     expected = [f"{half}.bin", f"{full_size // 2:,} bytes", f"describes {full_size:,} bytes",
-                "re-run tools/preprocess_data.py"]
+                "re-run python -m megatron_biglm.cli.preprocess"]
     with pytest.raises(CorruptDatasetError) as error:
         check_dataset(half)
     assert all(part in str(error.value) for part in expected), str(error.value)
@@ -223,7 +223,7 @@ def test_bad_magic_and_unknown_version_are_refused_with_the_fix(two_parts, tmp_p
         with pytest.raises(CorruptDatasetError, match=message) as error:
             check_dataset(broken)
         assert str(error.value).startswith(broken + ".idx")
-        assert "re-run tools/preprocess_data.py" in str(error.value)
+        assert "re-run python -m megatron_biglm.cli.preprocess" in str(error.value)
 
 
 def test_dtype_and_ids_are_checked_against_the_tokenizer_vocab(two_parts, bpe_dir, tmp_path, capsys):
@@ -247,5 +247,5 @@ def test_dtype_and_ids_are_checked_against_the_tokenizer_vocab(two_parts, bpe_di
     assert f"holds token id {vocab + 3}" in capsys.readouterr().err
     assert load_tool("merge_datasets").main(["--input", prefixes[0], foreign, "--output-prefix",
                                              str(tmp_path / "m"), "--tokenizer", str(bpe_dir)]) == 1
-    assert "re-run tools/preprocess_data.py" in capsys.readouterr().err
+    assert "re-run python -m megatron_biglm.cli.preprocess" in capsys.readouterr().err
     assert not list(tmp_path.glob("m.*"))

@@ -1,4 +1,4 @@
-"""Shape bucketing of padded lengths (issue 12, item 5): the bucketing function, and that
+"""Shape bucketing of padded lengths: the bucketing function, and that
 scoring and generation outputs do not change when widths are bucketed, while the widths that
 reach the model are all buckets."""
 from __future__ import annotations

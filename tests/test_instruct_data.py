@@ -91,8 +91,8 @@ def test_samples_are_a_function_of_the_global_index(tokenizer, rows_file):
 
     data, _ = build_instruction_data([rows_file], tokenizer, template=TEMPLATE_SPEC, max_length=32)
     ids = TokenIds.from_tokenizer(tokenizer)
-    full = InstructionSamples(data, 20, 32, ids, seed=3)
-    resumed = InstructionSamples(data, 8, 32, ids, seed=3, first=12)
+    full = InstructionSamples(data, 20, 32, ids, seed=3, global_batch=4)
+    resumed = InstructionSamples(data, 8, 32, ids, seed=3, global_batch=4, first=12)
     for i in range(8):
         a, b = full[12 + i], resumed[i]
         assert all(np.array_equal(a[k], b[k]) for k in ("tokens", "labels", "loss_mask"))
@@ -103,11 +103,11 @@ def test_samples_are_a_function_of_the_global_index(tokenizer, rows_file):
     n = s["valid_lengths"]
     assert (s["tokens"][n:] == ids.pad_id).all() and (s["loss_mask"][n:] == 0).all()
     with pytest.raises(ValueError, match="seq_length"):
-        InstructionSamples(data, 4, 8, ids, seed=0)
+        InstructionSamples(data, 4, 8, ids, seed=0, global_batch=4)
 
 
 def test_build_cli(tokenizer, rows_file, tmp_path, capsys):
-    from megatron_biglm.finetune.instruct.__main__ import main
+    from megatron_biglm.cli.instruct_data import main
 
     tokenizer.save_pretrained(str(tmp_path / "tok"))
     assert main(["build", "--input", str(rows_file), "--tokenizer", str(tmp_path / "tok"), "--out",
@@ -119,11 +119,11 @@ def test_build_cli(tokenizer, rows_file, tmp_path, capsys):
     assert meta["template"] == TEMPLATE_SPEC and meta["report"]["rows_kept"] == 4
 
 
-@pytest.mark.slow  # ~10-30 s: model build, 4 steps, a checkpoint
+@pytest.mark.slow  # ~10-30 s: model build, 5 steps, a checkpoint
 def test_instruct_tune_entry_point_trains_a_few_steps(tokenizer, rows_file, tmp_path, capsys):
-    """`python -m megatron_biglm.instruct_tune`: epochs -> train_steps, the recipe through train()."""
+    """`python -m megatron_biglm.cli.instruct_tune`: epochs -> train_steps, the recipe through train()."""
     from megatron_biglm.finetune.instruct import build_instruction_data
-    from megatron_biglm.instruct_tune import main
+    from megatron_biglm.cli.instruct_tune import main
 
     tokenizer.save_pretrained(str(tmp_path / "tok"))
     data, _ = build_instruction_data([rows_file], tokenizer, template=TEMPLATE_SPEC, max_length=32)
@@ -136,5 +136,5 @@ def test_instruct_tune_entry_point_trains_a_few_steps(tokenizer, rows_file, tmp_
     assert main(["--config", "examples/configs/instruct/seed001.yaml", "--data", str(tmp_path / "ds"),
                  "--epochs", "1.5"] + [f"{k}={v}" for k, v in overrides.items()]) == 0
     out = capsys.readouterr().out
-    assert "5 samples x 1.5 epochs / global batch 2 = 4 steps" in out
+    assert "5 samples / global batch 2 = 3 steps per epoch (rounded up) x 1.5 epochs = 5 steps" in out
     assert (tmp_path / "run" / "train_done.json").is_file()

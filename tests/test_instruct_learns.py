@@ -1,4 +1,4 @@
-"""Instruction tuning works (issue 14 acceptance): a tiny model instruction-tuned with the
+"""Instruction tuning works: a tiny model instruction-tuned with the
 seed 001 objective (InstructRecipe, through the common loop) on synthetic template tasks of
 several families answers a HELD-OUT template task zero-shot well above chance; the same
 model before instruction tuning stays at chance. The held-out task ("repeat the last word")
@@ -16,15 +16,10 @@ seen family "say the last word" 1.00. Other seeds (training.seed = data.seed): 0
 plateau between ~1000 and ~2000 steps, so the lr stays high (WSD) rather than decaying from
 the start; 2000 steps gave 0.93 here but 0.39 for seed 7.
 
-Why not the 1500 steps at lr 2e-3 with linear decay that this test first used (issue 14): that
-budget (0.86 held-out) was measured when the tiny model's 28-word vocabulary, padded to 128
-embedding rows (`make_vocab_size_divisible_by`), trained a 128-way softmax: the 100 padding
-rows were not masked then. Since `model/loss.mask_padded_vocab` gives them -inf (correctly:
-loss and gradients equal a 28-way cross entropy, test_vocab_padding.py) the same budget stays
-on the plateau: held-out 0.05, seen 0.10 (seed 7: 0.045 masked vs 0.53 unmasked). The extra
-classes had sped up the plateau escape; nothing in the read-out, the data or the heads changed
-the outcome (with the padding rows unmasked again, today's code gives the same losses and
-0.86 again).
+Why WSD at lr 3e-3 rather than a linear decay from the start: the padding rows of the tiny
+vocabulary (28 words padded to 128 embedding rows) get -inf logits (`model/loss.mask_padded_vocab`,
+a 28-way cross entropy), and with them 1500 steps at lr 2e-3 with linear decay stay on the
+plateau (held-out 0.05, seen 0.10).
 The test takes ~75 s of CPU (one thread).
 
 Variant `mlm` (split 0): a single copy family reached 100 % after ~250 steps with mlm and
@@ -69,7 +64,7 @@ def run(tmp_path, steps: int = STEPS, lr: float = LR, variant: str = "mlm", held
     accuracy on one seen family (say the last word)."""
     from megatron_biglm.finetune.instruct import build_instruction_data
     from megatron_biglm.finetune.recipes.instruct import InstructRecipe
-    from megatron_biglm.train import train
+    from megatron_biglm.cli.train import train
 
     tokenizer = word_tokenizer(syn.vocabulary_texts())
     path = tmp_path / "train.jsonl"

@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from megatron_biglm.finetune.metrics.genset import distinct_n, genset_scores
+from megatron_biglm.finetune.metrics.generation import distinct_n, genset_scores
 from megatron_biglm.finetune.metrics.ipr import ipr, ipr_over_seeds, trapezoid
 
 GRID = [0, 8, 16, 32, 64, 128]

@@ -57,7 +57,7 @@ def test_kernels_refuse_what_the_backend_cannot_do():
 
 @no_flash
 def test_kernels_train_refuses_flash_before_reading_data(tmp_path, capsys):
-    from megatron_biglm.train import main
+    from megatron_biglm.cli.train import main
 
     config = tmp_path / "run.yaml"  # no data configured: the refusal comes before data is read
     config.write_text("model:\n  preset: tiny\n")
@@ -67,7 +67,7 @@ def test_kernels_train_refuses_flash_before_reading_data(tmp_path, capsys):
 
 
 def test_kernels_cli_prints_the_report(tmp_path, capsys):
-    from megatron_biglm.training.cli_kernels import main
+    from megatron_biglm.cli.kernels import main
 
     config = tmp_path / "run.yaml"
     config.write_text("model:\n  preset: tiny\n  attention_backend: sdpa\ntraining:\n  precision: fp32\n")
@@ -79,7 +79,7 @@ def test_kernels_cli_prints_the_report(tmp_path, capsys):
 
 
 def test_kernels_report_printed_at_training_start(train_data, tmp_path, capsys):  # noqa: F811
-    from megatron_biglm.train import train
+    from megatron_biglm.cli.train import train
 
     train(None, tiny_overrides(train_data, tmp_path / "run", steps=5, **{"model.attention_backend": "sdpa"}))
     out = capsys.readouterr().out

@@ -45,7 +45,7 @@ def test_dry_run_layout_matches_nodes(script):
     proc = _dry_run(script)
     assert proc.returncode == 0, proc.stderr
     argv, opts, config_path, overrides = _command(proc.stdout)
-    assert argv[0] == "srun" and "torch.distributed.run" in argv and "megatron_biglm.train" in argv
+    assert argv[0] == "srun" and "torch.distributed.run" in argv and "megatron_biglm.cli.train" in argv
     nnodes, nproc = int(opts["nnodes"]), int(opts["nproc-per-node"])
     assert nnodes == sbatch_nodes and nproc == 8 and opts["rdzv-backend"] == "c10d"
     cfg = load_config(config_path, overrides)

@@ -109,7 +109,7 @@ def test_cell_overrides_per_paradigm(tmp_path):
     (["model.preset=tiny"], "give --config"),
 ])
 def test_cli_says_what_a_fine_tuned_sweep_is_missing(args, message, tmp_path, capsys):
-    from megatron_biglm.lowdata_main import main
+    from megatron_biglm.cli.lowdata import main
 
     with pytest.raises(SystemExit):
         main(["--out", str(tmp_path), *args])

@@ -1,4 +1,4 @@
-"""The low-data sweep end to end with real cells: `python -m megatron_biglm.finetune.lowdata`'s
+"""The low-data sweep end to end with real cells: `python -m megatron_biglm.cli.lowdata`'s
 main() over 2 tasks (synthetic "does the text contain `cat`?" rows in the super_glue RTE and
 BoolQ schemas, the tasks' own fixed prompts), N ∈ {0, 8, 32}, 2 seeds and all three paradigms:
 every cell a fine-tune (or, at N = 0, a zero-shot score) of a tiny model through the one
@@ -40,7 +40,7 @@ def _base_overrides(tokenizer: str, run_dir: Path) -> dict:
 
 
 def _train(tokenizer: str, files: dict, run_dir: Path, epochs: int, n_train: int) -> str:
-    from megatron_biglm.finetune_main import finetune
+    from megatron_biglm.cli.finetune import finetune
 
     over = {**_base_overrides(tokenizer, run_dir), "finetune.task": "rte", "finetune.epochs": epochs,
             "finetune.train_examples": n_train, "finetune.validate_every_steps": 1000,
@@ -74,7 +74,7 @@ def _trapezoid_ipr(f: dict, g: dict) -> float:
 
 
 def _sweep(setup, out: Path, capsys) -> str:
-    from megatron_biglm.lowdata_main import main
+    from megatron_biglm.cli.lowdata import main
 
     cells = {k: v for k, v in _base_overrides(setup["tokenizer"], out).items() if k != "run_dir"}
     assert main(["--config", setup["config"], *[f"{k}={v}" for k, v in cells.items()], "--out", str(out),

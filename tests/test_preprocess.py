@@ -162,7 +162,7 @@ def test_bad_input_is_counted_and_located(bpe_dir, tmp_path, capsys):
 @pytest.mark.slow  # a real subprocess: imports transformers + megatron, spawns 2 workers
 def test_cli_exit_status_and_summary_with_bad_input(bpe_dir, tmp_path):
     files, _ = _bad_input_files(tmp_path)
-    command = [sys.executable, str(REPO / "tools" / "preprocess_data.py"), "--input",
+    command = [sys.executable, "-m", "megatron_biglm.cli.preprocess", "--input",
                *map(str, files), "--output-prefix", str(tmp_path / "out"), "--tokenizer",
                str(bpe_dir), "--workers", "2", "--append-eod"]
     env = dict(os.environ, PYTHONPATH=str(REPO))  # the tool imports the package (installed, or this checkout)
@@ -177,7 +177,7 @@ def test_cli_exit_status_and_summary_with_bad_input(bpe_dir, tmp_path):
 
 def test_strict_fails_naming_file_and_line(bpe_dir, tmp_path, capsys):
     files, _ = _bad_input_files(tmp_path)
-    tool = load_tool("preprocess_data")
+    tool = load_tool("preprocess")
     rc = tool.main(["--input", str(files[0]), "--output-prefix", str(tmp_path / "out"),
                     "--tokenizer", str(bpe_dir), "--strict", "--quiet"])
     assert rc == 1
@@ -186,7 +186,7 @@ def test_strict_fails_naming_file_and_line(bpe_dir, tmp_path, capsys):
 
 
 def test_fatal_and_usage_exit_codes(bpe_dir, tmp_path, capsys):
-    tool = load_tool("preprocess_data")
+    tool = load_tool("preprocess")
     common = ["--output-prefix", str(tmp_path / "out"), "--tokenizer", str(bpe_dir), "--quiet"]
     assert tool.main(["--input", str(tmp_path / "nothing-*.jsonl"), *common]) == 1
     assert "no input files" in capsys.readouterr().err

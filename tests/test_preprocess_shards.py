@@ -191,7 +191,7 @@ def test_rerun_redoes_only_killed_or_stale_shards(runs, parts, tokenizer_dir, tm
     unchanged = (shards / "shard_00003.manifest.json").read_bytes()
 
     # what `LOCAL=1 SHARDS=4 bash launch/preprocess.sh` runs, in this process (one megatron import)
-    from megatron_biglm.data.cli_shards import main as shards_main
+    from megatron_biglm.cli.preprocess_shards import main as shards_main
 
     capsys.readouterr()
     assert shards_main(["--input", str(parts / "*.jsonl"), "--shards", "4", "--tokenizer",

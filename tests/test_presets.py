@@ -77,12 +77,12 @@ def test_count_params_cli_prints_breakdown_then_the_bare_total(tmp_path):
     custom = tmp_path / "mine.yaml"
     custom.write_text((REPO / "examples/configs/presets/tiny.yaml").read_text().replace(
         "num_layers: 4", "num_layers: 6"))
-    out = subprocess.run([sys.executable, "tools/count_params.py", str(custom)], cwd=REPO,
+    out = subprocess.run([sys.executable, "-m", "megatron_biglm.cli.count_params", str(custom)], cwd=REPO,
                          capture_output=True, text=True, check=True).stdout.splitlines()
     cfg = load_preset(custom)
     assert cfg.num_layers == 6 and out[-1] == str(count_params(cfg))
     assert any("embedding" in line for line in out[:-1])
-    bad = subprocess.run([sys.executable, "tools/count_params.py", "137m"], cwd=REPO,
+    bad = subprocess.run([sys.executable, "-m", "megatron_biglm.cli.count_params", "137m"], cwd=REPO,
                          capture_output=True, text=True)
     assert bad.returncode == 2 and "known presets" in bad.stderr and "136m" in bad.stderr
 

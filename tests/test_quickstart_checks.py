@@ -99,7 +99,7 @@ def test_held_out_documents_are_the_validation_split(corpus_jsonl, train_data, p
     from megatron_biglm.data.pretrain_data import build_pretrain_datasets
     from megatron_biglm.data.token_ids import TokenIds
     from megatron_biglm.data.tokenizer import load_tokenizer
-    from megatron_biglm.quickstart import TINY_CPU_CONFIG, held_out_documents
+    from megatron_biglm.cli.quickstart import TINY_CPU_CONFIG, held_out_documents
 
     split = yaml.safe_load(TINY_CPU_CONFIG.read_text())["data"]["split"]
     token_ids = TokenIds.from_tokenizer(load_tokenizer(train_data.tokenizer))

@@ -1,7 +1,7 @@
 """The quickstart stops on SIGTERM or Ctrl-C in any stage: it exits 0, runs no later stage on a
 stopped model, leaves no worker process behind, and a rerun of the same command resumes.
 
-Runs the real `python -m megatron_biglm.quickstart` in a subprocess on a small corpus and sends
+Runs the real `python -m megatron_biglm.cli.quickstart` in a subprocess on a small corpus and sends
 the signal when its log shows the stage under test.
 """
 from __future__ import annotations
@@ -23,7 +23,7 @@ ARGS = ["--max-plays", "8", "--steps", "40", "--eval-questions", "12", "--fill-m
 
 def _start(out):
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
-    return subprocess.Popen([sys.executable, "-m", "megatron_biglm.quickstart", "--out", str(out), *ARGS],
+    return subprocess.Popen([sys.executable, "-m", "megatron_biglm.cli.quickstart", "--out", str(out), *ARGS],
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
 
 
@@ -68,7 +68,7 @@ def test_sigterm_in_pretraining_saves_stops_and_a_rerun_resumes(tmp_path):
     assert marker["signal"] == "SIGTERM" and 10 <= marker["step"] < 40
     assert _gone(children)
 
-    rerun = subprocess.run([sys.executable, "-m", "megatron_biglm.quickstart", "--out", str(out), *ARGS],
+    rerun = subprocess.run([sys.executable, "-m", "megatron_biglm.cli.quickstart", "--out", str(out), *ARGS],
                            capture_output=True, text=True, env={**os.environ, "OMP_NUM_THREADS": "1"})
     assert rerun.returncode == 0, rerun.stdout[-3000:] + rerun.stderr[-3000:]
     assert f"resuming the run a SIGTERM stopped at step {marker['step']}" in rerun.stdout + rerun.stderr

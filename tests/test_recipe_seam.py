@@ -116,7 +116,7 @@ def _overrides(data_dirs: dict, run_dir, **extra):
 
 def run_straight_and_resumed(data_dirs: dict, out: str) -> dict:
     """Train STEPS steps straight, and 3 + resume to STEPS; loss, grad norm, weights of both."""
-    from megatron_biglm.train import train
+    from megatron_biglm.cli.train import train
 
     result = {}
     for name, legs in (("straight", [None]), ("resumed", [3, None])):
@@ -141,7 +141,7 @@ def _data_dirs(train_data):
 
 
 def test_custom_recipe_loss_is_what_the_loop_reports(train_data, tmp_path):
-    from megatron_biglm.train import train
+    from megatron_biglm.cli.train import train
     from megatron_biglm.training.metrics import read_metrics
 
     record: list = []

@@ -1,7 +1,7 @@
 """Seq2seq fine-tuning learns through the fine-tune entry point, and Mask-Predict decodes what
 it learned, with the CMLM length head.
 
-A tiny BiGLM is fine-tuned *inside the test* with `python -m megatron_biglm.finetune`'s
+A tiny BiGLM is fine-tuned *inside the test* with `python -m megatron_biglm.cli.finetune`'s
 `finetune()` on the XSUM task kind (documents/summaries in jsonl files) where the summary is
 the document reversed (3..6 words; the length head must count the source). The entry point
 validates with the recipe's Mask-Predict decoding (T = 10) and writes results.json: held-out
@@ -70,7 +70,7 @@ print(json.dumps(out))
 
 @pytest.mark.slow
 def test_reverse_task_learned_through_the_entry_point_and_decoded_by_mask_predict(tmp_path):
-    from megatron_biglm.finetune_main import finetune
+    from megatron_biglm.cli.finetune import finetune
 
     task = write_splits(tmp_path / "data", reversal_rows(), (N_TRAIN, N_VALID, 8), WORDS)
     run = tmp_path / "run"

@@ -1,6 +1,6 @@
 """Tokenizer training on a sample: the draw is reproducible per seed, spans the files, respects
 its limits, and equals the reference (every document sorted by priority, longest prefix
-within the limits); tools/train_tokenizer.py trains on it and reports it."""
+within the limits); python -m megatron_biglm.cli.train_tokenizer trains on it and reports it."""
 from __future__ import annotations
 
 import json

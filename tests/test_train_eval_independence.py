@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 import torch
 
-from megatron_biglm.train import train
+from megatron_biglm.cli.train import train
 from train_fixtures import loss_and_grad_norm, tiny_overrides, train_data  # noqa: F401 (fixture)
 
 KEYS = ("tokens", "labels", "loss_mask")

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from megatron_biglm.train import TrainResult, train
+from megatron_biglm.cli.train import TrainResult, train
 from megatron_biglm.training.backends import Backend, check_resume
 from megatron_biglm.checkpoint.signature import check_compatible, model_signature
 from megatron_biglm.checkpoint.dirs import (CheckpointError, choose_start, new_temp_dir,

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from megatron_biglm.train import train
+from megatron_biglm.cli.train import train
 from train_fixtures import tiny_overrides, train_data, train_records  # noqa: F401 (fixture)
 
 REPO = Path(__file__).resolve().parents[1]
@@ -23,7 +23,7 @@ STEPS = 6
 def _torchrun(overrides, timeout=240):
     from torchrun_util import free_port
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes=1", "--nproc-per-node=2",
-           f"--master-port={free_port()}", "-m", "megatron_biglm.train",
+           f"--master-port={free_port()}", "-m", "megatron_biglm.cli.train",
            "--config", str(REPO / "examples" / "configs" / "tiny_cpu.yaml"), *overrides]
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=timeout, env=env)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from eval_fixtures import write_task_data
-from megatron_biglm.train import train
+from megatron_biglm.cli.train import train
 from megatron_biglm.config import ConfigError, load_config
 from megatron_biglm.training.metrics import read_metrics
 from train_fixtures import loss_and_grad_norm, tiny_overrides, train_data  # noqa: F401 (fixture)

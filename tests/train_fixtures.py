@@ -67,7 +67,7 @@ def poisoned_train(config, overrides, poison):
     """`train(config, overrides)` with every per-token loss passed through `poison(step, loss)`:
     fault injection through the public seams, a recipe (BiGLM pretraining, wrapped) that is
     also a callback (its `on_step` advances the step it poisons)."""
-    from megatron_biglm.train import train
+    from megatron_biglm.cli.train import train
     from megatron_biglm.training.pretrain_recipe import PretrainRecipe
 
     class Poisoned(PretrainRecipe):

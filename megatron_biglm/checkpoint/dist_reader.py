@@ -84,7 +84,7 @@ class DistCheckpointWeights(Mapping):
         if not (self.dist_dir / ".metadata").is_file():
             raise DistCheckpointReadError(
                 f"{self.dist_dir} is not a torch_dist checkpoint (no .metadata file); point at a "
-                "checkpoint written by megatron_biglm.train (iter_N/, or its parent with `latest`)")
+                "checkpoint written by megatron_biglm.cli.train (iter_N/, or its parent with `latest`)")
         self._reader = _CachedMetadataReader(str(self.dist_dir))
         try:
             metadata = self._reader.read_metadata()

@@ -64,8 +64,8 @@ def locate(path) -> Path:
     if not (path / LATEST).is_file() and not (path / MANIFEST).is_file():
         raise CheckpointError(
             f"{path} is not a megatron-biglm checkpoint: expected an iter_N folder with {MANIFEST}, "
-            "or a checkpoint directory with a `latest` pointer (as written by megatron_biglm.train or "
-            "`convert_checkpoint.py from-hf`)")
+            "or a checkpoint directory with a `latest` pointer (as written by megatron_biglm.cli.train or "
+            "`python -m megatron_biglm.cli.convert from-hf`)")
     folder = resolve_load_path(path, str(path))
     if folder is None:  # pragma: no cover - resolve_load_path returns None only for load=none/auto
         raise CheckpointError(f"no complete checkpoint under {path}")

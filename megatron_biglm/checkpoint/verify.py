@@ -12,7 +12,7 @@ manifest's sizes and by parsing.
 
 A corrupt checkpoint is refused with the file, the item and where to go instead: the
 previous complete checkpoint beside it. `checkpoint.verify=false` (train), `verify=false`
-(the `biglm` eval model) and `--no-verify` (convert_checkpoint.py to-hf) skip the CRC pass
+(the `biglm` eval model) and `--no-verify` (`python -m megatron_biglm.cli.convert to-hf`) skip the CRC pass
 for storage one trusts; the manifest is always checked.
 
 Under torch.distributed (training), `collective=True` splits the items over the ranks and

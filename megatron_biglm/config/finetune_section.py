@@ -1,7 +1,7 @@
 """The `finetune:` section of a run config: what task a fine-tuning run learns and how long.
 
 Plain settings only (config/ sits below finetune/, which owns tasks and recipes). A run
-config with `finetune.task` set is run by `python -m megatron_biglm.finetune`, which turns
+config with `finetune.task` set is run by `python -m megatron_biglm.cli.finetune`, which turns
 the epochs into `schedule.train_steps` once it knows the training set's size:
 
     steps_per_epoch = ceil(train examples / training.global_batch_size)   (rounded UP: the

@@ -26,7 +26,7 @@ _DTYPES = {1: np.uint8, 2: np.int8, 3: np.int16, 4: np.int32, 5: np.int64, 6: np
            7: np.float32, 8: np.uint16}
 
 
-REMEDY = "re-run tools/preprocess_data.py to re-create PREFIX.bin and PREFIX.idx together"
+REMEDY = "re-run python -m megatron_biglm.cli.preprocess to re-create PREFIX.bin and PREFIX.idx together"
 # How many sequences, spread over the corpus, the token-id scan reads: a tokenizer mismatch
 # shows in any of them, and the max over a pretraining corpus would read terabytes.
 _ID_SCAN_SEQUENCES = 256
@@ -159,7 +159,7 @@ def check_vocab_fits(index: DatasetIndex, vocab_size: int) -> None:
         raise CorruptDatasetError(
             f"{bin_path}: stored as {dtype.name} (ids up to {np.iinfo(dtype).max:,}), but the tokenizer "
             f"has {vocab_size:,} tokens: the data was preprocessed for a smaller vocabulary. Re-run "
-            "tools/preprocess_data.py with this tokenizer (it picks a dtype that holds every id)")
+            "python -m megatron_biglm.cli.preprocess with this tokenizer (it picks a dtype that holds every id)")
     n = index.sequence_lengths.size
     if not index.num_tokens or dtype.kind not in "iu":
         return  # nothing stored (and an empty file cannot be memory-mapped)
@@ -177,7 +177,7 @@ def check_vocab_fits(index: DatasetIndex, vocab_size: int) -> None:
             raise CorruptDatasetError(
                 f"{bin_path}: sequence {i} holds token id {bad}, but the tokenizer's ids are 0..{vocab_size - 1}: "
                 "the data was preprocessed with a different tokenizer. Use that tokenizer, or re-run "
-                "tools/preprocess_data.py with this one")
+                "python -m megatron_biglm.cli.preprocess with this one")
 
 
 def dataset_stats(prefix, vocab_size: int | None = None) -> dict:

@@ -1,6 +1,6 @@
 """Corpus files -> Megatron indexed datasets (`{prefix}_{key}_document.{bin,idx}`).
 
-What Megatron-LM's `tools/preprocess_data.py` does, with the parts it lacks: HF fast
+What Megatron-LM's `python -m megatron_biglm.cli.preprocess` does, with the parts it lacks: HF fast
 tokenizers in batches, parquet and .gz/.zst inputs, counted (never fatal, never silent)
 bad input, and outputs that appear only when complete.
 

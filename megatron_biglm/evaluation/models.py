@@ -27,8 +27,7 @@ import logging
 from typing import Any
 
 from megatron_biglm.common.config_fields import coerce
-from megatron_biglm.inference.loading import (  # noqa: F401 - re-exported for callers
-    is_megatron_checkpoint, load_adapter, split_attention_for_variant)
+from megatron_biglm.inference.loading import load_adapter
 
 from .lm import MaskedLMEvalLM
 

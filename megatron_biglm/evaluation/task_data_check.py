@@ -8,7 +8,6 @@ every row needs, and the field holding its choices (which must not be empty).
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 #: task -> (required fields, choices field or None); dotted names reach into a nested object.
 SCHEMAS = {

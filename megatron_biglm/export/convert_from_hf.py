@@ -256,7 +256,7 @@ def _launched_world_size() -> int:
 def _spawn_ranks(hf_dir: Path, output_dir: Path, tp: int, pp: int, progress: bool) -> None:
     """Run the import on TP×PP local processes with torchrun; stream their output to stderr."""
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nnodes", "1",
-           "--nproc-per-node", str(tp * pp), "-m", "megatron_biglm.export.convert_cli", "from-hf",
+           "--nproc-per-node", str(tp * pp), "-m", "megatron_biglm.cli.convert", "from-hf",
            "--hf", str(hf_dir), "--output", str(output_dir), "--tp", str(tp), "--pp", str(pp), "--no-verify"]
     cmd += [] if progress else ["--quiet"]
     env = dict(os.environ)

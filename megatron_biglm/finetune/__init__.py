@@ -2,5 +2,4 @@
 `row_report`), the recipes that train them through the one loop (`recipes/`, one per task
 kind, picked by `recipes.recipe_for`), the run plan (`plan`: epochs -> steps, the recipe, the
 validation callback) and `validation` (task-metric validation, the `best` pointer,
-results.json). The command line is `python -m megatron_biglm.finetune` (`finetune_main.py`,
-top floor)."""
+results.json). The command line is `python -m megatron_biglm.cli.finetune` (top floor)."""

@@ -15,15 +15,13 @@ sdist can be given with `$BIGLM_BIGBENCH_SDIST` (no pip call). Fetching raises
 dependency, which pip >= 26 refuses even with --no-deps, so it is downloaded with pip 25.0.1
 (see `sdist_fetch`).
 
-    python -m megatron_biglm.finetune.bigbench_data --xsum xsum.jsonl
-    python -m megatron_biglm.finetune.bigbench_data --instructions ni.jsonl --limit-per-task 100
+    python -m megatron_biglm.cli.fetch_data bigbench --xsum xsum.jsonl
+    python -m megatron_biglm.cli.fetch_data bigbench --instructions ni.jsonl --limit-per-task 100
 """
 from __future__ import annotations
 
-import argparse
 import json
 import os
-import sys
 from pathlib import Path
 from typing import Iterator, Sequence
 
@@ -137,30 +135,3 @@ def write_jsonl(rows, path: Path) -> int:
             f.write(json.dumps(row, ensure_ascii=False) + "\n")
             count += 1
     return count
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--xsum", type=Path, help="write gem/xsum pairs (xsum schema) here")
-    parser.add_argument("--instructions", type=Path, help="write natural_instructions rows here")
-    parser.add_argument("--subtasks", nargs="*", default=None)
-    parser.add_argument("--limit", type=int, default=None, help="xsum pairs at most")
-    parser.add_argument("--limit-per-task", type=int, default=None)
-    args = parser.parse_args(argv)
-    folder = fetch()
-    print(f"BIG-bench tasks in {folder}")
-    if args.xsum:
-        report = RowReport()
-        n = write_jsonl(xsum_rows(limit=args.limit, report=report), args.xsum)
-        print(f"wrote {n} xsum pairs to {args.xsum}; {report.summary_line()}")
-    if args.instructions:
-        report = RowReport()
-        n = write_jsonl(instruction_rows(args.subtasks, limit_per_task=args.limit_per_task,
-                                         report=report), args.instructions)
-        print(f"wrote {n} instruction rows to {args.instructions}; {report.summary_line()}")
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -5,7 +5,7 @@ by the task's kind), the schedule in steps, and the validation callback.
 entry point scores the start point on the evaluation splits instead (`finetune/start_scores.py`).
 
 The epochs become steps here because only the encoded training set says how many examples
-there are (rounding: see `config/finetune_section.py`). What is derived (the schedule, and the
+there are (the one rule: `finetune/epochs.py`). What is derived (the schedule, and the
 settings a recipe settles, e.g. a head's `finetune.label_names`) is returned as `key=value`
 overrides, so the run's saved config.yaml holds the steps it really ran and what an export
 needs to know.
@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 
 from megatron_biglm.config import ConfigError, load_config
 
+from .epochs import steps_per_epoch, train_steps
 from .recipes import recipe_for
 from .tasks import get_task
 from .validation import TaskValidator
@@ -36,19 +37,19 @@ class FinetunePlan:
 
 
 def derived_schedule(n_train: int, options, global_batch_size: int, n_valid: int) -> dict:
-    """The schedule keys the epochs decide (see the module doc)."""
-    steps_per_epoch = math.ceil(n_train / global_batch_size)
-    train_steps = max(options.epochs * steps_per_epoch, options.min_steps)
+    """The schedule keys the epochs decide (the rule: `epochs.train_steps`)."""
+    per_epoch = steps_per_epoch(n_train, global_batch_size)
+    steps = train_steps(n_train, options.epochs, global_batch_size, options.min_steps)
     # every epoch, unless min_steps stretched the run: an "epoch" of a few examples is a step or
     # two, and a validation and checkpoint per step is no schedule; then once, at the end
-    stretched = train_steps > options.epochs * steps_per_epoch
-    interval = options.validate_every_steps or (train_steps if stretched else steps_per_epoch)
-    warmup = int(round(options.warmup_fraction * train_steps))
+    stretched = steps > train_steps(n_train, options.epochs, global_batch_size)
+    interval = options.validate_every_steps or (steps if stretched else per_epoch)
+    warmup = int(round(options.warmup_fraction * steps))
     return {
         "data.seq_length": options.max_length,
         "schedule.style": options.schedule,
-        "schedule.train_steps": train_steps,
-        "schedule.warmup_steps": min(warmup, train_steps - 1),
+        "schedule.train_steps": steps,
+        "schedule.warmup_steps": min(warmup, steps - 1),
         "training.eval_interval": interval,
         "training.eval_iters": max(1, math.ceil(n_valid / global_batch_size)),
         "checkpoint.save_interval": interval,
@@ -63,7 +64,7 @@ def plan_finetune(config_or_path, overrides=()) -> FinetunePlan:
     options = cfg.finetune
     if not options.enabled:
         raise ConfigError("this config has no finetune.task; name one (e.g. finetune.task=mnli) or use "
-                          "megatron_biglm.train for pretraining")
+                          "megatron_biglm.cli.train for pretraining")
     if not cfg.data.tokenizer:
         raise ConfigError("fine-tuning needs data.tokenizer (the pretrained model's tokenizer)")
     try:

@@ -10,7 +10,7 @@ nltk's path sandbox resolves links and refuses targets outside its data roots) a
 `nltk.data.path`, nltk's documented way to authorise a data folder.
 
     apt-get install -y --no-install-recommends wordnet-base wordnet-sense-index
-    python -m megatron_biglm.finetune.wordnet_setup      # builds the layout, prints where
+    python -m megatron_biglm.cli.fetch_data wordnet      # builds the layout, prints where
 
 `wordnet_reader()` is what the METEOR metric calls: an explicit `$BIGLM_WORDNET_DIR`, else a
 WordNet nltk already finds (e.g. after `nltk.download("wordnet")`), else the layout built from
@@ -20,12 +20,11 @@ from __future__ import annotations
 
 import os
 import shutil
-import sys
 from pathlib import Path
 
 DEBIAN_WORDNET = Path("/usr/share/wordnet")
 INSTALL_HINT = ("apt-get install -y --no-install-recommends wordnet-base wordnet-sense-index, "
-                "then `python -m megatron_biglm.finetune.wordnet_setup` (or set "
+                "then `python -m megatron_biglm.cli.fetch_data wordnet` (or set "
                 "BIGLM_WORDNET_DIR to a folder holding corpora/wordnet, or run "
                 "nltk.download('wordnet') where the web is reachable)")
 
@@ -84,7 +83,7 @@ def build_wordnet_dir(nltk_data_root: Path | None = None, source: Path = DEBIAN_
     return root
 
 
-def _reader_at(corpus_dir: Path):
+def reader_at(corpus_dir: Path):
     import warnings
 
     import nltk
@@ -107,10 +106,10 @@ def wordnet_reader(*, build: bool = True):
         if not (corpus / "lexnames").is_file():
             raise WordNetUnavailable(f"BIGLM_WORDNET_DIR={env} has no corpora/wordnet/lexnames. "
                                      f"Fix: {INSTALL_HINT}")
-        return _reader_at(corpus)
+        return reader_at(corpus)
     cached = default_cache_root() / "corpora" / "wordnet"
     if (cached / "lexnames").is_file():
-        return _reader_at(cached)
+        return reader_at(cached)
     try:  # a WordNet nltk itself finds (nltk.download, a folder or zip on its data path)
         import nltk
 
@@ -122,28 +121,5 @@ def wordnet_reader(*, build: bool = True):
     except LookupError:
         pass
     if build and DEBIAN_WORDNET.is_dir():
-        return _reader_at(build_wordnet_dir() / "corpora" / "wordnet")
+        return reader_at(build_wordnet_dir() / "corpora" / "wordnet")
     raise WordNetUnavailable(f"METEOR needs WordNet, and none was found. Fix: {INSTALL_HINT}")
-
-
-def main(argv: list[str] | None = None) -> int:
-    import argparse
-
-    parser = argparse.ArgumentParser(description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--root", type=Path, default=None, help="nltk_data root to build")
-    parser.add_argument("--source", type=Path, default=DEBIAN_WORDNET)
-    args = parser.parse_args(argv)
-    try:
-        root = build_wordnet_dir(args.root, args.source)
-    except WordNetUnavailable as exc:
-        print(exc, file=sys.stderr)
-        return 1
-    reader = _reader_at(root / "corpora" / "wordnet")
-    synonyms = ", ".join(reader.synset("rug.n.01").lemma_names())
-    print(f"WordNet 3.0 ready at {root}/corpora/wordnet (rug.n.01: {synonyms})")
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

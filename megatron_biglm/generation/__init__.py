@@ -5,7 +5,8 @@ T iterations, with exact prefix K/V reuse, block-wise decoding and a length beam
     outputs = MaskPredictGenerator(adapter, tokenizer).generate(["Once upon"], GenerationConfig(length=16))
     gen = MaskPredictGenerator.from_pretrained("runs/quickstart/hf")  # HF export or megatron checkpoint
 
-`loading.py` picks the backend from the path; `cli.py` is `tools/generate.py`.
+`from_pretrained` loads through the one inference loader (`inference.loading.load_adapter`);
+the command is `python -m megatron_biglm.cli.generate`.
 """
 from .config import GenerationConfig, GenerationConfigError
 from .generator import MaskPredictGenerator

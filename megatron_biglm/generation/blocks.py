@@ -12,7 +12,7 @@ How the finished block joins the prefix (`config.blocks`):
   see only what came before them (block-causal); the cache only grows. Without the cache the
   same pattern is recomputed from the ids at every iteration (the reference);
 - "canvas" (LLaDA): there is no prefix; every iteration runs the whole canvas, later slots
-  present as masks, with full attention (`canvas_forward`).
+  present as masks, with full attention (`slot_forward.CanvasForward`).
 
 The first block's prefixes are encoded once per distinct prompt, however many candidates share
 it. With an EOS cut, a candidate stops after the first block that holds an EOS.
@@ -23,10 +23,9 @@ from dataclasses import dataclass, field
 
 import torch
 
-from .canvas_forward import CanvasForward
 from .config import GenerationConfig
 from .mask_predict import decode_block
-from .slot_forward import SlotForward
+from .slot_forward import CanvasForward, SlotForward
 
 
 @dataclass

@@ -35,7 +35,7 @@ groups, d = h / nq head dim, f FFN size, V padded vocab):
 - Vocabulary rows past the tokenizer's size (padding to a multiple of 128) exist in the
   embedding and take part in the softmax, as in megatron.
 
-Heavy megatron imports are lazy: `tools/count_params.py` only needs config and param_count.
+Heavy megatron imports are lazy: `python -m megatron_biglm.cli.count_params` only needs config and param_count.
 """
 from __future__ import annotations
 

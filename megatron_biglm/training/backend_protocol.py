@@ -29,7 +29,7 @@ class Backend:
 
 def load_initial_weights(path: Path, modules) -> None:
     """Collective: copy a checkpoint's model weights into each bare model chunk (any saved
-    TP/PP: dist_checkpointing reshards); refuses a checkpoint of another shape. train.py has
+    TP/PP: dist_checkpointing reshards); refuses a checkpoint of another shape. cli/train.py has
     verified the checkpoint (checkpoint.verify) before anything was built."""
     for module in modules:
         load_model_weights(path, module, verify=False, fresh_heads=True)  # a fine-tune's new heads

@@ -8,12 +8,12 @@
 What a step computes (datasets, forward, loss, metrics) is the recipe's (recipe.py); the
 loop is the same for every recipe.
 
-`callbacks` run after each step on every rank: a plain callable as `cb(step, loop_state)`,
-an object with `on_step` as `cb.on_step(step, loop_state, ctx)`, where `ctx` is a
-`LoopContext` holding the live model chunks, the tokenizer, the config and the metrics
-logger (the in-training zero-shot evaluation plugs in here, wired by train.py). Validation
-and callbacks run with the RNG streams saved and restored around them, so they never change
-the training trajectory.
+`callbacks` (`training/callbacks.py`: step, save, log and evaluate events, as Protocols) run on
+every rank; a step callback gets a `LoopContext` holding the live model chunks, the tokenizer,
+the config and the metrics logger (the in-training zero-shot evaluation plugs in here, wired by
+cli/train.py). A callback that sets `loop_state.stop_requested` (early stopping) ends the run
+with a save, as a signal does. Validation and callbacks run with the RNG streams saved and
+restored around them, so they never change the training trajectory.
 """
 from __future__ import annotations
 
@@ -25,6 +25,7 @@ import torch
 
 from megatron_biglm.checkpoint.rng import preserved_rng
 from megatron_biglm.model.shape import BiGLMShape
+from megatron_biglm.training.callbacks import Callbacks
 from megatron_biglm.training.flops import mfu, train_step_flops
 from megatron_biglm.training.loop_state import LoopState  # noqa: F401 - re-exported: loop.LoopState
 from megatron_biglm.training.recipe import Recipe
@@ -33,7 +34,7 @@ from megatron_biglm.training.step import evaluate, train_step
 
 @dataclass
 class Components:
-    """Everything the loop needs, built by train.py (or by a test)."""
+    """Everything the loop needs, built by cli/train.py (or by a test)."""
     config: object
     info: object
     model_chunks: list
@@ -49,7 +50,7 @@ class Components:
     num_microbatches: int
     recipe: Recipe
     peak_tflops: float | None = None
-    callbacks: list = field(default_factory=list)
+    callbacks: Callbacks = field(default_factory=Callbacks)
     train_step_fn: object = train_step   # the backend's step and evaluation (backends.py)
     evaluate_fn: object = evaluate
     tokenizer: object = None
@@ -57,21 +58,15 @@ class Components:
 
 @dataclass
 class LoopContext:
-    """What a callback's `on_step` may read: the live run (the loop owns it; do not step it)."""
+    """What a step callback may read: the live run (the loop owns it; do not step it).
+    `callbacks`: the run's callbacks, so a validator can announce its scores (`evaluate`)."""
     model_chunks: list
     tokenizer: object
     config: object
     info: object
     metrics: object
     recipe: Recipe
-
-
-def _run_callbacks(c: Components, ctx: LoopContext, state: LoopState) -> None:
-    for cb in c.callbacks:
-        if hasattr(cb, "on_step"):
-            cb.on_step(state.iteration, state, ctx)
-        else:
-            cb(state.iteration, state)
+    callbacks: Callbacks = field(default_factory=Callbacks)
 
 
 def _memory() -> dict:
@@ -92,7 +87,11 @@ def run(c: Components, state: LoopState) -> LoopState:
     data = c.train_iter_fn(state.consumed_samples)
     window = {"t0": time.time(), "steps": 0, "flops": 0.0, "tokens": 0, "loss_sum": 0.0, "loss_n": 0}
     ctx = LoopContext(model_chunks=c.model_chunks, tokenizer=c.tokenizer, config=cfg, info=c.info,
-                      metrics=c.metrics, recipe=c.recipe)
+                      metrics=c.metrics, recipe=c.recipe, callbacks=c.callbacks)
+
+    def log(record: dict) -> None:
+        c.metrics.log(record)
+        c.callbacks.log(record)
 
     def validate():
         if c.valid_iter_fn is None:
@@ -104,7 +103,7 @@ def run(c: Components, state: LoopState) -> LoopState:
         state.last_val_loss = val["loss"]
         if state.first_val_loss is None:
             state.first_val_loss = val["loss"]
-        c.metrics.log({"kind": "valid", "step": state.iteration, "loss": val["loss"],
+        log({"kind": "valid", "step": state.iteration, "loss": val["loss"],
                        "consumed_tokens": state.consumed_tokens,
                        **{k: v for k, v in val.items() if k != "loss"}})
 
@@ -137,8 +136,8 @@ def run(c: Components, state: LoopState) -> LoopState:
             dt = max(time.time() - window["t0"], 1e-9)
             tflops, util = mfu(window["flops"] / window["steps"], dt / window["steps"], c.info.world_size,
                                c.peak_tflops)
-            c.metrics.log({
-                "step": state.iteration, "loss": out["loss"],
+            log({
+                "kind": "train", "step": state.iteration, "loss": out["loss"],
                 "loss_avg": window["loss_sum"] / window["loss_n"] if window["loss_n"] else math.nan,
                 "lr": c.optimizer.param_groups[0]["lr"], "grad_norm": out["grad_norm"],
                 "tokens_per_s": window["tokens"] / dt, "tflops_per_device": tflops, "mfu": util,
@@ -149,13 +148,13 @@ def run(c: Components, state: LoopState) -> LoopState:
             validate()
         if c.callbacks:
             with preserved_rng():  # e.g. zero-shot evaluation (lm-eval reseeds the global generators)
-                _run_callbacks(c, ctx, state)
-        stop = c.stop.should_stop()
+                c.callbacks.step(state.iteration, state, ctx)
+        stop = c.stop.should_stop() or state.stop_requested is not None
         if stop or state.iteration % cfg.checkpoint.save_interval == 0:
             path = c.save_fn(state)
             c.metrics.message(f"saved checkpoint {path}")
         if stop:
-            state.stopped_by = c.stop.name or "signal"
+            state.stopped_by = state.stop_requested or c.stop.name or "signal"
             c.metrics.message(f"received {state.stopped_by}: saved at step {state.iteration}, exiting")
             return state
     if t.eval_interval > 0 and state.iteration % t.eval_interval != 0:

@@ -21,6 +21,7 @@ class LoopState:
     last_val_loss: float | None = None
     first_val_loss: float | None = None
     stopped_by: str | None = None
+    stop_requested: str | None = None  # a callback's reason to end the run early (saved, like a signal)
     losses: list = field(default_factory=list)
     tokens_per_sample: int = 0  # for checkpoints written before consumed_tokens was saved
 

@@ -6,7 +6,8 @@ filters, the tokenized dataset, and (in `finetune/recipes/instruct.py`) the reci
 | `ChatTemplate`, `TemplateEncoder` (a role per token; prompts with `<mask>` slots) | `chat_template` |
 | FLAN/xP3 and instruction/input/output rows; language and target-length filters | `rows` |
 | `InstructionData` (.npy) and `InstructionSamples` (masked, by global sample) | `dataset` |
-| `python -m megatron_biglm.finetune.instruct build` | `__main__` |
+
+The commands are `python -m megatron_biglm.cli.instruct_data build` and `cli.instruct_tune`.
 """
 from .chat_template import TEMPLATES, ChatTemplate, Encoded, TemplateEncoder, get_template
 from .dataset import InstructionData, InstructionSamples, build_instruction_data

@@ -10,13 +10,11 @@ template (`chat_template.py`) and keeps the flat arrays:
 
 `save(dir)` writes them with `meta.json` (template, filters, tokenizer, the row report);
 `InstructionData.load(dir)` memory-maps them back. `InstructionSamples` is the training view:
-global sample g is example `perm_epoch[g mod n]` of epoch `g div n` (a fresh permutation per
-epoch, seeded), masked by `objective.instruct.mask_instruction` with a generator seeded by
+global sample g is the example the one epoch order (`finetune/epochs.py`) draws for g, masked by `objective.instruct.mask_instruction` with a generator seeded by
 (seed, g): a pure function of g, so `consumed_samples` resumes it exactly.
 """
 from __future__ import annotations
 
-import functools
 import json
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,6 +25,7 @@ import torch
 from megatron_biglm.data.token_ids import TokenIds
 from megatron_biglm.objective.instruct import INPUT_MASK_RATIO, mask_instruction
 
+from ..epochs import EpochOrder
 from ..row_report import SOURCE_TOO_LONG
 from .chat_template import TemplateEncoder, get_template
 from .rows import InstructionReport, read_instruction_rows
@@ -67,7 +66,7 @@ class InstructionData:
         missing = [n for n in (*_ARRAYS, "meta") if not (folder / f"{n}.{'json' if n == 'meta' else 'npy'}").is_file()]
         if missing:
             raise FileNotFoundError(f"{folder} is not an instruction dataset (missing {missing}); build it with "
-                                    "`python -m megatron_biglm.finetune.instruct build ...`")
+                                    "`python -m megatron_biglm.cli.instruct_data build ...`")
         arrays = {n: np.load(folder / f"{n}.npy", mmap_mode="r") for n in _ARRAYS}
         return cls(**arrays, meta=json.loads((folder / "meta.json").read_text()))
 
@@ -115,6 +114,7 @@ class InstructionSamples(torch.utils.data.Dataset):
     `seq_length` (`valid_lengths` says where the real tokens end)."""
 
     def __init__(self, data: InstructionData, count: int, seq_length: int, ids: TokenIds, *, seed: int,
+                 global_batch: int,
                  variant: str = "biglm", ratio: float = INPUT_MASK_RATIO, first: int = 0):
         if len(data) == 0:
             raise ValueError("the instruction dataset is empty")
@@ -124,17 +124,14 @@ class InstructionSamples(torch.utils.data.Dataset):
         self.data, self.count, self.seq_length, self.ids = data, int(count), int(seq_length), ids
         self.seed, self.variant, self.ratio, self.first = int(seed), variant, float(ratio), int(first)
         self.pad_id = ids.pad_id
+        # the one epoch order (finetune/epochs.py); stream 0 here, stream 1 is the masking
+        self.order = EpochOrder(len(data), global_batch, self.seed, stream=(0,))
 
     def __len__(self) -> int:
         return self.count
 
-    @functools.lru_cache(maxsize=4)  # noqa: B019 - a few epochs' permutations, per dataset
-    def _order(self, epoch: int) -> np.ndarray:
-        return np.random.default_rng([self.seed, 0, epoch]).permutation(len(self.data))
-
     def example_index(self, i: int) -> int:
-        epoch, j = divmod(self.first + int(i), len(self.data))
-        return int(self._order(epoch)[j])
+        return self.order(self.first + int(i))
 
     def __getitem__(self, i: int) -> dict:
         g = self.first + int(i)

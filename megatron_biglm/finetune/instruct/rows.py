@@ -20,7 +20,7 @@ from typing import Iterator, Sequence
 from megatron_biglm.data.readers import NOT_AN_OBJECT
 
 from ..data_files import file_objects
-from ..row_report import EMPTY_FIELD, EMPTY_TARGET, MISSING_FIELD, SOURCE_TOO_LONG, RowReport
+from ..row_report import EMPTY_FIELD, EMPTY_TARGET, MISSING_FIELD, RowReport
 
 OTHER_LANGUAGE = "other_language"
 TARGET_TOO_LONG = "target_too_long"

@@ -7,7 +7,9 @@ N ∈ {0, 8, ..., 128} training examples and seeds, with the IPR table.
 | results CSV, mean ± std plots, IPR table | `results` |
 | the resumable run over pluggable cell runners | `runner` |
 | the real cell runners: one fine-tune per cell through the fine-tuning entry | `cells` |
-| `python -m megatron_biglm.finetune.lowdata` (runs the top-floor `megatron_biglm/lowdata_main.py`) | `__main__` |
+
+The command is `python -m megatron_biglm.cli.lowdata` (top floor: it hands the fine-tuning entry
+to the cell runners).
 """
 from .grid import PARADIGMS, Cell, Grid
 from .runner import load_runner, run_sweep

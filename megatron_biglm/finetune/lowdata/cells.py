@@ -1,5 +1,5 @@
 """The real cell runners of the low-data sweep: every cell is one run of the one fine-tuning
-entry (`finetune_main.finetune(config, overrides)`, passed in: this package sits below the
+entry (`cli.finetune.finetune(config, overrides)`, passed in: this package sits below the
 entry points) on the sweep's base config, with the cell's overrides:
 
 | paradigm | task | start point (`finetune.init_from`) |

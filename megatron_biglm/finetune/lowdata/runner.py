@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 from typing import Callable, Mapping
 
-from .grid import Cell, Grid
+from .grid import Grid
 from .results import append_result, curves, finished, ipr_table, plot_task, read_results, write_ipr_table
 
 

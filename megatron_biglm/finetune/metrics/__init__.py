@@ -8,7 +8,7 @@ tables), so best-checkpoint selection compares like with like.
 | ROUGE-1/2/L, BLEU-n, METEOR | `generation` | `rouge-score` (Porter stemming), `sacrebleu` corpus BLEU, nltk METEOR with offline WordNet |
 | a task's metrics as one flat dict | `task_scores` | keys a `Task.select` can name |
 | IPR (seed 001) | `ipr` | ∫f/∫g − 1, trapezoid over the Ns both curves have |
-| Genset BLEU-2 / Distinct-2 | `genset` | sacrebleu BLEU (order 2), corpus-level distinct bigrams |
+| Genset BLEU-2 / Distinct-2 | `generation` | sacrebleu BLEU (order 2), corpus-level distinct bigrams |
 """
 from .classification import accuracy, macro_f1
 from .generation import bleu, meteor, rouge

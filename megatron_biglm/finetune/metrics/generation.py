@@ -67,3 +67,18 @@ def meteor(predictions: Sequence[str], references: Sequence[Reference], *, wordn
     total = sum(meteor_score([g.split() for g in golds], pred.split(), wordnet=wordnet)
                 for pred, golds in zip(predictions, refs))
     return total / len(predictions)
+
+
+# ---------------------------------------------------------------- Genset (paper Table 5)
+# BLEU-2 (`bleu` with max n-gram order 2, as a fraction in [0, 1]) and Distinct-2 (Li et al.,
+# 2016): distinct bigrams / all bigrams over the whole set of generations (corpus level), on
+# lowercased whitespace tokens; a text of one token adds no bigram; 0 when there is no bigram.
+def distinct_n(texts: Sequence[str], n: int = 2) -> float:
+    grams = [tuple(tokens[i:i + n]) for tokens in (t.lower().split() for t in texts)
+             for i in range(len(tokens) - n + 1)]
+    return len(set(grams)) / len(grams) if grams else 0.0
+
+
+def genset_scores(predictions: Sequence[str], references: Sequence[Reference]) -> dict:
+    """{"bleu2", "distinct2"} of one Genset data set (WIKI-AUTO, QQP, PersonaChat, ...)."""
+    return {"bleu2": bleu(predictions, references, max_order=2), "distinct2": distinct_n(predictions, 2)}

@@ -1,4 +1,4 @@
-"""Multitask evaluation after instruction tuning (paper Table 5; `tools/eval_multitask.py`).
+"""Multitask evaluation after instruction tuning (paper Table 5; `python -m megatron_biglm.cli.eval_multitask`).
 
 | section | module | what |
 |---|---|---|

@@ -1,5 +1,5 @@
 """Genset (paper Table 5, "B-2 / D-2"): Mask-Predict generation on source/reference pairs,
-scored with BLEU-2 and Distinct-2 (`metrics/genset.py`: sacrebleu corpus BLEU of order 2,
+scored with BLEU-2 and Distinct-2 (`metrics/generation.py`: sacrebleu corpus BLEU of order 2,
 corpus-level distinct bigrams).
 
 The paper's Genset is 100 sampled instances each of WIKI-AUTO (simplification), QQP
@@ -16,7 +16,7 @@ from pathlib import Path
 from megatron_biglm.common.json_lines import json_lines
 
 from ..instruct.chat_template import get_template
-from ..metrics.genset import genset_scores
+from ..metrics.generation import genset_scores
 
 
 class BadGensetData(ValueError):

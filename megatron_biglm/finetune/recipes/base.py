@@ -6,10 +6,9 @@ section, `config.finetune_section.FinetuneConfig`; recipe-specific keys via
 schedule exists: the epochs become steps from the training set's size); `build_data` then
 serves the encoded examples to the loop:
 
-  * train: `EpochSamples`: global sample i -> epoch i // (steps_per_epoch * global_batch),
-    a fresh permutation of the examples per epoch (seeded by data.seed and the epoch); the
-    last step of an epoch tops up with the first examples of that epoch's permutation.
-    A pure function of i, so `consumed_samples` resumes it exactly.
+  * train: `epochs.EpochSamples`, the one epoch order of every recipe (a fresh seeded
+    permutation per epoch, the last step topping up from it; a pure function of the global
+    sample index, so `consumed_samples` resumes it exactly).
   * valid: the selection split, wrapped round to whole global batches, for the loop's
     validation loss.
 
@@ -37,28 +36,11 @@ import torch
 from megatron_biglm.training.recipe import LOSS_KEY, Recipe, RecipeData
 
 from ..data_files import load_split
+from ..epochs import EpochSamples
+from ..epochs import steps_per_epoch as epoch_steps
 from ..metrics import task_scores
 from ..row_report import RowReport
 from ..tasks import encode_rows
-
-
-class EpochSamples(torch.utils.data.Dataset):
-    """`total` samples drawn epoch by epoch from `examples` (see the module doc)."""
-
-    def __init__(self, examples: Sequence, samples_per_epoch: int, total: int, seed: int):
-        if not examples:
-            raise ValueError("no training examples left after the checks (see the row report above)")
-        self.examples, self.per_epoch, self.total, self.seed = list(examples), samples_per_epoch, total, seed
-        self._perm: dict[int, np.ndarray] = {}
-
-    def __len__(self) -> int:
-        return self.total
-
-    def __getitem__(self, i: int):
-        epoch, within = divmod(int(i), self.per_epoch)
-        if epoch not in self._perm:
-            self._perm[epoch] = np.random.default_rng([self.seed, epoch]).permutation(len(self.examples))
-        return self.examples[int(self._perm[epoch][within % len(self.examples)])]
 
 
 class Wrapped(torch.utils.data.Dataset):
@@ -177,7 +159,7 @@ class FinetuneRecipe(Recipe):
         return out
 
     def steps_per_epoch(self, global_batch_size: int) -> int:
-        return math.ceil(len(self.train_examples) / global_batch_size)
+        return epoch_steps(len(self.train_examples), global_batch_size)
 
     def derived_settings(self) -> dict:
         """Run-config keys this recipe settles (e.g. the head's label names), written into the
@@ -188,8 +170,7 @@ class FinetuneRecipe(Recipe):
         if not self.train_examples:
             self.prepare(config)
         gbs = config.training.global_batch_size
-        per_epoch = self.steps_per_epoch(gbs) * gbs
-        train = EpochSamples(self.train_examples, per_epoch, config.schedule.train_steps * gbs, config.data.seed)
+        train = EpochSamples(self.train_examples, gbs, config.schedule.train_steps * gbs, config.data.seed)
         valid = self.eval_examples.get(self.select_split) or None
         valid = Wrapped(valid, math.ceil(len(valid) / gbs) * gbs) if valid else None
         return RecipeData(train=train, valid=valid, tokenizer=self.tokenizer, collate_fn=self.collate)

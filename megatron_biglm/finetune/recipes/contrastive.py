@@ -1,8 +1,8 @@
 """Contrastive fine-tuning of retrieval embeddings: a Recipe on the one training loop.
 
-Data: jsonl pairs (`finetune/retrieval/pairs.py`), sample i of the run is pair
-`order[i mod n]` where `order` is a seeded permutation redrawn each epoch, so the sample is a
-pure function of its global index and `consumed_samples` resumes it. A micro-batch holds the
+Data: jsonl pairs (`finetune/retrieval/pairs.py`), drawn epoch by epoch in the one epoch
+order of every recipe (`finetune/epochs.py`), so the sample is a pure function of its global
+index and `consumed_samples` resumes it. A micro-batch holds the
 queries (prefixed "query: ") and their passages (prefixed "passage: "): b positives, then
 b*k hard negatives. One forward encodes both (right-padded to one length, padding masked by
 `valid_lengths`); the loss is InfoNCE over in-batch + hard negatives gathered from every DP
@@ -24,6 +24,7 @@ from functools import partial
 import numpy as np
 import torch
 
+from megatron_biglm.finetune.epochs import EpochSamples
 from megatron_biglm.finetune.retrieval.embed import EmbeddingOptions, pool, tokenize
 from megatron_biglm.finetune.retrieval.infonce import info_nce_sum
 from megatron_biglm.finetune.retrieval.pairs import read_pairs
@@ -31,21 +32,6 @@ from megatron_biglm.training.recipe import LOSS_KEY, Recipe, RecipeData
 
 KNOWN_OPTIONS = {"train", "valid", "hard_negatives", "temperature", "pooling", "normalize", "max_length",
                  "query_prefix", "passage_prefix"}
-
-
-class PairSamples(torch.utils.data.Dataset):
-    """`length` samples cycling over `pairs`, reshuffled (seeded) each epoch."""
-
-    def __init__(self, pairs, length: int, seed: int):
-        self.pairs, self.length, self.seed = pairs, length, seed
-
-    def __len__(self):
-        return self.length
-
-    def __getitem__(self, i):
-        epoch, j = divmod(int(i), len(self.pairs))
-        order = np.random.default_rng([self.seed, epoch]).permutation(len(self.pairs))
-        return self.pairs[order[j]]
 
 
 def collate_pairs(samples, *, tokenizer, options: EmbeddingOptions) -> dict:
@@ -110,9 +96,9 @@ class ContrastiveRecipe(Recipe):
         if self.options.get("valid") and config.training.eval_iters > 0:
             pairs, vreport = read_pairs(self.options["valid"], hard_negatives=self.hard_negatives)
             self.reports["valid"] = vreport.as_dict()
-            valid = PairSamples(pairs, config.training.eval_iters * gbs, config.data.seed + 1)
+            valid = EpochSamples(pairs, gbs, config.training.eval_iters * gbs, config.data.seed + 1)
         collate = partial(collate_pairs, tokenizer=self.tokenizer, options=self.embedding)
-        return RecipeData(train=PairSamples(train, config.schedule.train_steps * gbs, config.data.seed),
+        return RecipeData(train=EpochSamples(train, gbs, config.schedule.train_steps * gbs, config.data.seed),
                           valid=valid, tokenizer=self.tokenizer, collate_fn=collate)
 
     def forward(self, model, batch, device):

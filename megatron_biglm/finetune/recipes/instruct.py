@@ -1,6 +1,6 @@
 """InstructRecipe: masked-LM instruction tuning (seed 001 §3.1) through the one training loop.
 
-Data: an `InstructionData` (built by `python -m megatron_biglm.finetune.instruct build`),
+Data: an `InstructionData` (built by `python -m megatron_biglm.cli.instruct_data build`),
 viewed as `InstructionSamples`: train_steps × global_batch_size samples by global index
 (epochs cycle with a fresh seeded order), each masked by `objective.instruct.mask_instruction`
 (15 % of the input tokens, never template/special tokens; the whole target). The forward and
@@ -32,7 +32,7 @@ class InstructRecipe(PretrainRecipe):
         options = dict(options or {})
         if options.get("data") is None:
             raise ValueError("the instruct recipe needs options['data']: a dataset dir written by "
-                             "`python -m megatron_biglm.finetune.instruct build` (or an InstructionData)")
+                             "`python -m megatron_biglm.cli.instruct_data build` (or an InstructionData)")
         self.task, self.tokenizer, self.options = task, tokenizer, options
 
     def build_data(self, config, model_config, dp_size: int) -> RecipeData:  # noqa: ARG002
@@ -45,6 +45,7 @@ class InstructRecipe(PretrainRecipe):
         ids = TokenIds.from_tokenizer(tokenizer)
         variant = self.options.get("variant") or config.objective.resolved.variant
         common = dict(seq_length=config.data.seq_length, ids=ids, variant=variant,
+                      global_batch=config.training.global_batch_size,
                       ratio=float(self.options.get("mask_ratio", INPUT_MASK_RATIO)))
         train = InstructionSamples(_data(self.options["data"]),
                                    config.schedule.train_steps * config.training.global_batch_size,

@@ -28,7 +28,7 @@ Masks are a pure function of (seed, global sample index) (`MaskedSeq2Seq` over t
 `EpochSamples` order), so a resumed run draws the same ones. Batches are right-padded to one
 width and carry `valid_lengths`.
 
-    python -m megatron_biglm.finetune --config examples/configs/finetune/xsum.yaml
+    python -m megatron_biglm.cli.finetune --config examples/configs/finetune/xsum.yaml
     # or, from Python, with examples already encoded:
     recipe = Seq2SeqRecipe(None, tokenizer, {"max_source_length": 64, "max_target_length": 16})
     recipe.set_examples(train_examples, valid_examples)
@@ -52,7 +52,7 @@ from megatron_biglm.training.recipe import LOSS_KEY, RecipeData, padding_exclude
 
 from ..metrics import task_scores
 from ..tasks.seq2seq import Seq2SeqEncoder, Seq2SeqExample
-from .base import EpochSamples, FinetuneRecipe, Wrapped
+from .base import FinetuneRecipe
 
 DEFAULTS = {"max_target_length": 64, "append_eos": False, "length_loss_weight": 0.1,
             "source_mask_rate": 0.0, "overlong_source": "truncate", "eval_limit": None}

@@ -73,4 +73,4 @@ def load_encoder(path, *, pooling: str = "mean", normalize: bool = True, max_len
         options = EmbeddingOptions(pooling=pooling, normalize=normalize, max_length=max_length)
         return OurEncoder(loaded.model, loaded.tokenizer, options, identity=_identity(loaded.checkpoint.path))
     raise FileNotFoundError(f"{path} is neither a sentence-transformers directory (modules.json) nor a "
-                            "megatron-biglm checkpoint; export one with `tools/convert_checkpoint.py to-st`")
+                            "megatron-biglm checkpoint; export one with `python -m megatron_biglm.cli.convert to-st`")

@@ -3,7 +3,7 @@
 Seed 001 fixes the verbalizer, not the prompt text: label words "yes"/"no", plus "maybe" for
 CB (its §3.2/§4.4); one fixed prompt per task across all paradigms. The templates below are
 ours, written in that spirit (yes/no questions ending in "Answer: <mask>"); MNLI uses the
-issue's template with True/False/Neither. Label word i verbalises the data set's label index i
+RTE-style template with True/False/Neither. Label word i verbalises the data set's label index i
 (`data_files.SCHEMAS[...].label_names`), e.g. CB: entailment -> yes, contradiction -> no,
 neutral -> maybe. COPA's binary label (choice2 is the answer) is asked as a yes/no question.
 

@@ -1,0 +1,29 @@
+"""Every command of megatron-biglm, one module each (top floor: may import any package).
+
+Each module has a `main(argv=None) -> int`; run it as `python -m megatron_biglm.cli.NAME` or
+through its console script (setup.py: `biglm-NAME`, installed with the package). The two
+drivers that wire the floors together are here too, because they are what the commands run:
+`train.train` (the one loop with the run's callbacks) and `finetune.finetune` (a recipe on it).
+
+  quickstart         the README's main job end to end           biglm-quickstart
+  train              pretraining (also under torchrun)            biglm-train
+  finetune           every fine-tuning task, from its config      biglm-finetune
+  instruct_tune      instruction tuning (epochs -> steps)         biglm-instruct-tune
+  instruct_data      FLAN/xP3 rows -> tokenized instruction data  biglm-instruct-data
+  lowdata            the low-data sweep (IPR)                     biglm-lowdata
+  generate           Mask-Predict generation                      biglm-generate
+  eval_zero_shot     lm-eval suites with a masked LM              biglm-eval
+  eval_multitask     the Table 5 row (MMLU, SuperGLUE, Genset)    biglm-eval-multitask
+  eval_retrieval     BEIR-format nDCG/Recall/MRR                  biglm-eval-retrieval
+  convert            to-hf, from-hf, to-st                        biglm-export
+  preprocess         corpora -> Megatron .bin/.idx                biglm-preprocess
+  preprocess_shards  one SLURM array task of a sharded preprocess biglm-preprocess-shards
+  merge_datasets     concatenate datasets or merge shards         biglm-merge-datasets
+  inspect_dataset    a dataset's statistics and documents         biglm-inspect-dataset
+  train_tokenizer    byte-level BPE on a (sampled) corpus         biglm-train-tokenizer
+  count_params       a preset's parameter breakdown               biglm-count-params
+  kernels            the kernels a config gets on this machine    biglm-kernels
+  plot_curves        loss curves of runs (PNG)                    biglm-plot-curves
+  lm_eval            lm-eval's own CLI, our models registered   biglm-lm-eval
+  fetch_data         corpus, BIG-bench and WordNet, offline-safe  biglm-fetch-data
+"""

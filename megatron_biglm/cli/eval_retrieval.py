@@ -1,0 +1,70 @@
+"""`python -m megatron_biglm.cli.eval_retrieval`: nDCG@10 / Recall@100 / MRR@10 of a model on BEIR-format folders.
+
+    python -m megatron_biglm.cli.eval_retrieval --model DIR --data BEIR_DIR [BEIR_DIR ...] --output results.json [--split test]
+
+--model: a sentence-transformers directory (`python -m megatron_biglm.cli.convert to-st`) or one of our
+checkpoints. Prints one row per data set and their average (as the paper's Table 3) and
+writes {"datasets": {NAME: {"ndcg@10", "recall@100", "mrr@10", counts...}}, "average": {...}}.
+Exit 1 on a bad input (the message says what to fix).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from megatron_biglm.finetune.retrieval.beir import METRICS, BeirFormatError, evaluate_beir
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="eval_retrieval.py", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--model", required=True, help="sentence-transformers dir or megatron-biglm checkpoint")
+    p.add_argument("--data", required=True, nargs="+", help="BEIR-format folders (NAME = folder name)")
+    p.add_argument("--output", help="results JSON")
+    p.add_argument("--split", default="test", help="qrels/<split>.tsv (default test)")
+    p.add_argument("--batch-size", type=int, default=32)
+    p.add_argument("--cache-dir", default=str(Path("~/.cache/biglm_retrieval").expanduser()),
+                   help="corpus-embedding cache ('' disables)")
+    p.add_argument("--pooling", default="mean", help="for a megatron checkpoint: mean|cls|last")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    return p
+
+
+def format_table(results: dict) -> str:
+    rows = [("dataset", *METRICS, "queries", "skipped")]
+    for name, r in results["datasets"].items():
+        rows.append((name, *(f"{100 * r[m]:.2f}" for m in METRICS), str(r["queries"]), str(r["skipped_queries"])))
+    rows.append(("average", *(f"{100 * results['average'][m]:.2f}" for m in METRICS), "", ""))
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    return "\n".join("  ".join(c.ljust(w) for c, w in zip(row, widths)) for row in rows)
+
+
+def evaluate(encoder, folders, *, split="test", cache_dir=None, batch_size=32, progress=True) -> dict:
+    datasets = {}
+    for folder in folders:
+        name = Path(folder).resolve().name
+        if name in datasets:
+            raise BeirFormatError(f"two data folders are named {name!r}: results are keyed by folder name")
+        datasets[name] = evaluate_beir(encoder, folder, split=split, cache_dir=cache_dir,
+                                       batch_size=batch_size, progress=progress)
+    average = {m: sum(r[m] for r in datasets.values()) / len(datasets) for m in METRICS}
+    return {"datasets": datasets, "average": average}
+
+
+def main(argv=None) -> int:
+    args = build_parser().parse_args(argv)
+    from megatron_biglm.finetune.retrieval.encoders import load_encoder
+
+    try:
+        encoder = load_encoder(args.model, pooling=args.pooling)
+        results = evaluate(encoder, args.data, split=args.split, cache_dir=args.cache_dir or None,
+                           batch_size=args.batch_size, progress=not args.quiet)
+    except (BeirFormatError, FileNotFoundError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    print(format_table(results), flush=True)
+    if args.output:
+        Path(args.output).write_text(json.dumps(results, indent=2) + "\n")
+    return 0
