@@ -61,7 +61,10 @@ def test_seq2seq_decoding_options_are_checked_and_a_fixed_length_is_kept():
     fixed = recipe(generation={"length": 5}).decoding
     assert (fixed.length, fixed.max_new_tokens, fixed.length_beam) == (5, None, 5)
     for bad in (0, -3, 2.5, True):
-        with pytest.raises(ValueError, match="eval_limit must be a whole number >= 1"):
+        with pytest.raises(ValueError, match="finetune.options.eval_limit"):
             recipe(eval_limit=bad)
-    with pytest.raises(ValueError, match="generation must be a mapping"):
+    with pytest.raises(ValueError, match="finetune.options.generation.*expected a dict"):
         recipe(generation=[10])
+    with pytest.raises(ValueError, match=r"unknown option 'finetune.options.max_targt_length' for task kind "
+                                         r"'seq2seq' \(did you mean 'max_target_length'\?\); valid keys"):
+        recipe(max_targt_length=8)

@@ -22,6 +22,7 @@ import torch
 from megatron.core import dist_checkpointing, parallel_state
 
 from megatron_biglm import patches
+from megatron_biglm.common.mcore_internals import start_checkpoint_writer_queue
 
 from .dirs import TRAIN_STATE, CheckpointError, refuse_weights_only
 from .files import begin_checkpoint, restore_rng, seal_checkpoint, world_size
@@ -39,6 +40,7 @@ def save_checkpoint(root: Path, iteration: int, model_chunks, optimizer, schedul
     """Write `root/iter_N` atomically; return its path (on every rank). `config`: the run
     config (see files.seal_checkpoint)."""
     tmp = begin_checkpoint(root, iteration, subdirs=("dist",))
+    start_checkpoint_writer_queue()  # a driver script needs no main guard
     dist_checkpointing.save(_sharded(model_chunks, optimizer, is_loading=False), str(tmp / "dist"))
     state = dict(train_state, iteration=iteration, scheduler=scheduler.state_dict(), world_size=world_size(),
                  tp=parallel_state.get_tensor_model_parallel_world_size(),

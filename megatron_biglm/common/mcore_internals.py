@@ -77,3 +77,38 @@ def transformer_config_release_defaults() -> dict:
         if name in names:
             return {name: []}
     return {}
+
+
+def start_checkpoint_writer_queue() -> None:
+    """Start megatron's checkpoint-writer results queue now, so that a driver script without an
+    ``if __name__ == "__main__":`` guard can save.
+
+    `dist_checkpointing.save` (torch_dist format) hands its results through one queue served by
+    a `multiprocessing` Manager started with "spawn" (`strategies.filesystem_async`: private
+    `_get_write_results_queue` in 0.16, public `get_write_results_queue` from 0.19; created on
+    the first save). A spawned
+    child re-imports the parent's ``__main__`` script, so a script without the guard runs again
+    inside it and the save fails with multiprocessing's bootstrapping error. The Manager's
+    server runs none of the caller's code, so it is started here with ``__main__``'s file and
+    spec hidden: the child then imports nothing of the script. Later saves reuse the queue."""
+    import sys
+
+    from megatron.core.dist_checkpointing.strategies import filesystem_async
+
+    start = getattr(filesystem_async, "get_write_results_queue", None) or \
+        getattr(filesystem_async, "_get_write_results_queue", None)
+    if not callable(start):
+        raise _unsupported("dist_checkpointing.strategies.filesystem_async.get_write_results_queue",
+                           "nothing (the member is gone)")
+    main = sys.modules.get("__main__")
+    saved = dict(vars(main)) if main is not None else {}
+    try:
+        if main is not None:  # what an interactive session looks like to multiprocessing.spawn
+            main.__spec__ = None
+            vars(main).pop("__file__", None)
+        start()
+    finally:
+        if main is not None:
+            for key in ("__spec__", "__file__"):
+                if key in saved:
+                    setattr(main, key, saved[key])

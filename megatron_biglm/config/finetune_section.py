@@ -1,5 +1,8 @@
 """The `finetune:` section of a run config: what task a fine-tuning run learns and how long.
 
+`task` is a built-in task's name (mnli, cb_head, squad, ...) or a task declared as a mapping
+(kind, fields, label_field, labels, ...; `finetune/tasks/declaration.py`).
+
 Plain settings only (config/ sits below finetune/, which owns tasks and recipes). A run
 config with `finetune.task` set is run by `python -m megatron_biglm.cli.finetune`, which turns
 the epochs into `schedule.train_steps` once it knows the training set's size:
@@ -22,7 +25,8 @@ fine-tune starts from (fresh optimizer and schedule). `label_names`: what a `hea
 label indices are called (index order). The fine-tune fills it in from the data set's schema
 (e.g. MNLI: entailment, neutral, contradiction) as a derived key, so the checkpoint's
 config.yaml carries it and the HF export names config.json's `id2label` after it; set it to
-rename the labels (one distinct name per label). `options`: recipe-specific settings
+rename the labels (one distinct name per label); `problem_type` (derived the same way) is the head's
+HF problem type. `options`: recipe-specific settings
 (e.g. span QA's `doc_stride`, seq2seq's `max_target_length`), read by the task kind's recipe.
 
 Low data (seed 001 §4.3): `train_examples: N` trains on N examples drawn from the usable
@@ -43,7 +47,7 @@ from megatron_biglm.common.config_fields import ConfigError
 
 @dataclass
 class FinetuneConfig:
-    task: Optional[str] = None
+    task: Any = None   # a built-in task's name, or a task declaration (finetune/tasks/declaration.py)
     data: dict = field(default_factory=dict)
     hub: bool = False
     max_length: int = 256
@@ -60,6 +64,7 @@ class FinetuneConfig:
     fill_short_labels_with: Optional[int] = None
     init_from: Optional[str] = None
     label_names: Optional[list] = None
+    problem_type: Optional[str] = None
     eval_batch_size: int = 16
     train_examples: Optional[int] = None
     min_steps: int = 0
@@ -79,6 +84,9 @@ class FinetuneConfig:
         """What is wrong with these settings, or None."""
         if not self.enabled:
             return None
+        if not isinstance(self.task, (str, dict)):
+            return (f"finetune.task must be a built-in task's name or a task declaration (a mapping with "
+                    f"kind, fields, label_field, ...), got {self.task!r}")
         if self.epochs < 1:
             return f"finetune.epochs must be >= 1, got {self.epochs}"
         if not 0 <= self.warmup_fraction < 1:

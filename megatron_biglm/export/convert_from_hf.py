@@ -181,6 +181,7 @@ def write_checkpoint(plan: ImportPlan, output_dir: Path, tp: int, pp: int, progr
     from megatron_biglm.checkpoint.files import begin_checkpoint, seal_when_written
     from megatron_biglm.model import model_provider
     from megatron_biglm.common import process_groups
+    from megatron_biglm.common.mcore_internals import start_checkpoint_writer_queue
     from megatron_biglm.model.standalone import init_single_process
 
     created_group = not dist.is_initialized()
@@ -209,6 +210,7 @@ def write_checkpoint(plan: ImportPlan, output_dir: Path, tp: int, pp: int, progr
             raise VerificationError(f"rank {rank}: parameters not covered by the HF weights: {unfilled[:4]}")
         dist.barrier()  # every rank has checked that the output is new before rank 0 writes into it
         temp = begin_checkpoint(output_dir, 0, subdirs=("dist",))  # the trainer's own temp-dir protocol
+        start_checkpoint_writer_queue()  # a driver script needs no main guard
         dist_checkpointing.save({"model": model.sharded_state_dict()}, str(temp / "dist"))
         if rank == 0:
             _write_metadata(plan, temp, output_dir, tp, pp, dist.get_world_size())
@@ -308,8 +310,7 @@ def from_hf(hf_dir, output_dir, *, tp: int = 1, pp: int = 1, progress: bool = Tr
 
     From one process with TP×PP > 1 this starts TP×PP torchrun ranks; inside a launched job
     every rank must call it. Returns the verified summary (None on ranks other than 0, or when
-    `verify` is False). A script calling it needs an ``if __name__ == "__main__":`` guard:
-    megatron's `dist_checkpointing.save` starts a spawn-based helper process.
+    `verify` is False).
     """
     plan = plan_import(hf_dir, tp, pp)
     output_dir = Path(output_dir).expanduser()

@@ -1,27 +1,35 @@
-"""Fine-tuning rows from local jsonl / parquet files (plain or .gz/.zst) in each data set's HF
-schema, or from the hub through `datasets.load_dataset` for users who have one.
+"""Fine-tuning rows from local jsonl, csv, tsv or parquet files (by extension, plain or
+.gz/.zst; a UTF-8 byte-order mark is accepted) in a data set's schema, or from the hub through
+`datasets.load_dataset` for users who have one.
 
-Both paths go through the same per-row check, so a local file and the hub give the same
-rows: required text fields present and non-empty, the label an index of the schema's label
-names (or one of the names), SQuAD `answers` well formed, a seq2seq target non-empty. A row
-failing a check is dropped and counted by reason in a `RowReport` (never silently);
-`strict=True` raises `BadInputError` at the first one instead. Files are found and opened with
-the readers of `megatron_biglm.data.readers` (globs, directories, compression, I/O errors).
+A schema is a built-in data set's HF layout (`SCHEMAS`) or the columns a user's task declares
+(`tasks/declaration.py`). Both paths go through the same per-row check, so a local file and the
+hub give the same rows: required text fields present and non-empty, the label one of the
+schema's labels (single-label: an index or a name; regression: a number; multi-label: a list of
+names, or in csv/tsv one string of names joined by the schema's `label_separator`), SQuAD
+`answers` well formed, a seq2seq target non-empty. A row failing a check is dropped and counted
+by reason, with its file and line, in a `RowReport` (never silently); `strict=True` raises
+`BadInputError` at the first one instead. Files are found and opened with the readers of
+`megatron_biglm.data.readers` (globs, directories, compression, I/O errors).
 
     rows, report = load_split("super_glue/cb", files=["cb/val.jsonl"])
     print(report.summary_line())   # rows 56: kept 56, dropped 0; truncated: none
 """
 from __future__ import annotations
 
+import csv
+import io
 import json
+import math
+import os
 import zlib
 from dataclasses import dataclass
 from typing import Iterable, Iterator, Mapping
 
 from megatron_biglm.data.readers import (BLANK_LINE, INVALID_JSON, INVALID_UTF8, NOT_AN_OBJECT,
-                                         UNREADABLE_FILE, expand_inputs, input_format, open_binary)
+                                         UNREADABLE_FILE, expand_inputs, open_binary)
 
-from .row_report import (BAD_ANSWERS, BAD_LABEL, EMPTY_FIELD, EMPTY_TARGET, MISSING_FIELD,
+from .row_report import (BAD_ANSWERS, BAD_LABEL, EMPTY_FIELD, EMPTY_TARGET, INVALID_ROW, MISSING_FIELD,
                          UNLABELED, RowReport)
 
 
@@ -31,8 +39,9 @@ class DatasetSchema:
 
     `text_fields` must be non-empty strings; `target_field` (seq2seq) too, but counted as
     `empty_target`; `label_names[i]` names label index i (-1 = unlabeled test rows);
-    `answers_field` is SQuAD's {"text": [...], "answer_start": [...]}; `extra_fields` are
-    copied when present (ids, WiC's character spans)."""
+    `label_kind`: "single" (one index), "regression" (a float; no names) or "multi" (a tuple of
+    indices, any number of them); `answers_field` is SQuAD's {"text": [...], "answer_start":
+    [...]}; `extra_fields` are copied when present (ids, WiC's character spans)."""
     name: str
     hub_path: str
     hub_config: str | None
@@ -42,6 +51,8 @@ class DatasetSchema:
     target_field: str | None = None
     answers_field: str | None = None
     extra_fields: tuple[str, ...] = ("idx",)
+    label_kind: str = "single"
+    label_separator: str = ","
 
     @property
     def required(self) -> tuple[str, ...]:
@@ -110,14 +121,15 @@ def check_row(raw, schema: DatasetSchema, report: RowReport, source, line: int, 
             return None
         row[field] = value
     if schema.label_field:
-        label = _label_index(raw.get(schema.label_field), schema.label_names)
+        value = raw.get(schema.label_field)
+        label = _label(value, schema)
         if label is _BAD:
-            report.skip(BAD_LABEL, source, line, f"{schema.label_field}={raw.get(schema.label_field)!r} "
-                        f"is not an index or name of {list(schema.label_names)}")
+            report.skip(BAD_LABEL, source, line, f"{schema.label_field}={value!r} {_label_rule(schema)}")
             return None
         if label is None and require_labels:
-            report.skip(UNLABELED, source, line, "label -1 or missing (a test split?); pass "
-                        "require_labels=False to keep unlabeled rows")
+            why = (f"no field {schema.label_field!r} (fields: {sorted(raw)[:8]})" if schema.label_field not in raw
+                   else "label -1 or missing (a test split?); pass require_labels=False to keep unlabeled rows")
+            report.skip(UNLABELED, source, line, why)
             return None
         row[schema.label_field] = label
     for field in schema.extra_fields:
@@ -130,16 +142,64 @@ def check_row(raw, schema: DatasetSchema, report: RowReport, source, line: int, 
 _BAD = object()
 
 
+def _label(value, schema: DatasetSchema):
+    """The row's label in the schema's form, None when missing/unlabeled, or _BAD."""
+    if value is None or (isinstance(value, str) and not value.strip()):
+        return None
+    if schema.label_kind == "regression":
+        if isinstance(value, bool):
+            return _BAD
+        try:
+            number = float(value)
+        except (TypeError, ValueError):
+            return _BAD
+        return number if math.isfinite(number) else _BAD
+    if schema.label_kind == "multi":
+        if isinstance(value, str):
+            value = [v.strip() for v in value.split(schema.label_separator) if v.strip()]
+        if not isinstance(value, (list, tuple)):
+            return _BAD
+        indices = [_label_index(v, schema.label_names) for v in value]
+        if any(i is None or i is _BAD for i in indices):
+            return _BAD
+        return tuple(sorted(set(indices)))
+    return _label_index(value, schema.label_names)
+
+
+def _label_rule(schema: DatasetSchema) -> str:
+    if schema.label_kind == "regression":
+        return "is not a number (a regression label must be a finite number)"
+    names = list(schema.label_names)
+    if schema.label_kind == "multi":
+        return (f"is not a list of labels of {names} (in csv/tsv: names joined by "
+                f"{schema.label_separator!r})")
+    return f"is not one of the labels {names} (nor an index 0..{len(names) - 1})"
+
+
 def _label_index(value, names: tuple[str, ...]):
     if value is None or (isinstance(value, int) and not isinstance(value, bool) and value == -1):
         return None
     if isinstance(value, bool):
-        value = int(value)
-    if isinstance(value, int):
-        return value if 0 <= value < len(names) else _BAD
+        value = int(value) if str(value) not in names else str(value)
     if isinstance(value, str) and value in names:
         return names.index(value)
+    if isinstance(value, str) and value.strip().lstrip("-").isdigit():  # csv/tsv cells are text
+        value = int(value.strip())
+        if value == -1:
+            return None
+    if isinstance(value, int):
+        return value if 0 <= value < len(names) else _BAD
+    if isinstance(value, float) and value.is_integer():
+        return _label_index(int(value), names)
     return _BAD
+
+
+def label_values(inputs, field: str, report: RowReport | None = None) -> list:
+    """Every value of `field` in local files (rows without it are left out): what a task that
+    does not list its labels infers them from (`tasks/declaration.py`)."""
+    report = report if report is not None else RowReport()
+    return [raw[field] for _, _, raw in file_objects(inputs, report, what="fine-tuning data")
+            if isinstance(raw, Mapping) and raw.get(field) is not None]
 
 
 def _check_answers(value) -> dict | None:
@@ -171,19 +231,40 @@ def read_rows(inputs, schema: str | DatasetSchema, *, report: RowReport | None =
     return rows, report
 
 
+#: the formats a fine-tuning file may have, by extension (after .gz/.zst)
+DATA_FORMATS = {".jsonl": "jsonl", ".json": "jsonl", ".ndjson": "jsonl", ".csv": "csv", ".tsv": "tsv",
+                ".parquet": "parquet"}
+
+
+def data_format(path) -> str:
+    """jsonl, csv, tsv or parquet from the file name, or a ValueError naming the accepted ones."""
+    name = str(path).lower()
+    for suffix in (".gz", ".zst", ".zstd"):
+        if name.endswith(suffix):
+            name = name[: -len(suffix)]
+    fmt = DATA_FORMATS.get(os.path.splitext(name)[1])
+    if fmt is None:
+        raise ValueError(f"{path}: fine-tuning data must be jsonl (one JSON object per line), csv, tsv or "
+                         f"parquet, told apart by the extension ({', '.join(sorted(DATA_FORMATS))}, "
+                         "optionally + .gz/.zst); rename the file to its format's extension")
+    return fmt
+
+
 def file_objects(inputs, report: RowReport, *, what: str,
                  arrow_errors: bool = True) -> Iterator[tuple[str, int, object]]:
     """(path, line, parsed object) of every row of local files (paths, globs, directories;
-    .jsonl/.parquet, plain or compressed), in order; `what` names the data in the error for
+    jsonl/csv/tsv/parquet, plain or compressed), in order; `what` names the data in the error for
     another format. A file that fails part-way (OSError, EOFError, zlib.error, and with
     `arrow_errors` pyarrow's) keeps the rows read before the error and is reported
     (`files_failed`, UNREADABLE_FILE)."""
     for path in expand_inputs(inputs, report):
         report.files_seen += 1
-        fmt = input_format(path)
-        if fmt not in ("jsonl", "parquet"):
-            raise ValueError(f"{path}: {what} must be jsonl or parquet, not {fmt}")
-        objects = _jsonl_objects(path, report) if fmt == "jsonl" else _parquet_objects(path)
+        try:
+            fmt = data_format(path)
+        except ValueError as exc:
+            raise ValueError(f"{exc} ({what})") from None
+        objects = {"jsonl": _jsonl_objects, "csv": _delimited_objects, "tsv": _delimited_objects,
+                   "parquet": lambda p, r: _parquet_objects(p)}[fmt](path, report)
         try:
             for line, raw in objects:
                 yield path, line, raw
@@ -191,6 +272,25 @@ def file_objects(inputs, report: RowReport, *, what: str,
             # the rows read before the error are kept; the rest of the file is reported
             report.files_failed += 1
             report.skip(UNREADABLE_FILE, path, 0, f"{type(exc).__name__}: {exc}")
+
+
+def _delimited_objects(path, report: RowReport) -> Iterator[tuple[int, object]]:
+    """csv (comma) or tsv (tab) rows as {header: cell}, numbered by their file line; the first
+    line is the header. A row with more cells than the header is dropped (`invalid_row`)."""
+    delimiter = "\t" if data_format(path) == "tsv" else ","
+    with open_binary(path) as fh:
+        text = io.TextIOWrapper(fh, encoding="utf-8-sig", newline="")
+        reader = csv.DictReader(text, delimiter=delimiter)
+        if not reader.fieldnames:
+            return
+        for row in reader:
+            number = reader.line_num  # the row's last line (a quoted cell may span lines)
+            if None in row:  # cells past the header
+                report.rows_seen += 1
+                report.skip(INVALID_ROW, path, number, f"{len(reader.fieldnames) + len(row[None])} cells "
+                            f"under a header of {len(reader.fieldnames)} ({', '.join(reader.fieldnames)})")
+                continue
+            yield number, row
 
 
 def _arrow_errors() -> tuple[type, ...]:
@@ -203,9 +303,16 @@ def _arrow_errors() -> tuple[type, ...]:
 
 def _jsonl_objects(path, report: RowReport) -> Iterator[tuple[int, object]]:
     """(line, parsed JSON value) of each non-blank line; undecodable lines are counted as
-    dropped rows (they are rows: `rows_seen` includes them)."""
+    dropped rows (they are rows: `rows_seen` includes them). A file that is one JSON array is
+    refused: JSON Lines holds one object per line."""
     with open_binary(path) as fh:
         for number, raw in enumerate(fh, start=1):
+            if number == 1 and raw.startswith(b"\xef\xbb\xbf"):  # a UTF-8 byte-order mark
+                raw = raw[3:]
+            if number == 1 and raw.lstrip().startswith(b"["):
+                raise ValueError(f"{path} is a JSON array; fine-tuning jsonl holds one JSON object per line "
+                                 "(e.g. python -c \"import json,sys; [print(json.dumps(r)) for r in "
+                                 "json.load(open(sys.argv[1]))]\" data.json > data.jsonl)")
             try:
                 text = raw.decode("utf-8")
             except UnicodeDecodeError as exc:
@@ -252,6 +359,33 @@ def _checked(numbered: Iterable, schema, report, source, require_labels) -> list
         if row is not None:
             rows.append(row)
     return rows
+
+
+def check_split_files(data: Mapping, splits: Iterable[str], where: str = "finetune.data") -> None:
+    """Before anything is read: every key of `data` is one of the run's `splits`, and each names
+    files that exist in an accepted format (a literal path, a directory, or a glob matching at
+    least one file). Raises ConfigError naming the key, the file and what to do."""
+    from megatron_biglm.common.config_fields import ConfigError, unknown_key_error
+
+    splits = [s for s in dict.fromkeys(splits) if s]
+    unknown = [k for k in data if k not in splits]
+    if unknown:
+        raise unknown_key_error(where, unknown, splits, headline="unknown split {first!r}: it would never be read")
+    for split, files in data.items():
+        if files is None:
+            continue
+        report = RowReport()
+        found = expand_inputs(files, report)
+        if report.counts:
+            raise ConfigError(f"{where}.{split}: {'; '.join(report.example_lines())}; give an existing file, "
+                              "directory or glob")
+        for path in found:
+            if not os.path.isfile(path):
+                raise ConfigError(f"{where}.{split}: {path} does not exist (working directory {os.getcwd()})")
+            try:
+                data_format(path)
+            except ValueError as exc:
+                raise ConfigError(f"{where}.{split}: {exc}") from None
 
 
 def load_split(schema: str | DatasetSchema, *, files=None, split: str | None = None,

@@ -18,9 +18,11 @@ from dataclasses import dataclass, field
 
 from megatron_biglm.config import ConfigError, load_config
 
+from .data_files import check_split_files
 from .epochs import steps_per_epoch, train_steps
 from .recipes import recipe_for
 from .tasks import get_task
+from .tasks.declaration import with_labels
 from .validation import TaskValidator
 
 
@@ -57,10 +59,42 @@ def derived_schedule(n_train: int, options, global_batch_size: int, n_valid: int
     }
 
 
+#: the model keys a fine-tune takes from its start checkpoint (what its weights' shapes and
+#: meaning depend on); runtime settings (attention backend, compile, dropout) stay the run's
+START_MODEL_KEYS = ("num_layers", "hidden_size", "num_attention_heads", "ffn_hidden_size", "vocab_size",
+                    "num_query_groups", "seq_length", "rotary_base", "norm_epsilon",
+                    "make_vocab_size_divisible_by", "untie_embeddings_and_output_weights", "length_head_max",
+                    "name")
+
+
+def start_overrides(init_from, tokenizer_set: bool) -> tuple[list[str], str]:
+    """The `model.*` overrides (and `data.tokenizer`, unless the run sets one) that build the
+    start checkpoint's model, and the note that says so. A fine-tune's weights come from its
+    start point, so its shape does too: no preset to match by hand."""
+    from megatron_biglm.checkpoint.run_checkpoint import locate
+    from megatron_biglm.config.trained_checkpoint import open_checkpoint
+
+    start = open_checkpoint(locate(init_from))
+    fields = start.model_config.to_dict()
+    out = [f"model.{k}={json.dumps(fields[k])}" for k in START_MODEL_KEYS if k in fields and fields[k] is not None]
+    note = (f"model from finetune.init_from {start.path}: {fields['num_layers']} layers, hidden "
+            f"{fields['hidden_size']}, {fields['num_attention_heads']} heads, vocabulary {fields['vocab_size']}")
+    saved_tokenizer = start.run_config.data.tokenizer
+    if not tokenizer_set and saved_tokenizer:
+        out.append(f"data.tokenizer={saved_tokenizer}")
+        note += f"; its tokenizer {saved_tokenizer}"
+    return out, note
+
+
 def plan_finetune(config_or_path, overrides=()) -> FinetunePlan:
     from megatron_biglm.data.tokenizer import load_tokenizer
 
     cfg = load_config(config_or_path, list(overrides))
+    start_note = None
+    if cfg.finetune.enabled and cfg.finetune.init_from and cfg.finetune.train_examples != 0:
+        shape, start_note = start_overrides(cfg.finetune.init_from, bool(cfg.data.tokenizer))
+        overrides = [*shape, *overrides]  # the caller's own keys still win
+        cfg = load_config(config_or_path, list(overrides))
     options = cfg.finetune
     if not options.enabled:
         raise ConfigError("this config has no finetune.task; name one (e.g. finetune.task=mnli) or use "
@@ -71,11 +105,17 @@ def plan_finetune(config_or_path, overrides=()) -> FinetunePlan:
         task = get_task(options.task)
     except ValueError as exc:
         raise ConfigError(str(exc)) from None
+    read = {k: v for k, v in options.data.items() if k != task.train_split or options.train_examples != 0}
+    check_split_files(read, [task.train_split, *task.eval_splits, options.select_split, options.test_split])
+    try:
+        task, labels_note = with_labels(task, options.data.get(task.train_split))
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
     tokenizer = load_tokenizer(cfg.data.tokenizer)
     try:
         recipe = recipe_for(task, tokenizer, options)
     except ValueError as exc:
-        raise ConfigError(f"finetune.task={options.task}: {exc}") from None
+        raise ConfigError(f"finetune.task {task.name}: {exc}") from None
     recipe.prepare(cfg)
     gbs = cfg.training.global_batch_size
     if options.train_examples == 0:
@@ -89,6 +129,11 @@ def plan_finetune(config_or_path, overrides=()) -> FinetunePlan:
                               run_dir=cfg.run_dir, checkpoint_root=cfg.checkpoint_dir,
                               data_summary=recipe.row_summaries())
     notes = [f"{name}: {line}" for name, line in recipe.row_summaries().items()]
+    notes += [f"dropped {line}" for line in recipe.row_details()]
+    if labels_note:
+        notes.insert(0, labels_note)
+    if start_note:
+        notes.insert(0, start_note)
     lifted = (f", lifted to finetune.min_steps={options.min_steps}"
               if steps > options.epochs * recipe.steps_per_epoch(gbs) else "")
     notes.append(f"{len(recipe.train_examples)} training examples / global batch {gbs} = "
@@ -108,7 +153,7 @@ def _no_training_plan(cfg, overrides: list[str], recipe) -> FinetunePlan:
                           "finetune.init_from=CHECKPOINT (the model to score)")
     if recipe.task.kind != "verbalizer":
         raise ConfigError(f"finetune.train_examples=0 scores a model zero-shot, which needs a prompted task "
-                          f"(kind verbalizer); {options.task} is kind {recipe.task.kind!r}: its head would be "
+                          f"(kind verbalizer); {recipe.task.name} is kind {recipe.task.kind!r}: its head would be "
                           f"untrained. Use finetune.train_examples >= 1")
     validator = TaskValidator(recipe, interval=1, steps_per_epoch=1, train_steps=0, run_dir=cfg.run_dir,
                               checkpoint_root=cfg.checkpoint_dir, data_summary=recipe.row_summaries())

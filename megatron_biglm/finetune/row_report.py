@@ -22,6 +22,7 @@ UNLABELED = "unlabeled"
 BAD_ANSWERS = "bad_answers"
 SOURCE_TOO_LONG = "source_too_long"
 ANSWER_NOT_IN_CONTEXT = "answer_not_in_context"
+INVALID_ROW = "invalid_row"
 FILE_LEVEL = (UNREADABLE_FILE, UNMATCHED_PATTERN)
 
 

@@ -92,15 +92,16 @@ class ClassificationHead(torch.nn.Module):
     """Sequence classification: pool (mean over valid tokens, or the first token) -> dense
     [h, h] -> GELU -> classifier [labels, h], both with bias: exactly the head of HF's
     `EuroBertForSequenceClassification` (`classifier_pooling` "mean" / "bos"), so a trained
-    head exports as that class with nothing approximated. Output: logits [b, labels], fp32
-    math in the parameters' dtype. Replicated under TP (a few h^2 weights)."""
+    head exports as that class with nothing approximated. Output: logits [b, labels] (one
+    column for regression), fp32 math in the parameters' dtype. Replicated under TP (a few
+    h^2 weights)."""
 
     def __init__(self, hidden_size: int, num_labels: int, pooling: str = "mean"):
         super().__init__()
         if pooling not in ("mean", "first"):
             raise ValueError(f"classification pooling must be 'mean' or 'first', got {pooling!r}")
-        if int(num_labels) < 2:
-            raise ValueError(f"a classification head needs >= 2 labels, got {num_labels}")
+        if int(num_labels) < 1:
+            raise ValueError(f"a classification head needs >= 1 output (1: regression), got {num_labels}")
         self.pooling = pooling
         self.dense = torch.nn.Linear(hidden_size, hidden_size)
         self.classifier = torch.nn.Linear(hidden_size, int(num_labels))

@@ -44,12 +44,15 @@ def save_model_weights(engine, folder: Path) -> None:
     partitioned parameters for the duration of the save)."""
     from megatron.core import dist_checkpointing
 
+    from megatron_biglm.common.mcore_internals import start_checkpoint_writer_queue
+
     module = engine.module
     gathered = contextlib.nullcontext()
     if engine.zero_optimization_stage() == 3:
         import deepspeed
         gathered = deepspeed.zero.GatheredParameters(list(module.parameters()), modifier_rank=None)
     with gathered:
+        start_checkpoint_writer_queue()  # a driver script needs no main guard
         dist_checkpointing.save({"model": module.sharded_state_dict()}, str(folder))
 
 

@@ -1,8 +1,10 @@
 """`FinetuneRecipe`: what every fine-tuning recipe shares, on top of the training `Recipe`.
 
-Built as `RecipeClass(task, tokenizer, options)` (`options`: the run config's `finetune:`
-section, `config.finetune_section.FinetuneConfig`; recipe-specific keys via
-`options.get(key, default)`). `prepare(config)` reads and encodes every split once (before the
+Built as `RecipeClass(task, tokenizer, options)`, the one form of every recipe (`options`: the
+run config's `finetune:` section, `config.finetune_section.FinetuneConfig`). Its kind-specific
+`finetune.options` are typed: each recipe names a dataclass (`Options`), built by the config
+loader's one mechanism, so an unknown or mistyped option stops the run naming the valid ones;
+the recipe reads them as `self.opts`. `prepare(config)` reads and encodes every split once (before the
 schedule exists: the epochs become steps from the training set's size); `build_data` then
 serves the encoded examples to the loop:
 
@@ -26,6 +28,7 @@ results.json equals an uninterrupted run's.
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 from functools import partial
 from typing import Sequence
@@ -35,7 +38,7 @@ import torch
 
 from megatron_biglm.training.recipe import LOSS_KEY, Recipe, RecipeData
 
-from ..data_files import load_split
+from ..data_files import get_schema, load_split
 from ..epochs import EpochSamples
 from ..epochs import steps_per_epoch as epoch_steps
 from ..metrics import task_scores
@@ -85,11 +88,33 @@ def accuracy_loss(loss_sum: torch.Tensor, scores: torch.Tensor, labels: torch.Te
                              "accuracy": torch.stack([correct, count.float()])}
 
 
+@dataclasses.dataclass
+class NoOptions:
+    """A kind without options of its own."""
+
+
+def typed_options(cls, options, kind: str):
+    """`finetune.options` as the kind's `Options` dataclass (unknown keys and bad values raise
+    ConfigError naming `finetune.options.KEY` and the valid keys)."""
+    from megatron_biglm.common.config_fields import build_dataclass
+
+    return build_dataclass(cls, dict(options or {}), "finetune.options",
+                           headline=f"unknown option {{first!r}} for task kind {kind!r}")
+
+
 class FinetuneRecipe(Recipe):
     name = "finetune"
+    Options: type = NoOptions
 
     def __init__(self, task, tokenizer, options):
+        from megatron_biglm.config.finetune_section import FinetuneConfig
+
+        if not isinstance(options, FinetuneConfig):
+            raise TypeError(f"a fine-tuning recipe takes the run config's finetune section "
+                            f"(config.finetune_section.FinetuneConfig), got {type(options).__name__}; "
+                            "e.g. FinetuneConfig(task=..., options={...})")
         self.task, self.tokenizer, self.options = task, tokenizer, options
+        self.opts = typed_options(self.Options, options.options, task.kind)
         self.train_examples: list = []
         self.eval_examples: dict[str, list] = {}   # split name -> examples (selection split first)
         self.eval_rows: dict[str, list] = {}
@@ -99,6 +124,10 @@ class FinetuneRecipe(Recipe):
         self.draw_note: str | None = None           # what finetune.train_examples kept
 
     # ---- data -------------------------------------------------------------------------
+    @property
+    def schema(self):
+        return get_schema(self.task.dataset)
+
     @property
     def select_split(self) -> str:
         return self.options.select_split or self.task.eval_splits[0]
@@ -117,7 +146,9 @@ class FinetuneRecipe(Recipe):
         files = self.options.data.get(split)
         if not files and not self.options.hub:
             raise ConfigError(f"task {self.task.name}: no data for split {split!r}; set finetune.data.{split}="
-                              f"FILES (jsonl/parquet in the {self.task.dataset} schema), or finetune.hub=true")
+                              f"FILES (jsonl, csv, tsv or parquet with the columns {list(self.schema.required)}"
+                              f"{' and ' + repr(self.schema.label_field) if self.schema.label_field else ''}), "
+                              "or finetune.hub=true")
         return load_split(self.task.dataset, files=files, split=split, require_labels=require_labels)
 
     def encode(self, rows: list[dict], report: RowReport, training: bool) -> list:
@@ -135,6 +166,7 @@ class FinetuneRecipe(Recipe):
             rows, report = self.rows(self.task.train_split)
             self.train_examples = self.encode(rows, report, training=True)
             self.reports[self.task.train_split] = report
+            self._refuse_empty(self.task.train_split, self.train_examples, report)
             if wanted is not None:
                 usable = len(self.train_examples)
                 self.train_examples = draw_examples(self.train_examples, wanted, config.data.seed)
@@ -148,9 +180,25 @@ class FinetuneRecipe(Recipe):
             self.eval_rows[name] = rows
             self.eval_examples[name] = self.encode(rows, report, training=False)
             self.reports[name] = report
-        if not self.train_examples and wanted != 0:
-            raise ValueError(f"task {self.task.name}: no training examples "
-                             f"({self.reports[self.task.train_split].summary_line()})")
+            self._refuse_empty(name, self.eval_examples[name], report)
+
+    def _refuse_empty(self, split: str, examples: list, report: RowReport) -> None:
+        """A split without one usable row stops the run before training, saying why its rows
+        were dropped (the first of each reason, with file and line) and what the task reads."""
+        if examples:
+            return
+        from megatron_biglm.config import ConfigError
+
+        schema = self.schema
+        wants = [*schema.required, *([schema.label_field] if schema.label_field else [])]
+        labels = (f"; labels: {list(schema.label_names)}" if schema.label_names else "")
+        shown = "\n  ".join(report.example_lines()) or "(no rows at all: is the file empty?)"
+        raise ConfigError(f"task {self.task.name}: finetune.data.{split} has no usable row "
+                          f"({report.summary_line()}):\n  {shown}\nThe task reads the columns {wants}{labels}")
+
+    def row_details(self) -> list[str]:
+        """The first dropped rows of every split, with file, line and reason."""
+        return [f"{name}: {line}" for name, report in self.reports.items() for line in report.example_lines()]
 
     def row_summaries(self) -> dict[str, str]:
         out = {name: report.summary_line() for name, report in self.reports.items()}
@@ -209,15 +257,18 @@ class LabelRecipe(FinetuneRecipe):
         return logits
 
     def loss_tokens(self, batch: dict) -> int:
-        return int(batch["labels"].numel())
+        return int(batch["labels"].shape[0])
+
+    def prediction(self, scores: torch.Tensor) -> list:
+        """The predicted label of each example of a batch: the argmax of its scores."""
+        return [int(x) for x in scores.argmax(-1).tolist()]
 
     @torch.no_grad()
-    def predict(self, model, examples: Sequence, device, batch_size: int) -> list[int]:
-        out: list[int] = []
+    def predict(self, model, examples: Sequence, device, batch_size: int) -> list:
+        out: list = []
         for start in range(0, len(examples), batch_size):
             batch = self.collate(examples[start:start + batch_size])
-            scores = self.scores(batch, self.logits(model, batch, device))
-            out.extend(int(x) for x in scores.argmax(-1).tolist())
+            out.extend(self.prediction(self.scores(batch, self.logits(model, batch, device))))
         return out
 
     def evaluate_split(self, model, name: str, examples: list, device) -> dict[str, float]:  # noqa: ARG002

@@ -4,40 +4,57 @@ An example is `[BOS] text_1 [EOS] text_2 [EOS]` (`tasks/head_classification.py`)
 to `finetune.max_length`; no target suffix, so `split` is 0 (full bidirectional attention over
 the valid tokens). The model is `BiGLMHeadModel` with the `classification` head (mean over the
 valid tokens, or the first token with `finetune.options.pooling: first`; then dense, GELU,
-classifier, as HF's EuroBertForSequenceClassification). Loss: cross-entropy of the gold label,
-one term per example, averaged over the global batch's examples. Validation scores the argmax
-with the task's metrics (accuracy, macro-F1 for CB). Exports as EuroBertForSequenceClassification
-(`export.head_export`) with config.json's `id2label` named by `finetune.label_names` (the data
-set's label names unless set; the recipe writes them into the run config, so its checkpoints
-carry them).
+classifier, as HF's EuroBertForSequenceClassification). One loss term per example, averaged
+over the global batch's examples, by the task's `problem_type` (HF's names and losses):
+  single_label_classification  cross-entropy of the gold label; predicts the argmax
+  regression                   one output, MSE against the row's number; predicts the output
+  multi_label_classification   one sigmoid per label, binary cross-entropy summed over the
+                               labels; predicts every label whose logit is > 0 (p > 0.5)
+Validation scores the predictions with the task's metrics. Exports as
+EuroBertForSequenceClassification (`export.head_export`) with config.json's `problem_type` and
+`id2label` from `finetune.problem_type` / `finetune.label_names` (the recipe writes both into the
+run config, so its checkpoints carry them).
 """
 from __future__ import annotations
 
-from typing import Sequence
+from dataclasses import dataclass
+from typing import Literal, Sequence
 
 import torch
 
 from megatron_biglm.data.token_ids import TokenIds
 from megatron_biglm.model.head_model import head_model_provider
 
+from megatron_biglm.training.recipe import LOSS_KEY
+
 from ..data_files import get_schema
+from ..metrics import task_scores
 from .base import LabelRecipe, accuracy_loss, gold_labels
+
+
+@dataclass
+class HeadOptions:
+    pooling: Literal["mean", "first"] = "mean"   # over the valid tokens, or the first (BOS) token
 
 
 class HeadClassificationRecipe(LabelRecipe):
     name = "head_classification"
     metric_names = ("accuracy",)
+    Options = HeadOptions
 
     def __init__(self, task, tokenizer, options):
         super().__init__(task, tokenizer, options)
-        self.label_names = list(options.label_names or get_schema(task.dataset).label_names)
-        self.num_labels = len(get_schema(task.dataset).label_names)
+        schema = get_schema(task.dataset)
+        self.problem_type = task.problem_type
+        if self.problem_type == "regression":
+            self.label_names, self.num_labels = [schema.label_field or "score"], 1
+        else:
+            self.label_names = list(options.label_names or schema.label_names)
+            self.num_labels = len(schema.label_names)
         if len(self.label_names) != self.num_labels:
             raise ValueError(f"finetune.label_names names {len(self.label_names)} labels "
-                             f"({self.label_names}); {task.dataset} has {self.num_labels}: give one name per label")
-        self.pooling = str(options.get("pooling", "mean"))
-        if self.pooling not in ("mean", "first"):
-            raise ValueError(f"finetune.options.pooling must be 'mean' or 'first', got {self.pooling!r}")
+                             f"({self.label_names}); task {task.name} has {self.num_labels}: give one name per label")
+        self.pooling = self.opts.pooling
         self.pad_id = TokenIds.from_tokenizer(tokenizer).pad_id
 
     @property
@@ -45,24 +62,62 @@ class HeadClassificationRecipe(LabelRecipe):
         return {"num_labels": self.num_labels, "pooling": self.pooling}
 
     def derived_settings(self) -> dict:
-        return {"finetune.label_names": self.label_names}
+        return {"finetune.label_names": self.label_names, "finetune.problem_type": self.problem_type}
 
     def model_provider(self, pre_process, post_process, config, transformer_config):
         return head_model_provider("classification", self.head_options)(
             pre_process, post_process, config, transformer_config)
 
     def collate(self, examples: Sequence) -> dict:
-        width = self.options.max_length
+        """Right-padded to the batch's longest row (not to max_length: a head reads the valid
+        tokens only, so the width changes nothing but the cost)."""
+        width = max(e.length for e in examples)
         tokens = torch.full((len(examples), width), self.pad_id, dtype=torch.long)
         for i, e in enumerate(examples):
             tokens[i, :e.length] = torch.tensor(e.input_ids)
         return {"tokens": tokens, "valid_lengths": torch.tensor([e.length for e in examples]),
-                "labels": torch.tensor([-1 if e.label is None else e.label for e in examples])}
+                "labels": self._labels(examples)}
+
+    def _labels(self, examples: Sequence) -> torch.Tensor:
+        if self.problem_type == "regression":
+            return torch.tensor([float("nan") if e.label is None else float(e.label) for e in examples])
+        if self.problem_type == "multi_label_classification":
+            hot = torch.zeros(len(examples), self.num_labels)
+            for i, e in enumerate(examples):
+                if e.label is None:
+                    hot[i] = float("nan")
+                else:
+                    hot[i, list(e.label)] = 1.0
+            return hot
+        return torch.tensor([-1 if e.label is None else e.label for e in examples])
 
     def _loss(self, batch: dict, logits: torch.Tensor):
-        labels = gold_labels(batch, logits.device)
-        loss_sum = torch.nn.functional.cross_entropy(logits.float(), labels, reduction="sum")
-        return accuracy_loss(loss_sum, logits, labels)
+        if self.problem_type == "single_label_classification":
+            labels = gold_labels(batch, logits.device)
+            loss_sum = torch.nn.functional.cross_entropy(logits.float(), labels, reduction="sum")
+            return accuracy_loss(loss_sum, logits, labels)
+        target = batch["labels"].to(logits.device)
+        if bool(torch.isnan(target).any()):
+            raise ValueError("an unlabeled example reached the training loss")
+        if self.problem_type == "regression":
+            loss_sum = torch.nn.functional.mse_loss(logits.float()[:, 0], target, reduction="sum")
+        else:
+            loss_sum = torch.nn.functional.binary_cross_entropy_with_logits(logits.float(), target, reduction="sum")
+        count = torch.tensor(target.shape[0], dtype=torch.int, device=logits.device)
+        return loss_sum, count, {LOSS_KEY: torch.stack([loss_sum.detach(), count.float()])}
+
+    def prediction(self, scores: torch.Tensor) -> list:
+        """What one batch's logits predict, per example (see the module doc)."""
+        if self.problem_type == "regression":
+            return [float(x) for x in scores[:, 0].tolist()]
+        if self.problem_type == "multi_label_classification":
+            return [tuple(int(i) for i in torch.nonzero(row > 0).flatten().tolist()) for row in scores]
+        return [int(x) for x in scores.argmax(-1).tolist()]
+
+    def evaluate_split(self, model, name: str, examples: list, device) -> dict[str, float]:  # noqa: ARG002
+        predictions = self.predict(model, examples, device, self.options.eval_batch_size)
+        return task_scores(self.task.metrics, predictions, [e.label for e in examples],
+                           classes=list(range(self.num_labels)))
 
     @property
     def num_classes(self) -> int:

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 from functools import partial
 
-import numpy as np
 import torch
 
 from megatron_biglm.finetune.epochs import EpochSamples

@@ -29,47 +29,41 @@ Masks are a pure function of (seed, global sample index) (`MaskedSeq2Seq` over t
 width and carry `valid_lengths`.
 
     python -m megatron_biglm.cli.finetune --config examples/configs/finetune/xsum.yaml
-    # or, from Python, with examples already encoded:
-    recipe = Seq2SeqRecipe(None, tokenizer, {"max_source_length": 64, "max_target_length": 16})
-    recipe.set_examples(train_examples, valid_examples)
-    train(config, recipe=recipe)
 
-Options (`options.get(key, default)`): max_target_length (64), max_source_length
+Options (`finetune.options`, `Seq2SeqOptions`): max_target_length (64), max_source_length
 (max_length - max_target_length), append_eos (False), length_loss_weight (0.1),
 source_mask_rate (0.0), overlong_source ("truncate" | "drop"), generation ({steps: 10,
 length_beam: 5}), eval_limit (all).
 """
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from functools import partial
-from typing import Sequence
+from typing import Literal, Optional, Sequence
 
 import numpy as np
 import torch
 
-from megatron_biglm.config.finetune_section import FinetuneConfig
 from megatron_biglm.training.recipe import LOSS_KEY, RecipeData, padding_excluded
 
 from ..metrics import task_scores
 from ..tasks.seq2seq import Seq2SeqEncoder, Seq2SeqExample
 from .base import FinetuneRecipe
 
-DEFAULTS = {"max_target_length": 64, "append_eos": False, "length_loss_weight": 0.1,
-            "source_mask_rate": 0.0, "overlong_source": "truncate", "eval_limit": None}
 # Mask-Predict as the paper decodes (Ghazvininejad et al.: T = 10, length beam 5)
 DECODING_DEFAULTS = {"steps": 10, "length_beam": 5}
 
 
-def _section(options) -> FinetuneConfig:
-    """A mapping of options (the Python path) as a finetune section; a section as it is."""
-    if isinstance(options, FinetuneConfig):
-        return options
-    return FinetuneConfig(options=dict(options or {}))
-
-
-def _option(options: FinetuneConfig, key):
-    value = options.get(key, None)
-    return DEFAULTS[key] if value is None else value
+@dataclass
+class Seq2SeqOptions:
+    max_target_length: int = 64
+    max_source_length: Optional[int] = None     # default: finetune.max_length - max_target_length
+    append_eos: bool = False
+    length_loss_weight: float = 0.1
+    source_mask_rate: float = 0.0
+    overlong_source: Literal["truncate", "drop"] = "truncate"
+    generation: dict = field(default_factory=dict)   # GenerationConfig fields for validation decoding
+    eval_limit: Optional[int] = None                 # decode this many examples per split (None: all)
 
 
 def mask_example(example: Seq2SeqExample, rng: np.random.Generator, mask_id: int,
@@ -112,27 +106,24 @@ class Seq2SeqRecipe(FinetuneRecipe):
     name = "seq2seq"
     metric_names = ("masked_accuracy", "length_accuracy", "length_loss")
 
-    def __init__(self, task, tokenizer, options=None):
-        options = _section(options)
+    Options = Seq2SeqOptions
+
+    def __init__(self, task, tokenizer, options):
         super().__init__(task, tokenizer, options)
-        self.max_target_length = int(_option(options, "max_target_length"))
-        source = options.get("max_source_length", None)
-        if source is None:
-            source = options.max_length - self.max_target_length
-        self.max_source_length = int(source)
-        self.length_loss_weight = float(_option(options, "length_loss_weight"))
-        self.source_mask_rate = float(_option(options, "source_mask_rate"))
+        opts = self.opts
+        self.max_target_length = opts.max_target_length
+        self.max_source_length = (opts.max_source_length if opts.max_source_length is not None
+                                  else options.max_length - self.max_target_length)
+        self.length_loss_weight, self.source_mask_rate = opts.length_loss_weight, opts.source_mask_rate
         if self.length_loss_weight < 0 or not 0 <= self.source_mask_rate < 1:
-            raise ValueError("length_loss_weight must be >= 0 and source_mask_rate in [0, 1)")
+            raise ValueError("finetune.options.length_loss_weight must be >= 0 and source_mask_rate in [0, 1)")
         self.encoder = Seq2SeqEncoder(tokenizer, self.max_source_length, self.max_target_length,
-                                      append_eos=bool(_option(options, "append_eos")),
-                                      overlong_source=str(_option(options, "overlong_source")))
-        self.eval_limit = _option(options, "eval_limit")
-        if self.eval_limit is not None and (isinstance(self.eval_limit, bool) or not isinstance(self.eval_limit, int)
-                                            or self.eval_limit < 1):
+                                      append_eos=opts.append_eos, overlong_source=opts.overlong_source)
+        self.eval_limit = opts.eval_limit
+        if self.eval_limit is not None and self.eval_limit < 1:
             raise ValueError(f"finetune.options.eval_limit must be a whole number >= 1 (decode that many "
                              f"examples per split) or null (all), got {self.eval_limit!r}")
-        self.decoding = self._decoding_config(options.get("generation", None) or {})
+        self.decoding = self._decoding_config(opts.generation)
         ids = self.encoder.ids
         if ids.mask_id is None:
             raise ValueError("the tokenizer has no mask token; CMLM training masks target tokens")
@@ -151,12 +142,6 @@ class Seq2SeqRecipe(FinetuneRecipe):
         return GenerationConfig.from_dict(values)
 
     # ---- data -------------------------------------------------------------------------
-    def set_examples(self, train: Sequence[Seq2SeqExample], valid: Sequence[Seq2SeqExample] | None = None):
-        """Examples encoded by the caller (the Python path; the entry point reads finetune.data)."""
-        self.train_examples = list(train)
-        if valid:
-            self.eval_examples[self.select_split] = list(valid)
-
     @property
     def select_split(self) -> str:
         return self.options.select_split or (self.task.eval_splits[0] if self.task else "validation")

@@ -17,6 +17,8 @@ EuroBertForTokenClassification with 2 labels (start, end) (`export.head_export`)
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from typing import Sequence
 
 import torch
@@ -31,16 +33,23 @@ from ..tasks import squad_predictions
 from .base import FinetuneRecipe, Wrapped
 
 
+@dataclass
+class SpanOptions:
+    doc_stride: int = 128         # tokens of context shared by consecutive windows
+    max_query_length: int = 64    # question tokens kept
+    n_best: int = 20              # start/end candidates per window
+    max_answer_length: int = 30   # tokens of the longest answer considered
+
+
 class SpanQARecipe(FinetuneRecipe):
     name = "span_qa"
     metric_names = ("start_accuracy", "end_accuracy")
+    Options = SpanOptions
 
     def __init__(self, task, tokenizer, options):
         super().__init__(task, tokenizer, options)
-        self.doc_stride = int(options.get("doc_stride", 128))
-        self.max_query_length = int(options.get("max_query_length", 64))
-        self.n_best = int(options.get("n_best", 20))
-        self.max_answer_length = int(options.get("max_answer_length", 30))
+        self.doc_stride, self.max_query_length = self.opts.doc_stride, self.opts.max_query_length
+        self.n_best, self.max_answer_length = self.opts.n_best, self.opts.max_answer_length
         self.pad_id = TokenIds.from_tokenizer(tokenizer).pad_id
         self.labeled_valid: list = []
 

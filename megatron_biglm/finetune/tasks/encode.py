@@ -53,6 +53,8 @@ def encode_rows(task: Task, rows: Sequence[dict], tokenizer, *, max_length: int,
             if example is not None:
                 out.append(example)
         elif task.kind == "span":
+            if task.columns:  # a declared task's own column names -> SQuAD's
+                row = {role: row[column] for role, column in task.columns.items() if column in row}
             out.extend(encoder.encode(row, training=training, source=task.name, **where))
         else:
             example = encoder.encode(row[schema.text_fields[0]], row[schema.target_field],

@@ -25,7 +25,7 @@ from ..row_report import SOURCE_TOO_LONG, RowReport
 class HeadExample:
     input_ids: list[int]
     length: int
-    label: int | None
+    label: object  # an index; a number (regression); a tuple of indices (multi-label); None: unlabeled
     split: int = 0
 
 
@@ -38,7 +38,7 @@ class HeadEncoder:
         if self.ids.bos_id is None or self.ids.eos_id is None:
             raise ValueError("the tokenizer needs BOS and EOS ids (load it with load_tokenizer)")
 
-    def encode(self, row: Mapping[str, str], label: int | None = None, *,
+    def encode(self, row: Mapping[str, str], label=None, *,
                report: RowReport | None = None, source="", line: int = 0) -> HeadExample | None:
         segments = [list(self.tokenizer(row[f], add_special_tokens=False)["input_ids"])
                     for f in self.fields]

@@ -1,27 +1,39 @@
 """`Task`: what a fine-tuning recipe needs to know about one task, as plain data.
 
-A task names its data set (a `data_files.SCHEMAS` entry), the fields it reads, how it is
-modelled (`kind`), and how it is scored (`metrics`, with `select` the number that picks the
-best checkpoint). The kinds:
+A task names its data set (a `data_files.SCHEMAS` entry, or the `DatasetSchema` of the columns a
+declaration names: `declaration.py`), the fields it reads, how it is modelled (`kind`, and for a
+head its `problem_type`), and how it is scored (`metrics`, with `select` the number that picks
+the best checkpoint). The kinds:
   * `verbalizer`: prompted classification; the label word is predicted at `<mask>` slots by
     the masked-LM head (see `verbalizer.py`);
-  * `head`: a classification head on pooled encoder states (`head_classification.py`);
+  * `head`: a classification head on pooled encoder states (`head_classification.py`):
+    single-label (softmax), regression (one number, MSE) or multi-label (sigmoid per label);
   * `span`: extractive QA with a start/end head over context windows (`squad_windows.py`);
   * `seq2seq`: source as prefix, target as suffix, decoded with Mask-Predict (`seq2seq.py`).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 KINDS = ("verbalizer", "head", "span", "seq2seq")
-METRIC_NAMES = ("accuracy", "macro_f1", "squad", "rouge", "bleu", "meteor")
+PROBLEM_TYPES = ("single_label_classification", "regression", "multi_label_classification")
+METRIC_NAMES = ("accuracy", "macro_f1", "squad", "rouge", "bleu", "meteor", "pearson", "spearman", "mse",
+                "micro_f1", "subset_accuracy")
+
+
+def check_metric_name(name: str, where: str = "metrics") -> None:
+    """A built-in metric, or a user function `module:function` (imported when scored)."""
+    if name in METRIC_NAMES or (name.count(":") == 1 and all(part.strip() for part in name.split(":"))):
+        return
+    raise ValueError(f"{where}: unknown metric {name!r}; use one of {list(METRIC_NAMES)} or a function "
+                     "'module:function' taking (predictions, references) and returning a number or a dict")
 
 
 @dataclass(frozen=True)
 class Task:
     name: str
-    dataset: str
+    dataset: Any   # a data_files.SCHEMAS name or a DatasetSchema
     kind: str
     fields: tuple[str, ...]
     metrics: tuple[str, ...]
@@ -30,12 +42,17 @@ class Task:
     train_split: str = "train"
     eval_splits: tuple[str, ...] = ("validation",)
     prompt: Any = None  # a VerbalizerPrompt for kind "verbalizer"
+    problem_type: str = "single_label_classification"
+    columns: dict = field(default_factory=dict, hash=False, compare=False)  # span: role -> column
 
     def __post_init__(self):
         if self.kind not in KINDS:
             raise ValueError(f"task {self.name}: kind {self.kind!r} is not one of {KINDS}")
-        unknown = [m for m in self.metrics if m not in METRIC_NAMES]
-        if unknown or not self.metrics:
-            raise ValueError(f"task {self.name}: metrics {list(self.metrics)} must be some of {METRIC_NAMES}")
+        if not self.metrics:
+            raise ValueError(f"task {self.name}: no metrics")
+        for metric in self.metrics:
+            check_metric_name(metric, f"task {self.name}")
+        if self.problem_type not in PROBLEM_TYPES:
+            raise ValueError(f"task {self.name}: problem_type {self.problem_type!r} is not one of {PROBLEM_TYPES}")
         if (self.kind == "verbalizer") != (self.prompt is not None):
             raise ValueError(f"task {self.name}: a prompt is required for, and only for, kind 'verbalizer'")
