@@ -55,10 +55,16 @@ class SavedCheckpoint:
 
 def locate(path) -> Path:
     """The checkpoint folder meant by `path`: an ``iter_N`` folder, a checkpoint root with
-    ``latest``, or a run directory with ``checkpoints/latest``. Verified complete."""
+    ``latest``, a run directory with ``checkpoints/latest``, or a pointer file beside the
+    ``iter_N`` folders (``latest``, or a fine-tune's ``best``). Verified complete."""
     path = Path(path).expanduser()
     if not path.exists():
         raise CheckpointError(f"checkpoint {path} does not exist")
+    if path.is_file():  # a pointer: one line naming an iter_N folder beside it
+        target = path.parent / path.read_text().strip()
+        if not target.is_dir():
+            raise CheckpointError(f"{path} points at {target.name}, which is not a folder beside it")
+        path = target
     if not (path / LATEST).is_file() and (path / "checkpoints" / LATEST).is_file():
         path = path / "checkpoints"
     if not (path / LATEST).is_file() and not (path / MANIFEST).is_file():

@@ -23,12 +23,13 @@ import sys
 def finetune(config_or_path, overrides=(), callbacks=()) -> dict:
     """Run (or resume) a fine-tune; return the results (what results.json holds) and the
     `TrainResult` under "train"."""
-    from megatron_biglm.finetune.plan import plan_finetune
+    from megatron_biglm.finetune.plan import claim_run_dir, plan_finetune
     from megatron_biglm.finetune.start_scores import score_start
     from megatron_biglm.cli.train import train
 
     plan = plan_finetune(config_or_path, overrides)
-    for note in plan.notes:
+    claimed = claim_run_dir(plan.config)  # before anything is written there
+    for note in [*plan.notes, *([claimed] if claimed else [])]:
         print(f"finetune: {note}", flush=True)
     if plan.train_steps == 0:
         return score_start(plan)
@@ -40,7 +41,8 @@ def finetune(config_or_path, overrides=(), callbacks=()) -> dict:
 
 
 def _summary(result: dict) -> dict:
-    summary = {k: result[k] for k in ("task", "best_epoch", "best_metric", "best_checkpoint", "test", "finished")}
+    summary = {k: result[k] for k in ("task", "best_epoch", "best_metric", "best_checkpoint", "test", "finished",
+                                        "stopped_early")}
     return {"finetune": summary, "stopped_by": result["train"]["stopped_by"] if result["train"] else None}
 
 

@@ -29,6 +29,9 @@ rename the labels (one distinct name per label); `problem_type` (derived the sam
 HF problem type. `options`: recipe-specific settings
 (e.g. span QA's `doc_stride`, seq2seq's `max_target_length`), read by the task kind's recipe.
 
+A run_dir that holds another fine-tune (another task, data or settings) is refused;
+`overwrite: true` deletes it and starts over.
+
 Low data (seed 001 §4.3): `train_examples: N` trains on N examples drawn from the usable
 training examples with `data.seed` (reported in results.json's `data`; more than there are is
 an error, not a silent cap); `N = 0` trains nothing and scores `init_from` as it is on the
@@ -69,6 +72,8 @@ class FinetuneConfig:
     train_examples: Optional[int] = None
     min_steps: int = 0
     options: dict = field(default_factory=dict)
+    overwrite: bool = False
+    early_stopping_patience: int = 0   # stop after this many validations without a new best (0: never)
 
     @property
     def enabled(self) -> bool:
@@ -108,6 +113,8 @@ class FinetuneConfig:
                                              or len(set(self.label_names)) != len(self.label_names)):
             return (f"finetune.label_names must be distinct non-empty strings, got {self.label_names}: "
                     f"quote them (YAML reads yes/no/true/false unquoted as booleans)")
+        if self.early_stopping_patience < 0:
+            return f"finetune.early_stopping_patience must be >= 0 (0: never stop early), got {self.early_stopping_patience}"
         if self.eval_batch_size < 1:
             return f"finetune.eval_batch_size must be >= 1, got {self.eval_batch_size}"
         return None

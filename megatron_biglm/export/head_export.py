@@ -8,7 +8,10 @@ head as the matching EuroBERT class, so plain transformers loads it:
       = HF's "bos"), dense, GELU, classifier; `num_labels` from the classifier's rows,
       `id2label` / `label2id` from the run config's `finetune.label_names` (the fine-tune
       writes the data set's label names there, e.g. MNLI: entailment, neutral,
-      contradiction); a checkpoint without them gets LABEL_0, LABEL_1, ... and a note.
+      contradiction); a checkpoint without them gets LABEL_0, LABEL_1, ... and a note;
+      `problem_type` from `finetune.problem_type` (single-label, regression: one output named
+      after the label column, multi-label: a sigmoid per label), so `pipeline(
+      "text-classification")` applies the right function.
   span           -> EuroBertForTokenClassification with 2 labels, "start" and "end":
       transformers has no EuroBertForQuestionAnswering; its logits[..., 0] / [..., 1] are the
       start / end logits (our head is the same linear map; HF does not mask padding, so
@@ -31,6 +34,7 @@ class ExportHead:
     options: dict = field(default_factory=dict)
     label_names: tuple[str, ...] = ()
     note: str | None = None  # for the conversion summary, e.g. why the labels are unnamed
+    problem_type: str = "single_label_classification"   # HF's: also regression, multi_label_classification
 
     @property
     def table(self):
@@ -44,7 +48,7 @@ class ExportHead:
         hf_config.label2id = {str(n): i for i, n in enumerate(names)}
         if self.head == "classification":
             hf_config.classifier_pooling = HF_POOLING[self.options.get("pooling", "mean")]
-            hf_config.problem_type = "single_label_classification"
+            hf_config.problem_type = self.problem_type
 
 
 def export_head(checkpoint) -> ExportHead | None:
@@ -60,14 +64,15 @@ def export_head(checkpoint) -> ExportHead | None:
     if head != "classification":
         return ExportHead(head, options)
     count = options["num_labels"]
-    finetune = getattr(checkpoint.run_config, "finetune", None)
-    saved = tuple(getattr(finetune, "label_names", None) or ())
+    finetune = checkpoint.run_config.finetune
+    saved = tuple(finetune.label_names or ())
+    problem = finetune.problem_type or "single_label_classification"
     if saved and len(saved) != count:
         raise ConfigError(f"{checkpoint.path}/config.yaml names {len(saved)} labels ({list(saved)}) but the "
                          f"classifier has {count} rows; fix finetune.label_names there, or remove it to "
                          "export the labels as LABEL_0..")
     if saved:
-        return ExportHead(head, options, saved)
-    return ExportHead(head, options, tuple(f"LABEL_{i}" for i in range(count)),
+        return ExportHead(head, options, saved, problem_type=problem)
+    return ExportHead(head, options, tuple(f"LABEL_{i}" for i in range(count)), problem_type=problem,
                       note=f"{checkpoint.path}/config.yaml has no finetune.label_names: config.json names the "
                            f"labels LABEL_0..LABEL_{count - 1}; set id2label there to name them")

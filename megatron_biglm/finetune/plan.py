@@ -86,6 +86,49 @@ def start_overrides(init_from, tokenizer_set: bool) -> tuple[list[str], str]:
     return out, note
 
 
+#: the run_dir file that says which fine-tune the folder holds
+RUN_FILE = "finetune_run.json"
+
+
+def run_identity(cfg) -> dict:
+    """What makes two fine-tunes the same run (a resume) rather than two runs: the task, its
+    data, the start point and the settings that shape the schedule and the optimizer."""
+    f = cfg.finetune
+    return {"task": f.task, "data": {k: f.data[k] for k in sorted(f.data)}, "init_from": f.init_from,
+            "max_length": f.max_length, "epochs": f.epochs, "train_examples": f.train_examples,
+            "min_steps": f.min_steps, "options": f.options, "template": f.template,
+            "label_words": f.label_words, "global_batch_size": cfg.training.global_batch_size,
+            "lr": cfg.optimizer.lr, "seed": cfg.data.seed}
+
+
+def claim_run_dir(cfg) -> str | None:
+    """Refuse a run_dir that holds another fine-tune (another task, data or settings): resuming
+    it would mix two runs' checkpoints and results. `finetune.overwrite: true` deletes what it
+    holds instead (the note says so). A new or matching run_dir is claimed for this run."""
+    import shutil
+    from pathlib import Path
+
+    run_dir = Path(cfg.run_dir)
+    marker = run_dir / RUN_FILE
+    mine = json.loads(json.dumps(run_identity(cfg), default=str))
+    holds_a_run = run_dir.is_dir() and any(run_dir.iterdir())
+    note = None
+    if holds_a_run:
+        theirs = json.loads(marker.read_text()) if marker.is_file() else None
+        if theirs != mine:
+            if not cfg.finetune.overwrite:
+                differ = ("it holds no fine-tune record" if theirs is None else
+                          "; ".join(f"{k}: {theirs.get(k)!r} there, {mine[k]!r} here"
+                                    for k in mine if theirs.get(k) != mine[k]))
+                raise ConfigError(f"run_dir {run_dir} holds another run ({differ}). Give this fine-tune its own "
+                                  "run_dir, or set finetune.overwrite=true to delete that run and start over")
+            shutil.rmtree(run_dir)
+            note = f"finetune.overwrite: deleted the other run in {run_dir}"
+    run_dir.mkdir(parents=True, exist_ok=True)
+    marker.write_text(json.dumps(mine, indent=1) + "\n")
+    return note
+
+
 def plan_finetune(config_or_path, overrides=()) -> FinetunePlan:
     from megatron_biglm.data.tokenizer import load_tokenizer
 
@@ -116,7 +159,12 @@ def plan_finetune(config_or_path, overrides=()) -> FinetunePlan:
         recipe = recipe_for(task, tokenizer, options)
     except ValueError as exc:
         raise ConfigError(f"finetune.task {task.name}: {exc}") from None
-    recipe.prepare(cfg)
+    try:
+        recipe.prepare(cfg)  # every split read and checked before anything trains
+    except ConfigError:
+        raise
+    except ValueError as exc:  # a file in no accepted format, a JSON array, a bad row under strict
+        raise ConfigError(f"task {task.name}: {exc}") from None
     gbs = cfg.training.global_batch_size
     if options.train_examples == 0:
         return _no_training_plan(cfg, list(overrides), recipe)

@@ -7,8 +7,11 @@ history (saved in the checkpoint of that step, so a resume continues it), to met
 (`kind: finetune_valid`) and to results.json. A checkpoint is saved at each validation
 step (the entry point sets `checkpoint.save_interval` to the interval); once it is sealed,
 `on_save` points `best` (beside `latest`) at the best validation's checkpoint, which
-`checkpoint.keep_last` never deletes. Best = highest `select_metric` on `select_split`;
-a tie keeps the earlier one.
+`checkpoint.keep_last` never deletes. Best = highest `select_metric` on `select_split`
+(lowest for an error such as `mse`); a tie keeps the earlier one. After each validation the
+run's evaluate callbacks hear the scores (`training/callbacks.py`), and with
+`finetune.early_stopping_patience: N` the run stops (saved, resumable) once N validations in
+a row have not beaten the best.
 
 results.json holds only what the history determines (no times), so a run killed and
 resumed writes the same file as an uninterrupted one. `validate` is the same scoring for a
@@ -30,11 +33,16 @@ def _is_rank0() -> bool:
     return not torch.distributed.is_initialized() or torch.distributed.get_rank() == 0
 
 
+#: metrics where lower is better (errors); every other score is higher-is-better
+LOWER_IS_BETTER = ("mse",)
+
+
 def best_record(history: list[dict], split: str, metric: str) -> dict | None:
+    sign = -1.0 if metric in LOWER_IS_BETTER else 1.0
     best = None
     for record in history:
-        value = record["valid"][split][metric]
-        if best is None or value > best["valid"][split][metric]:
+        value = sign * record["valid"][split][metric]
+        if best is None or value > sign * best["valid"][split][metric]:
             best = record
     return best
 
@@ -55,9 +63,26 @@ class TaskValidator:
         chunk = ctx.model_chunks[0]
         chunk.eval()
         try:
-            self.validate(chunk, step, ctx.info.device, ctx.metrics)
+            record = self.validate(chunk, step, ctx.info.device, ctx.metrics)
         finally:
             chunk.train()
+        ctx.callbacks.evaluate(step, record["valid"], loop_state)
+        reason = self.early_stop_reason()
+        if reason and step < self.train_steps:
+            loop_state.stop_requested = reason
+
+    def early_stop_reason(self) -> str | None:
+        """Why the run should stop now (`finetune.early_stopping_patience`), or None."""
+        r = self.recipe
+        patience = r.options.early_stopping_patience
+        best = best_record(r.history, r.select_split, r.select_metric)
+        if not patience or best is None:
+            return None
+        since = sum(1 for h in r.history if h["step"] > best["step"])
+        if since < patience:
+            return None
+        return (f"early stopping: {r.select_metric} on {r.select_split} has not beaten "
+                f"{best['valid'][r.select_split][r.select_metric]:.4f} (step {best['step']}) in {since} validations")
 
     def validate(self, model, step: int, device, metrics=None) -> dict:
         """Score `model` (in eval mode) on every evaluation split as the record of `step`:
@@ -98,6 +123,8 @@ class TaskValidator:
             "select": {"split": r.select_split, "metric": r.select_metric},
             "steps_per_epoch": self.steps_per_epoch, "train_steps": self.train_steps,
             "finished": bool(r.history) and r.history[-1]["step"] == self.train_steps,
+            "stopped_early": (self.early_stop_reason() if r.history and r.history[-1]["step"] < self.train_steps
+                              else None),
             "validations": r.history,
             "best_step": best["step"] if best else None,
             "best_epoch": best["epoch"] if best else None,

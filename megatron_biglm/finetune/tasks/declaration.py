@@ -41,6 +41,8 @@ from __future__ import annotations
 import dataclasses
 from typing import Mapping, Sequence
 
+from megatron_biglm.common.config_fields import ConfigError
+
 from ..data_files import DatasetSchema, get_schema, label_values
 from .task import KINDS, PROBLEM_TYPES, Task, check_metric_name
 from .verbalizer import VerbalizerPrompt
@@ -62,7 +64,7 @@ _DEFAULT_METRICS = {  # (kind, problem_type) -> (metrics, select)
 }
 
 
-class TaskDeclarationError(ValueError):
+class TaskDeclarationError(ConfigError):
     """A declared task is wrong; the message names the key and what it may be."""
 
 
