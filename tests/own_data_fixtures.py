@@ -79,3 +79,20 @@ def write_scores(folder: Path, n_train: int = 384, n_valid: int = 128) -> dict:
 def write_topics(folder: Path, n_train: int = 384, n_valid: int = 128) -> dict:
     return {"train": _write(folder / "topics_train.csv", ["text", "topics"], topic_rows(n_train, 5)),
             "validation": _write(folder / "topics_valid.csv", ["text", "topics"], topic_rows(n_valid, 6))}
+
+
+def cue_rows(n: int, seed: int) -> list[list]:
+    """A review and its cue word (the word that gives its sentiment): a seq2seq target."""
+    rng = random.Random(seed)
+    out = []
+    for _ in range(n):
+        cue = rng.choice(GOOD + BAD)
+        words = [rng.choice(FILLER) for _ in range(7)]
+        words.insert(rng.randrange(8), cue)
+        out.append([" ".join(words), cue])
+    return out
+
+
+def write_cues(folder: Path, n_train: int = 384, n_valid: int = 64) -> dict:
+    return {"train": _write(folder / "cues_train.csv", ["review", "cue"], cue_rows(n_train, 7)),
+            "validation": _write(folder / "cues_valid.csv", ["review", "cue"], cue_rows(n_valid, 8))}

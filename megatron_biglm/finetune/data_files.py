@@ -143,8 +143,9 @@ _BAD = object()
 
 
 def _label(value, schema: DatasetSchema):
-    """The row's label in the schema's form, None when missing/unlabeled, or _BAD."""
-    if value is None or (isinstance(value, str) and not value.strip()):
+    """The row's label in the schema's form, None when missing/unlabeled, or _BAD. A blank
+    multi-label cell is a row with no label (the empty set), not a missing one."""
+    if value is None or (isinstance(value, str) and not value.strip() and schema.label_kind != "multi"):
         return None
     if schema.label_kind == "regression":
         if isinstance(value, bool):

@@ -60,11 +60,11 @@ def derived_schedule(n_train: int, options, global_batch_size: int, n_valid: int
 
 
 #: the model keys a fine-tune takes from its start checkpoint (what its weights' shapes and
-#: meaning depend on); runtime settings (attention backend, compile, dropout) stay the run's
+#: meaning depend on); runtime settings (attention backend, compile, dropout) stay the run's, and
+#: a task's own heads (the CMLM length head) are the recipe's (a head the start lacks starts fresh)
 START_MODEL_KEYS = ("num_layers", "hidden_size", "num_attention_heads", "ffn_hidden_size", "vocab_size",
                     "num_query_groups", "seq_length", "rotary_base", "norm_epsilon",
-                    "make_vocab_size_divisible_by", "untie_embeddings_and_output_weights", "length_head_max",
-                    "name")
+                    "make_vocab_size_divisible_by", "untie_embeddings_and_output_weights", "name")
 
 
 def start_overrides(init_from, tokenizer_set: bool) -> tuple[list[str], str]:
@@ -170,7 +170,7 @@ def plan_finetune(config_or_path, overrides=()) -> FinetunePlan:
         return _no_training_plan(cfg, list(overrides), recipe)
     n_valid = len(recipe.eval_examples[recipe.select_split])
     derived = derived_schedule(len(recipe.train_examples), options, gbs, n_valid)
-    settled = {k: json.dumps(v) for k, v in recipe.derived_settings().items()}  # YAML reads JSON back
+    settled = {k: json.dumps(v) for k, v in recipe.derived_settings(cfg).items()}  # YAML reads JSON back
     steps = derived["schedule.train_steps"]
     validator = TaskValidator(recipe, interval=derived["training.eval_interval"],
                               steps_per_epoch=recipe.steps_per_epoch(gbs), train_steps=steps,

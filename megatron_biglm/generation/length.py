@@ -60,11 +60,13 @@ def candidate_lengths(config: GenerationConfig, prefixes: Sequence[Sequence[int]
         ids[i, :len(p)] = torch.tensor(list(p), dtype=torch.long, device=device)
     lengths = torch.tensor([len(p) for p in prefixes], dtype=torch.long, device=device)
     predicted = predictor(ids, lengths, config.length_beam)
-    want = (len(prefixes), config.length_beam)
-    if tuple(predicted.lengths.shape) != want or tuple(predicted.logprobs.shape) != want:
-        raise ValueError(f"the length predictor returned lengths {tuple(predicted.lengths.shape)} and "
-                         f"log-probabilities {tuple(predicted.logprobs.shape)}, expected {want} "
-                         "(prompts x length_beam) for both")
+    shape = tuple(predicted.lengths.shape)
+    # fewer columns than the beam when the head knows fewer lengths than that (max_length < beam)
+    if (len(shape) != 2 or shape[0] != len(prefixes) or not 1 <= shape[1] <= config.length_beam
+            or tuple(predicted.logprobs.shape) != shape):
+        raise ValueError(f"the length predictor returned lengths {shape} and log-probabilities "
+                         f"{tuple(predicted.logprobs.shape)}, expected ({len(prefixes)}, k) with "
+                         f"1 <= k <= length_beam={config.length_beam} for both")
     out = []
     cap = config.max_new_tokens
     for row, logps in zip(predicted.lengths.tolist(), predicted.logprobs.tolist()):

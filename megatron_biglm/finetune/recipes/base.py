@@ -209,7 +209,7 @@ class FinetuneRecipe(Recipe):
     def steps_per_epoch(self, global_batch_size: int) -> int:
         return epoch_steps(len(self.train_examples), global_batch_size)
 
-    def derived_settings(self) -> dict:
+    def derived_settings(self, config) -> dict:  # noqa: ARG002 - per kind
         """Run-config keys this recipe settles (e.g. the head's label names), written into the
         run's config.yaml with the schedule so that its checkpoints carry them."""
         return {}

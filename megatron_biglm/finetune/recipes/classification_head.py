@@ -46,6 +46,8 @@ class HeadClassificationRecipe(LabelRecipe):
         super().__init__(task, tokenizer, options)
         schema = get_schema(task.dataset)
         self.problem_type = task.problem_type
+        if self.problem_type != "single_label_classification":
+            self.metric_names = ()  # the loss report carries an accuracy for single labels only
         if self.problem_type == "regression":
             self.label_names, self.num_labels = [schema.label_field or "score"], 1
         else:
@@ -61,7 +63,7 @@ class HeadClassificationRecipe(LabelRecipe):
     def head_options(self) -> dict:
         return {"num_labels": self.num_labels, "pooling": self.pooling}
 
-    def derived_settings(self) -> dict:
+    def derived_settings(self, config) -> dict:  # noqa: ARG002
         return {"finetune.label_names": self.label_names, "finetune.problem_type": self.problem_type}
 
     def model_provider(self, pre_process, post_process, config, transformer_config):
