@@ -110,6 +110,8 @@ ST_SCRIPT = BLOCK_OUR_PACKAGES + textwrap.dedent("""
     texts = json.load(open(texts_path))
     model = SentenceTransformer(model_dir, device="cpu")
     out = {side: model.encode(texts[side], prompt_name=side, convert_to_tensor=True) for side in texts}
+    out["encode_query"] = model.encode_query(texts["query"], convert_to_tensor=True)
+    out["encode_document"] = model.encode_document(texts["passage"], convert_to_tensor=True)
     out["ours_loaded"] = [m for m in sys.modules if m.split(".")[0] in ("megatron_biglm", "patches", "megatron")]
     torch.save(out, out_path)
 """)
@@ -140,6 +142,9 @@ def _check_sentence_transformers_export(run, loaded, tmp_path):
     ours = OurEncoder(loaded.model, loaded.tokenizer, EmbeddingOptions(max_length=512))
     assert (ours.encode_queries(texts["query"]) - theirs["query"].cpu()).abs().max() <= 1e-5
     assert (ours.encode_passages(texts["passage"]) - theirs["passage"].cpu()).abs().max() <= 1e-5
+    # sentence-transformers' own entry points (what MTEB calls) embed exactly as we trained
+    assert (ours.encode_queries(texts["query"]) - theirs["encode_query"].cpu()).abs().max() <= 1e-5
+    assert (ours.encode_passages(texts["passage"]) - theirs["encode_document"].cpu()).abs().max() <= 1e-5
 
 
 DP_STEPS = 4
@@ -195,3 +200,38 @@ def test_eval_retrieval_cli_writes_table_json_and_reuses_the_corpus_cache(tmp_pa
     assert main(args) == 0
     again = json.loads((tmp_path / "r.json").read_text())["datasets"]["stdlib_test"]
     assert again["corpus_cache_hit"] and again["ndcg@10"] == pytest.approx(row["ndcg@10"], abs=1e-6)
+
+
+def test_eval_retrieval_refuses_unknown_documents_and_an_empty_corpus_and_writes_each_folder(tmp_path, capsys):
+    """A qrels row naming a relevant document the corpus lacks is an error (it would score 0
+    silently), or with --skip-unknown-documents a counted note; an empty corpus is an error;
+    the good folder's results are written whatever the others do."""
+    import shutil
+
+    from benchmarks.bench_retrieval import _model_dir
+    from megatron_biglm.cli.eval_retrieval import main
+    from megatron_biglm.export.sentence_transformers_dir import build_st_directory
+    from megatron_biglm.finetune.retrieval.stdlib_set import build_stdlib_set
+
+    st_dir = build_st_directory(_model_dir(tmp_path, 1, 64), tmp_path / "st")
+    good = Path(build_stdlib_set(tmp_path / "set", limit=60)["beir_dir"])
+    unknown, empty = tmp_path / "unknown", tmp_path / "empty"
+    shutil.copytree(good, unknown)
+    shutil.copytree(good, empty)
+    query = (good / "qrels" / "test.tsv").read_text().splitlines()[1].split("\t")[0]
+    with open(unknown / "qrels" / "test.tsv", "a") as fh:
+        fh.write(f"{query}\td:not-in-the-corpus\t1\n")
+    (empty / "corpus.jsonl").write_text("")
+    out = tmp_path / "r.json"
+    args = ["--model", str(st_dir), "--data", str(good), str(unknown), str(empty), "--output", str(out), "--quiet",
+            "--cache-dir", ""]
+    assert main(args) == 1
+    res = json.loads(out.read_text())
+    assert 0 < res["datasets"][good.name]["ndcg@10"] <= 1 and res["average"]["ndcg@10"] == res["datasets"][good.name]["ndcg@10"]
+    assert "1 document(s) that corpus.jsonl lacks" in res["datasets"]["unknown"]["error"]
+    assert "--skip-unknown-documents" in res["datasets"]["unknown"]["error"]
+    assert "holds no document" in res["datasets"]["empty"]["error"]
+    assert "error: empty:" in capsys.readouterr().err
+    assert main(args[:4] + [str(unknown), "--output", str(out), "--quiet", "--cache-dir", "", "--skip-unknown-documents"]) == 0
+    row = json.loads(out.read_text())["datasets"]["unknown"]
+    assert row["notes"] == ["1 qrels document id(s) not in the corpus were left out"] and row["ndcg@10"] > 0

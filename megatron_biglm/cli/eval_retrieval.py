@@ -18,7 +18,7 @@ from megatron_biglm.finetune.retrieval.beir import METRICS, BeirFormatError, eva
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="eval_retrieval.py", description=__doc__,
+    p = argparse.ArgumentParser(prog="python -m megatron_biglm.cli.eval_retrieval", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--model", required=True, help="sentence-transformers dir or megatron-biglm checkpoint")
     p.add_argument("--data", required=True, nargs="+", help="BEIR-format folders (NAME = folder name)")
@@ -29,28 +29,45 @@ def build_parser() -> argparse.ArgumentParser:
                    help="corpus-embedding cache ('' disables)")
     p.add_argument("--pooling", default="mean", help="for a megatron checkpoint: mean|cls|last")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.add_argument("--skip-unknown-documents", action="store_true",
+                   help="leave out (and count) qrels rows naming documents the corpus lacks, instead of failing")
     return p
 
 
 def format_table(results: dict) -> str:
     rows = [("dataset", *METRICS, "queries", "skipped")]
     for name, r in results["datasets"].items():
+        if "error" in r:
+            rows.append((name, *("-" for _ in METRICS), "error", ""))
+            continue
         rows.append((name, *(f"{100 * r[m]:.2f}" for m in METRICS), str(r["queries"]), str(r["skipped_queries"])))
-    rows.append(("average", *(f"{100 * results['average'][m]:.2f}" for m in METRICS), "", ""))
+    if results["average"]:
+        rows.append(("average", *(f"{100 * results['average'][m]:.2f}" for m in METRICS), "", ""))
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     return "\n".join("  ".join(c.ljust(w) for c, w in zip(row, widths)) for row in rows)
 
 
-def evaluate(encoder, folders, *, split="test", cache_dir=None, batch_size=32, progress=True) -> dict:
-    datasets = {}
-    for folder in folders:
-        name = Path(folder).resolve().name
-        if name in datasets:
-            raise BeirFormatError(f"two data folders are named {name!r}: results are keyed by folder name")
-        datasets[name] = evaluate_beir(encoder, folder, split=split, cache_dir=cache_dir,
-                                       batch_size=batch_size, progress=progress)
-    average = {m: sum(r[m] for r in datasets.values()) / len(datasets) for m in METRICS}
-    return {"datasets": datasets, "average": average}
+def evaluate(encoder, folders, *, split="test", cache_dir=None, batch_size=32, progress=True,
+             unknown_documents="error", output=None) -> dict:
+    """Every folder in turn; a folder that fails is recorded with its error and the others go
+    on. With `output`, the results so far are written after each folder."""
+    names = [Path(folder).resolve().name for folder in folders]
+    repeated = sorted({n for n in names if names.count(n) > 1})
+    if repeated:
+        raise BeirFormatError(f"two data folders are named {repeated[0]!r}: results are keyed by folder name")
+    results: dict = {"datasets": {}, "average": {}}
+    for name, folder in zip(names, folders):
+        try:
+            results["datasets"][name] = evaluate_beir(encoder, folder, split=split, cache_dir=cache_dir,
+                                                      batch_size=batch_size, progress=progress,
+                                                      unknown_documents=unknown_documents)
+        except BeirFormatError as exc:
+            results["datasets"][name] = {"error": str(exc)}
+        done = [r for r in results["datasets"].values() if "error" not in r]
+        results["average"] = {m: sum(r[m] for r in done) / len(done) for m in METRICS} if done else {}
+        if output:
+            Path(output).write_text(json.dumps(results, indent=2) + "\n")
+    return results
 
 
 def main(argv=None) -> int:
@@ -60,11 +77,13 @@ def main(argv=None) -> int:
     try:
         encoder = load_encoder(args.model, pooling=args.pooling)
         results = evaluate(encoder, args.data, split=args.split, cache_dir=args.cache_dir or None,
-                           batch_size=args.batch_size, progress=not args.quiet)
+                           batch_size=args.batch_size, progress=not args.quiet, output=args.output,
+                           unknown_documents="skip" if args.skip_unknown_documents else "error")
     except (BeirFormatError, FileNotFoundError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
     print(format_table(results), flush=True)
-    if args.output:
-        Path(args.output).write_text(json.dumps(results, indent=2) + "\n")
-    return 0
+    failed = {n: r["error"] for n, r in results["datasets"].items() if "error" in r}
+    for name, error in failed.items():
+        print(f"error: {name}: {error}", file=sys.stderr)
+    return 1 if failed else 0

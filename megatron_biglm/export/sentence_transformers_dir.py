@@ -4,7 +4,10 @@ The directory is what `SentenceTransformer(dir)` loads with no project import: t
 transformer is our native EuroBERT HF export (`to_hf`, with its tokenizer), followed by a
 Pooling module (mean / cls / last token over the attention mask) and, when asked, a
 Normalize module; the query/passage prefixes go into `config_sentence_transformers.json`'s
-prompts. sentence-transformers writes its own files (modules.json, 1_Pooling/config.json,
+prompts, the passage prefix also as `document` and `corpus` (the names `encode_document`, which
+MTEB calls, looks up), so every sentence-transformers entry point (`encode_query`,
+`encode_document`, `encode(prompt_name=...)`) embeds exactly as training and our evaluation
+did. sentence-transformers writes its own files (modules.json, 1_Pooling/config.json,
 sentence_bert_config.json) so the format is always the one the installed version reads.
 
 The pooling names here are ours (`model/pooling.py`): mean, first (alias cls), last.
@@ -28,6 +31,15 @@ def our_pooling(mode: str) -> str:
     return "first" if mode == "cls" else mode
 
 
+def st_prompts(prompts: dict) -> dict:
+    """Our {query, passage} prefixes under every name sentence-transformers reads them by:
+    `encode_query` -> query, `encode_document` -> document (else passage, corpus)."""
+    out = dict(prompts)
+    for alias in ("document", "corpus"):
+        out[alias] = prompts["passage"]
+    return out
+
+
 def build_st_directory(hf_dir, output, *, pooling: str = "mean", normalize: bool = True,
                        prompts: dict | None = None, max_seq_length: int | None = None) -> Path:
     """Wrap the HF model directory `hf_dir` as a sentence-transformers model saved to `output`."""
@@ -42,7 +54,8 @@ def build_st_directory(hf_dir, output, *, pooling: str = "mean", normalize: bool
     modules = [transformer, Pooling(dim, pooling_mode=ST_POOLING[pooling])]
     if normalize:
         modules.append(Normalize())
-    model = SentenceTransformer(modules=modules, prompts=dict(prompts or DEFAULT_PROMPTS), device="cpu",
+    prompts = st_prompts(prompts or DEFAULT_PROMPTS)
+    model = SentenceTransformer(modules=modules, prompts=prompts, device="cpu",
                                 similarity_fn_name="cosine" if normalize else "dot")
     model.save(str(output))
     return Path(output)

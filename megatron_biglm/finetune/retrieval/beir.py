@@ -66,13 +66,28 @@ def read_qrels(path: Path) -> dict:
     return qrels
 
 
-def load_beir(folder, split: str = "test") -> BeirSet:
+def load_beir(folder, split: str = "test", *, unknown_documents: str = "error") -> BeirSet:
+    """The folder's corpus, the queries with a relevant document and their qrels. A qrels row
+    naming a document the corpus lacks could never be retrieved and would score 0 silently: it
+    is an error, or with `unknown_documents="skip"` a counted note (the row left out). (A
+    judgment of relevance 0 changes no score and is kept as it is.)"""
     folder = Path(folder)
     corpus = {str(r["_id"]): (f"{r['title']} {r['text']}" if r.get("title") else r["text"])
               for r in _jsonl(folder / "corpus.jsonl")}
+    if not corpus:
+        raise BeirFormatError(f"{folder / 'corpus.jsonl'} holds no document: retrieval needs a corpus to search")
     queries = {str(r["_id"]): r["text"] for r in _jsonl(folder / "queries.jsonl")}
     qrels = read_qrels(folder / "qrels" / f"{split}.tsv")
+    missing = sorted({doc for rels in qrels.values() for doc, v in rels.items() if v > 0 and doc not in corpus})
+    if missing and unknown_documents != "skip":
+        raise BeirFormatError(f"{folder}/qrels/{split}.tsv names {len(missing)} document(s) that corpus.jsonl "
+                              f"lacks (e.g. {missing[:3]}); fix the qrels or the corpus, or pass "
+                              "--skip-unknown-documents to leave those rows out (counted)")
+    if missing:
+        qrels = {q: {d: v for d, v in rels.items() if d in corpus or v <= 0} for q, rels in qrels.items()}
     result = BeirSet(folder.name, corpus, {}, {})
+    if missing:
+        result.notes.append(f"{len(missing)} qrels document id(s) not in the corpus were left out")
     for qid, rels in qrels.items():
         if qid not in queries:
             result.notes.append(f"qrels query {qid} is not in queries.jsonl")
@@ -133,10 +148,10 @@ def score_run(qrels: dict, run: dict) -> dict:
 
 
 def evaluate_beir(encoder, folder, *, split: str = "test", cache_dir=None, batch_size: int = 32,
-                  progress: bool = True) -> dict:
+                  progress: bool = True, unknown_documents: str = "error") -> dict:
     """Metrics of `encoder` (an object with encode_queries/encode_passages(texts, batch_size,
     progress) and an `identity` string) on one BEIR folder, plus counts."""
-    data = load_beir(folder, split)
+    data = load_beir(folder, split, unknown_documents=unknown_documents)
     key = corpus_key(encoder.identity, data.corpus)
     doc_ids, doc_emb, hit = cached_corpus_embeddings(
         lambda texts: encoder.encode_passages(texts, batch_size=batch_size, progress=progress),
@@ -147,4 +162,4 @@ def evaluate_beir(encoder, folder, *, split: str = "test", cache_dir=None, batch
     run = exact_search(query_emb, doc_emb, query_ids, doc_ids)
     metrics = score_run(data.qrels, run)
     return {**metrics, "queries": len(query_ids), "skipped_queries": data.skipped_queries,
-            "documents": len(doc_ids), "corpus_cache_hit": hit}
+            "documents": len(doc_ids), "corpus_cache_hit": hit, "notes": data.notes}
