@@ -91,12 +91,12 @@ def test_epochs_become_steps_rounding_up():
     from megatron_biglm.finetune.plan import derived_schedule
 
     options = FinetuneConfig(task="mnli", epochs=5, warmup_fraction=0.06, max_length=128)
-    d = derived_schedule(1000, options, 32, 100)
+    d = derived_schedule(1000, options, 32)
     assert d["schedule.train_steps"] == 5 * 32  # ceil(1000 / 32) = 32 steps per epoch
-    assert d["training.eval_interval"] == d["checkpoint.save_interval"] == 32
+    assert d["checkpoint.save_interval"] == 32 and d["training.eval_interval"] == 0  # no loss pass
     assert d["schedule.warmup_steps"] == round(0.06 * 160) and d["data.seq_length"] == 128
-    every = derived_schedule(1000, FinetuneConfig(task="mnli", validate_every_steps=10), 32, 100)
-    assert every["training.eval_interval"] == every["checkpoint.save_interval"] == 10
+    every = derived_schedule(1000, FinetuneConfig(task="mnli", validate_every_steps=10), 32)
+    assert every["checkpoint.save_interval"] == 10
 
 
 def test_keep_last_never_deletes_the_best(tmp_path):

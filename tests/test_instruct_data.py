@@ -136,5 +136,5 @@ def test_instruct_tune_entry_point_trains_a_few_steps(tokenizer, rows_file, tmp_
     assert main(["--config", "examples/configs/instruct/seed001.yaml", "--data", str(tmp_path / "ds"),
                  "--epochs", "1.5"] + [f"{k}={v}" for k, v in overrides.items()]) == 0
     out = capsys.readouterr().out
-    assert "5 samples / global batch 2 = 3 steps per epoch (rounded up) x 1.5 epochs = 5 steps" in out
+    assert "5 training examples / global batch 2 = 3 steps per epoch (rounded up) x 1.5 epochs = 5 steps" in out
     assert (tmp_path / "run" / "train_done.json").is_file()

@@ -100,8 +100,12 @@ def run(tmp_path, steps: int = STEPS, lr: float = LR, variant: str = "mlm", held
         "logging.log_interval": 100, "logging.tensorboard": False, "logging.progress": "plain",
         "checkpoint.save_interval": 10_000, "checkpoint.save_at_end": False,
         "training.seed": seed, "data.seed": seed}  # pinned: the bars below were measured per seed
-    train(None, [f"{k}={v}" for k, v in overrides.items()], recipe=Probe(None, tokenizer, {"data": data}),
-          callbacks=[Callback()])
+    from megatron_biglm.config import FinetuneConfig
+    from megatron_biglm.finetune.tasks import get_task
+
+    task = {"kind": "instruct", "eval_splits": []}
+    recipe = Probe(get_task(task), tokenizer, FinetuneConfig(task=task, data={"train": data}))
+    train(None, [f"{k}={v}" for k, v in overrides.items()], recipe=recipe, callbacks=[Callback()])
     return result
 
 

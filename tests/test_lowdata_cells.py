@@ -45,7 +45,7 @@ def test_train_examples_draws_exactly_n_per_seed_and_reports_it(task, tmp_path):
         assert plan.train_steps == 300 and "schedule.train_steps=300" in plan.overrides
         assert any("lifted to finetune.min_steps=300" in note for note in plan.notes)
         # stretched by min_steps: one validation (and checkpoint) at the end, not one per 1-2 steps
-        assert "training.eval_interval=300" in plan.overrides and "checkpoint.save_interval=300" in plan.overrides
+        assert "checkpoint.save_interval=300" in plan.overrides and plan.validator.interval == 300
     again = _plan(task, tmp_path, **{"finetune.train_examples": 8, "data.seed": 1})
     assert _ids(again) == _ids(draws[8, 1])
     assert _ids(draws[8, 0]) != _ids(draws[8, 1])

@@ -53,8 +53,8 @@ def build_parser() -> argparse.ArgumentParser:
     to_st = sub.add_parser("to-st", help="megatron-biglm checkpoint -> sentence-transformers directory")
     to_st.add_argument("--checkpoint", required=True, help="iter_N folder, a checkpoint dir or a run dir")
     to_st.add_argument("--output", required=True, help="new sentence-transformers directory")
-    to_st.add_argument("--pooling", choices=["mean", "cls", "first", "last"], default="mean",
-                       help="pooling over the valid tokens (default mean)")
+    to_st.add_argument("--pooling", choices=["mean", "cls", "first", "last"], default=None,
+                       help="pooling over the valid tokens (default: a contrastive fine-tune's own, else mean)")
     to_st.add_argument("--no-normalize", action="store_true", help="no L2 normalisation module")
     to_st.add_argument("--tokenizer", help="tokenizer dir to ship (default: the run's data.tokenizer)")
     for p in (to_hf, from_hf, to_st):
@@ -97,9 +97,9 @@ def main(argv=None) -> int:
         elif args.command == "to-st":
             from megatron_biglm.export.sentence_transformers_dir import to_st
 
-            out = to_st(args.checkpoint, args.output, pooling=args.pooling, normalize=not args.no_normalize,
+            out = to_st(args.checkpoint, args.output, pooling=args.pooling, normalize=False if args.no_normalize else None,
                         tokenizer=args.tokenizer, progress=not args.quiet)
-            print(f"wrote sentence-transformers model {out} (pooling {args.pooling}, "
+            print(f"wrote sentence-transformers model {out} (pooling {args.pooling or 'as trained'}, "
                   f"{'no ' if args.no_normalize else ''}normalisation)", flush=True)
             summary = None
         else:

@@ -54,9 +54,9 @@ class FinetuneConfig:
     data: dict = field(default_factory=dict)
     hub: bool = False
     max_length: int = 256
-    epochs: int = 3
+    epochs: float = 3   # fractional epochs round up to whole steps (finetune/epochs.py)
     warmup_fraction: float = 0.06
-    schedule: Literal["linear", "wsd"] = "linear"
+    schedule: Literal["linear", "wsd", "cosine", "constant"] = "linear"
     validate_every_steps: int = 0
     select_metric: Optional[str] = None
     select_split: Optional[str] = None
@@ -92,8 +92,8 @@ class FinetuneConfig:
         if not isinstance(self.task, (str, dict)):
             return (f"finetune.task must be a built-in task's name or a task declaration (a mapping with "
                     f"kind, fields, label_field, ...), got {self.task!r}")
-        if self.epochs < 1:
-            return f"finetune.epochs must be >= 1, got {self.epochs}"
+        if self.epochs <= 0:
+            return f"finetune.epochs must be > 0, got {self.epochs}"
         if not 0 <= self.warmup_fraction < 1:
             return f"finetune.warmup_fraction must be in [0, 1), got {self.warmup_fraction}"
         if self.validate_every_steps < 0:

@@ -61,11 +61,22 @@ def build_st_directory(hf_dir, output, *, pooling: str = "mean", normalize: bool
     return Path(output)
 
 
-def to_st(checkpoint, output, *, pooling: str = "mean", normalize: bool = True, tokenizer=None,
+def to_st(checkpoint, output, *, pooling: str | None = None, normalize: bool | None = None, tokenizer=None,
           prompts: dict | None = None, progress: bool = False) -> Path:
-    """A megatron-biglm checkpoint (pretrained or fine-tuned) -> sentence-transformers dir."""
+    """A megatron-biglm checkpoint (pretrained or fine-tuned) -> sentence-transformers dir.
+
+    A contrastive fine-tune embeds as it was trained and validated: its pooling,
+    normalisation, prefixes and `finetune.max_length` (the tokens each text keeps) come from its
+    run config unless given here; any other checkpoint gets mean pooling, normalised, the
+    default prefixes and the model's own length."""
+    from megatron_biglm.config.trained_checkpoint import open_checkpoint
+
     from .convert_to_hf import to_hf
 
+    trained = _contrastive_settings(open_checkpoint(checkpoint).run_config.finetune)
+    pooling = pooling or trained.get("pooling", "mean")
+    normalize = trained.get("normalize", True) if normalize is None else normalize
+    prompts = prompts or trained.get("prompts")
     our_pooling(pooling)  # refuse an unknown mode before converting anything
     output = Path(output)
     if output.exists() and any(output.iterdir()):
@@ -73,7 +84,20 @@ def to_st(checkpoint, output, *, pooling: str = "mean", normalize: bool = True, 
     with tempfile.TemporaryDirectory(prefix="to_st_") as tmp:
         hf_dir = Path(tmp) / "hf"
         to_hf(str(checkpoint), str(hf_dir), tokenizer=tokenizer, progress=progress)
-        build_st_directory(hf_dir, output, pooling=pooling, normalize=normalize, prompts=prompts)
+        build_st_directory(hf_dir, output, pooling=pooling, normalize=normalize, prompts=prompts,
+                           max_seq_length=trained.get("max_length"))
     return output
+
+
+def _contrastive_settings(finetune) -> dict:
+    """What a contrastive fine-tune embedded with (empty for any other run)."""
+    task = finetune.task
+    if not (isinstance(task, dict) and task.get("kind") == "contrastive"):
+        return {}
+    options = finetune.options or {}
+    return {"pooling": options.get("pooling", "mean"), "normalize": options.get("normalize", True),
+            "prompts": {"query": options.get("query_prefix", "query: "),
+                        "passage": options.get("passage_prefix", "passage: ")},
+            "max_length": finetune.max_length}
 
 

@@ -13,7 +13,6 @@ needs to know.
 from __future__ import annotations
 
 import json
-import math
 from dataclasses import dataclass, field
 
 from megatron_biglm.config import ConfigError, load_config
@@ -38,22 +37,28 @@ class FinetunePlan:
     config: object = None  # the run config loaded with the caller's overrides (before the derived ones)
 
 
-def derived_schedule(n_train: int, options, global_batch_size: int, n_valid: int) -> dict:
-    """The schedule keys the epochs decide (the rule: `epochs.train_steps`)."""
-    per_epoch = steps_per_epoch(n_train, global_batch_size)
+def validation_interval(n_train: int, options, global_batch_size: int) -> int:
+    """Steps between task validations (and checkpoints): every epoch, unless `min_steps`
+    stretched the run (an "epoch" of a few examples is a step or two, and a validation and
+    checkpoint per step is no schedule): then once, at the end. `validate_every_steps` wins."""
     steps = train_steps(n_train, options.epochs, global_batch_size, options.min_steps)
-    # every epoch, unless min_steps stretched the run: an "epoch" of a few examples is a step or
-    # two, and a validation and checkpoint per step is no schedule; then once, at the end
     stretched = steps > train_steps(n_train, options.epochs, global_batch_size)
-    interval = options.validate_every_steps or (steps if stretched else per_epoch)
+    return options.validate_every_steps or (steps if stretched else steps_per_epoch(n_train, global_batch_size))
+
+
+def derived_schedule(n_train: int, options, global_batch_size: int) -> dict:
+    """The schedule keys the epochs decide (the rule: `epochs.train_steps`). A fine-tune is
+    validated by its task's metrics (`validation.TaskValidator`), not by a validation-loss pass."""
+    steps = train_steps(n_train, options.epochs, global_batch_size, options.min_steps)
+    interval = validation_interval(n_train, options, global_batch_size)
     warmup = int(round(options.warmup_fraction * steps))
     return {
         "data.seq_length": options.max_length,
         "schedule.style": options.schedule,
         "schedule.train_steps": steps,
         "schedule.warmup_steps": min(warmup, steps - 1),
-        "training.eval_interval": interval,
-        "training.eval_iters": max(1, math.ceil(n_valid / global_batch_size)),
+        "training.eval_interval": 0,
+        "training.eval_iters": 0,
         "checkpoint.save_interval": interval,
         "checkpoint.save_at_end": True,
     }
@@ -134,7 +139,7 @@ def plan_finetune(config_or_path, overrides=()) -> FinetunePlan:
 
     cfg = load_config(config_or_path, list(overrides))
     start_note = None
-    if cfg.finetune.enabled and cfg.finetune.init_from and cfg.finetune.train_examples != 0:
+    if cfg.finetune.enabled and cfg.finetune.init_from:
         shape, start_note = start_overrides(cfg.finetune.init_from, bool(cfg.data.tokenizer))
         overrides = [*shape, *overrides]  # the caller's own keys still win
         cfg = load_config(config_or_path, list(overrides))
@@ -168,11 +173,11 @@ def plan_finetune(config_or_path, overrides=()) -> FinetunePlan:
     gbs = cfg.training.global_batch_size
     if options.train_examples == 0:
         return _no_training_plan(cfg, list(overrides), recipe)
-    n_valid = len(recipe.eval_examples[recipe.select_split])
-    derived = derived_schedule(len(recipe.train_examples), options, gbs, n_valid)
+    derived = derived_schedule(len(recipe.train_examples), options, gbs)
+    interval = validation_interval(len(recipe.train_examples), options, gbs)
     settled = {k: json.dumps(v) for k, v in recipe.derived_settings(cfg).items()}  # YAML reads JSON back
     steps = derived["schedule.train_steps"]
-    validator = TaskValidator(recipe, interval=derived["training.eval_interval"],
+    validator = TaskValidator(recipe, interval=interval,
                               steps_per_epoch=recipe.steps_per_epoch(gbs), train_steps=steps,
                               run_dir=cfg.run_dir, checkpoint_root=cfg.checkpoint_dir,
                               data_summary=recipe.row_summaries())
@@ -183,10 +188,10 @@ def plan_finetune(config_or_path, overrides=()) -> FinetunePlan:
     if start_note:
         notes.insert(0, start_note)
     lifted = (f", lifted to finetune.min_steps={options.min_steps}"
-              if steps > options.epochs * recipe.steps_per_epoch(gbs) else "")
+              if steps > train_steps(len(recipe.train_examples), options.epochs, gbs) else "")
     notes.append(f"{len(recipe.train_examples)} training examples / global batch {gbs} = "
                  f"{recipe.steps_per_epoch(gbs)} steps per epoch (rounded up) x {options.epochs} epochs{lifted} = "
-                 f"{steps} steps; validation every {derived['training.eval_interval']} steps")
+                 f"{steps} steps; validation every {interval} steps")
     derived_keys = [f"{k}={v}" for k, v in {**derived, **settled}.items()]
     return FinetunePlan(recipe, list(overrides) + derived_keys, validator,
                         recipe.steps_per_epoch(gbs), steps, options.init_from, notes, cfg)
@@ -199,10 +204,10 @@ def _no_training_plan(cfg, overrides: list[str], recipe) -> FinetunePlan:
     if not options.init_from:
         raise ConfigError("finetune.train_examples=0 scores the start point without training: set "
                           "finetune.init_from=CHECKPOINT (the model to score)")
-    if recipe.task.kind != "verbalizer":
-        raise ConfigError(f"finetune.train_examples=0 scores a model zero-shot, which needs a prompted task "
-                          f"(kind verbalizer); {recipe.task.name} is kind {recipe.task.kind!r}: its head would be "
-                          f"untrained. Use finetune.train_examples >= 1")
+    if recipe.task.kind not in ("verbalizer", "contrastive"):
+        raise ConfigError(f"finetune.train_examples=0 scores a model zero-shot, which needs a task read off the "
+                          f"pretrained model (kind verbalizer or contrastive); {recipe.task.name} is kind "
+                          f"{recipe.task.kind!r}: its head would be untrained. Use finetune.train_examples >= 1")
     validator = TaskValidator(recipe, interval=1, steps_per_epoch=1, train_steps=0, run_dir=cfg.run_dir,
                               checkpoint_root=cfg.checkpoint_dir, data_summary=recipe.row_summaries())
     notes = [f"{name}: {line}" for name, line in recipe.row_summaries().items()]

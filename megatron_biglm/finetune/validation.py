@@ -34,7 +34,7 @@ def _is_rank0() -> bool:
 
 
 #: metrics where lower is better (errors); every other score is higher-is-better
-LOWER_IS_BETTER = ("mse",)
+LOWER_IS_BETTER = ("mse", "loss")
 
 
 def best_record(history: list[dict], split: str, metric: str) -> dict | None:
@@ -53,8 +53,12 @@ class TaskValidator:
         self.recipe, self.interval, self.steps_per_epoch = recipe, interval, steps_per_epoch
         self.train_steps, self.run_dir, self.root = train_steps, Path(run_dir), Path(checkpoint_root)
         self.data_summary = data_summary or {}
+        self.last_step = 0
 
     def due(self, step: int) -> bool:
+        self.last_step = step
+        if not self.recipe.eval_split_names():  # a task without evaluation splits trains only
+            return False
         return step % self.interval == 0 or step == self.train_steps
 
     def on_step(self, step: int, loop_state, ctx) -> None:  # noqa: ARG002
@@ -122,7 +126,8 @@ class TaskValidator:
             "task": r.task.name, "kind": r.task.kind,
             "select": {"split": r.select_split, "metric": r.select_metric},
             "steps_per_epoch": self.steps_per_epoch, "train_steps": self.train_steps,
-            "finished": bool(r.history) and r.history[-1]["step"] == self.train_steps,
+            "finished": (bool(r.history) and r.history[-1]["step"] == self.train_steps) or
+                        (not r.eval_split_names() and self.last_step == self.train_steps),
             "stopped_early": (self.early_stop_reason() if r.history and r.history[-1]["step"] < self.train_steps
                               else None),
             "validations": r.history,

@@ -24,7 +24,8 @@ from .generation import bleu, meteor, rouge
 from .squad import squad_scores
 
 #: the score keys each built-in metric writes
-_KEYS = {"squad": ("exact_match", "f1"), "rouge": ("rouge1", "rouge2", "rougeL")}
+_KEYS = {"squad": ("exact_match", "f1"), "rouge": ("rouge1", "rouge2", "rougeL"),
+         "retrieval": ("ndcg@10", "recall@100", "mrr@10")}  # retrieval, loss: scored by their recipes
 
 
 def score_keys(metrics: Sequence[str]) -> list[str]:

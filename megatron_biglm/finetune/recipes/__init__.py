@@ -31,11 +31,23 @@ def _seq2seq():
     return Seq2SeqRecipe
 
 
+def _contrastive():
+    from .contrastive import ContrastiveRecipe
+    return ContrastiveRecipe
+
+
+def _instruct():
+    from .instruct import InstructRecipe
+    return InstructRecipe
+
+
 RECIPES: dict[str, Callable[[], type]] = {
     "verbalizer": _verbalizer,
     "head": _head,
     "span": _span,
     "seq2seq": _seq2seq,
+    "contrastive": _contrastive,
+    "instruct": _instruct,
 }
 
 

@@ -129,16 +129,19 @@ class FinetuneRecipe(Recipe):
         return get_schema(self.task.dataset)
 
     @property
-    def select_split(self) -> str:
-        return self.options.select_split or self.task.eval_splits[0]
+    def select_split(self) -> str | None:
+        """The split whose `select_metric` picks the best checkpoint (None: the task has no
+        evaluation split, so the run trains without validating)."""
+        return self.options.select_split or (self.task.eval_splits[0] if self.task.eval_splits else None)
 
     @property
     def select_metric(self) -> str:
         return self.options.select_metric or self.task.select
 
     def eval_split_names(self) -> list[str]:
-        names = [self.select_split] + [s for s in self.task.eval_splits if s != self.select_split]
-        return names
+        if self.select_split is None:
+            return []
+        return [self.select_split] + [s for s in self.task.eval_splits if s != self.select_split]
 
     def rows(self, split: str, *, require_labels: bool = True) -> tuple[list[dict], RowReport]:
         from megatron_biglm.config import ConfigError

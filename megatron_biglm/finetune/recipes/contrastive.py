@@ -13,29 +13,46 @@ micro-batch b equals a DP=1 run with micro-batch 2b.
 Checkpoints, resume, logs and validation come from the loop; the model is BiGLMModel with
 its masked-LM head unused, so every exporter (to-hf, to-st) takes the result as is.
 
-Options (a dict): train (jsonl path or list, required), valid (jsonl, optional),
-hard_negatives (k, default 0), temperature (0.05), pooling (mean|first|cls|last),
-normalize (True), max_length (default data.seq_length), query_prefix, passage_prefix.
+Through the fine-tuning entry (`finetune.task: {kind: contrastive}`): `finetune.data.train` is
+the pairs file(s), each evaluation split a BEIR folder (corpus.jsonl, queries.jsonl,
+qrels/<options.split>.tsv) scored at every validation by nDCG@10 / Recall@100 / MRR@10 of exact
+search over the corpus (the select metric: nDCG@10), as `eval_retrieval` scores it. The epochs
+count pairs. `finetune.max_length` caps each text's tokens. Options (`ContrastiveOptions`):
+hard_negatives (k, 0), temperature (0.05), pooling (mean|first|cls|last), normalize (true),
+query_prefix ("query: "), passage_prefix ("passage: "), split ("test").
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
 from functools import partial
+from typing import Literal
 
 import torch
 
-from megatron_biglm.finetune.epochs import EpochSamples
-from megatron_biglm.finetune.retrieval.embed import EmbeddingOptions, pool, tokenize
-from megatron_biglm.finetune.retrieval.infonce import info_nce_sum
-from megatron_biglm.finetune.retrieval.pairs import read_pairs
-from megatron_biglm.training.recipe import LOSS_KEY, Recipe, RecipeData
+from megatron_biglm.training.recipe import LOSS_KEY, RecipeData
 
-KNOWN_OPTIONS = {"train", "valid", "hard_negatives", "temperature", "pooling", "normalize", "max_length",
-                 "query_prefix", "passage_prefix"}
+from ..epochs import EpochSamples
+from ..retrieval.embed import EmbeddingOptions, pool, tokenize
+from ..retrieval.infonce import info_nce_sum
+from ..retrieval.pairs import read_pairs
+from .base import FinetuneRecipe
+
+
+@dataclass
+class ContrastiveOptions:
+    hard_negatives: int = 0
+    temperature: float = 0.05
+    pooling: Literal["mean", "first", "cls", "last"] = "mean"
+    normalize: bool = True
+    query_prefix: str = "query: "
+    passage_prefix: str = "passage: "
+    split: str = "test"   # qrels/<split>.tsv of the validation folders
 
 
 def collate_pairs(samples, *, tokenizer, options: EmbeddingOptions) -> dict:
     """Pairs -> {tokens, valid_lengths (queries), passages, passage_lengths}: b positives then
-    the hard negatives, every text prefixed with its side's prompt."""
+    the hard negatives, every text prefixed with its side's prompt, each side padded to its own
+    longest row."""
     queries = [options.prompts["query"] + s.query for s in samples]
     passages = [options.prompts["passage"] + s.positive for s in samples]
     passages += [options.prompts["passage"] + n for s in samples for n in s.negatives]
@@ -45,80 +62,102 @@ def collate_pairs(samples, *, tokenizer, options: EmbeddingOptions) -> dict:
             "pad_id": tokenizer.pad_token_id}
 
 
-def _pad_to(ids: torch.Tensor, length: int, pad_id: int) -> torch.Tensor:
-    return torch.nn.functional.pad(ids, (0, length - ids.shape[1]), value=pad_id)
-
-
-class ContrastiveRecipe(Recipe):
+class ContrastiveRecipe(FinetuneRecipe):
     """InfoNCE retrieval fine-tuning (see the module docstring)."""
 
     name = "contrastive"
     metric_names = ("in_batch_accuracy",)
+    Options = ContrastiveOptions
 
-    def __init__(self, task=None, tokenizer=None, options: dict | None = None):
-        options = dict(options or {})
-        unknown = set(options) - KNOWN_OPTIONS
-        if unknown:
-            raise ValueError(f"unknown contrastive options {sorted(unknown)}; known: {sorted(KNOWN_OPTIONS)}")
-        if "train" not in options:
-            raise ValueError("the contrastive recipe needs options['train']: a jsonl of "
-                             '{"query", "positive", "negatives"?} rows')
-        self.task, self.tokenizer, self.options = task, tokenizer, options
-        self.hard_negatives = int(options.get("hard_negatives", 0))
-        self.temperature = float(options.get("temperature", 0.05))
-        if self.temperature <= 0 or self.hard_negatives < 0:
-            raise ValueError(f"temperature must be > 0 and hard_negatives >= 0, got "
-                             f"{self.temperature}, {self.hard_negatives}")
-        self.embedding = None  # EmbeddingOptions, once the sequence length is known
-        self.reports: dict = {}
+    def __init__(self, task, tokenizer, options):
+        super().__init__(task, tokenizer, options)
+        if self.opts.temperature <= 0 or self.opts.hard_negatives < 0:
+            raise ValueError(f"finetune.options.temperature must be > 0 and hard_negatives >= 0, got "
+                             f"{self.opts.temperature}, {self.opts.hard_negatives}")
+        self.embedding = EmbeddingOptions(pooling=self.opts.pooling, normalize=self.opts.normalize,
+                                          prompts={"query": self.opts.query_prefix,
+                                                   "passage": self.opts.passage_prefix},
+                                          max_length=options.max_length)
 
-    def embedding_options(self, max_length: int) -> EmbeddingOptions:
-        prompts = {"query": self.options.get("query_prefix", "query: "),
-                   "passage": self.options.get("passage_prefix", "passage: ")}
-        return EmbeddingOptions(pooling=self.options.get("pooling", "mean"),
-                                normalize=bool(self.options.get("normalize", True)), prompts=prompts,
-                                max_length=int(self.options.get("max_length", max_length)))
+    # ---- data -------------------------------------------------------------------------
+    def prepare(self, config) -> None:
+        """The training pairs (dropped rows counted) and every evaluation folder, checked."""
+        from megatron_biglm.config import ConfigError
 
-    def build_data(self, config, model_config, dp_size):  # noqa: ARG002
-        import logging
+        from ..retrieval.beir import BeirFormatError, load_beir
 
+        self.use_split = False
+        files = self.options.data.get(self.task.train_split)
+        if self.options.train_examples != 0:  # 0: score the start point only
+            if not files:
+                raise ConfigError(f"finetune.data.{self.task.train_split}: the contrastive kind trains on pairs: "
+                                  'jsonl rows {"query": ..., "positive": ..., "negatives": [...]}')
+            self.train_examples, report = read_pairs(files, hard_negatives=self.opts.hard_negatives)
+            self.reports[self.task.train_split] = report
+            self._refuse_empty(self.task.train_split, self.train_examples, report)
+        names = self.eval_split_names() + ([self.options.test_split] if self.options.test_split else [])
+        for name in names:
+            folder = self.options.data.get(name)
+            if not folder or isinstance(folder, list):
+                raise ConfigError(f"finetune.data.{name}: a BEIR folder (corpus.jsonl, queries.jsonl, "
+                                  f"qrels/{self.opts.split}.tsv) to score retrieval on")
+            try:
+                data = load_beir(folder, self.opts.split)
+            except BeirFormatError as exc:
+                raise ConfigError(f"finetune.data.{name}: {exc}") from None
+            self.eval_examples[name] = [str(folder)]
+            self.reports[name] = _folder_report(data)
+
+    def build_data(self, config, model_config, dp_size: int) -> RecipeData:  # noqa: ARG002
         if self.tokenizer is None:
             from megatron_biglm.data.tokenizer import load_tokenizer
 
             self.tokenizer = load_tokenizer(config.data.tokenizer)
-        self.embedding = self.embedding_options(config.data.seq_length)
+        if not self.train_examples:
+            self.prepare(config)
         gbs = config.training.global_batch_size
-        train, report = read_pairs(self.options["train"], hard_negatives=self.hard_negatives)
-        self.reports["train"] = report.as_dict()
-        logging.getLogger(__name__).info("contrastive train pairs: %s", report.summary_line())
-        valid = None
-        if self.options.get("valid") and config.training.eval_iters > 0:
-            pairs, vreport = read_pairs(self.options["valid"], hard_negatives=self.hard_negatives)
-            self.reports["valid"] = vreport.as_dict()
-            valid = EpochSamples(pairs, gbs, config.training.eval_iters * gbs, config.data.seed + 1)
         collate = partial(collate_pairs, tokenizer=self.tokenizer, options=self.embedding)
-        return RecipeData(train=EpochSamples(train, gbs, config.schedule.train_steps * gbs, config.data.seed),
-                          valid=valid, tokenizer=self.tokenizer, collate_fn=collate)
+        # no validation loss: retrieval is validated by its metrics (evaluate_split)
+        return RecipeData(train=EpochSamples(self.train_examples, gbs, config.schedule.train_steps * gbs,
+                                             config.data.seed),
+                          valid=None, tokenizer=self.tokenizer, collate_fn=collate)
 
+    # ---- loss -------------------------------------------------------------------------
     def forward(self, model, batch, device):
-        q, p = batch["tokens"], batch["passages"]
-        length = max(q.shape[1], p.shape[1])
-        tokens = torch.cat([_pad_to(q, length, batch["pad_id"]), _pad_to(p, length, batch["pad_id"])])
-        lengths = torch.cat([batch["valid_lengths"], batch["passage_lengths"]]).to(device)
-        hidden = model(tokens.to(device), split=None, valid_lengths=lengths, return_hidden=True)
-        return hidden, partial(self._loss, lengths, q.shape[0])
+        """Queries and passages in two forwards, each at its own padded width."""
+        q_len, p_len = batch["valid_lengths"].to(device), batch["passage_lengths"].to(device)
+        queries = model(batch["tokens"].to(device), split=None, valid_lengths=q_len, return_hidden=True)
+        passages = model(batch["passages"].to(device), split=None, valid_lengths=p_len, return_hidden=True)
+        return (queries, passages), partial(self._loss, q_len, p_len)
 
-    def _loss(self, lengths, n_queries, hidden):
+    def _loss(self, q_len, p_len, hidden):
         from megatron.core import parallel_state
 
-        vectors = pool(hidden, lengths, self.embedding)
+        queries, passages = (pool(h, n, self.embedding) for h, n in zip(hidden, (q_len, p_len)))
         group = parallel_state.get_data_parallel_group() if parallel_state.model_parallel_is_initialized() else None
-        loss, correct = info_nce_sum(vectors[:n_queries], vectors[n_queries:], temperature=self.temperature,
-                                     group=group)
-        count = torch.tensor(n_queries, dtype=torch.int, device=loss.device)
+        loss, correct = info_nce_sum(queries, passages, temperature=self.opts.temperature, group=group)
+        count = torch.tensor(queries.shape[0], dtype=torch.int, device=loss.device)
         report = {LOSS_KEY: torch.stack([loss.detach(), count.float()]),
                   "in_batch_accuracy": torch.stack([correct.float(), count.float()])}
         return loss, count, report
 
     def loss_tokens(self, batch):
         return int(batch["tokens"].shape[0])
+
+    # ---- validation -------------------------------------------------------------------
+    @torch.no_grad()
+    def evaluate_split(self, model, name: str, examples: list, device) -> dict[str, float]:  # noqa: ARG002
+        from ..retrieval.beir import METRICS, evaluate_beir
+        from ..retrieval.encoders import OurEncoder
+
+        scores = evaluate_beir(OurEncoder(model, self.tokenizer, self.embedding), examples[0],
+                               split=self.opts.split, progress=False)
+        return {m: scores[m] for m in METRICS}
+
+
+def _folder_report(data):
+    from ..row_report import RowReport
+
+    report = RowReport()
+    report.rows_seen = report.rows_kept = len(data.queries)
+    return report

@@ -142,10 +142,6 @@ class Seq2SeqRecipe(FinetuneRecipe):
         return GenerationConfig.from_dict(values)
 
     # ---- data -------------------------------------------------------------------------
-    @property
-    def select_split(self) -> str:
-        return self.options.select_split or (self.task.eval_splits[0] if self.task else "validation")
-
     def encode(self, rows: list[dict], report, training: bool) -> list:  # noqa: ARG002
         from ..tasks import encode_rows
 

@@ -2,7 +2,7 @@
 
     finetune:
       task:
-        kind: head                   # verbalizer | head | span | seq2seq
+        kind: head                   # verbalizer | head | span | seq2seq | contrastive | instruct
         fields: [review]             # the text columns, in order
         label_field: sentiment
         labels: [neg, pos]           # optional: inferred from the training split (sorted)
@@ -10,7 +10,9 @@
 
 Every key (`DECLARATION_KEYS`; an unknown one is an error naming the valid ones):
   name                 what results and logs call the task (default "custom")
-  kind                 how it is modelled (`task.KINDS`)
+  kind                 how it is modelled (`task.KINDS`): verbalizer, head, span, seq2seq, contrastive
+                       (pairs under data.train, a BEIR folder per evaluation split) or instruct
+                       (instruction datasets built by `cli.instruct_data`)
   dataset              a built-in data set's columns (`data_files.SCHEMAS`, e.g. super_glue/cb),
                        instead of declaring them
   fields               the text columns in order (a verbalizer takes them from its template)
@@ -61,6 +63,8 @@ _DEFAULT_METRICS = {  # (kind, problem_type) -> (metrics, select)
     ("head", "multi_label_classification"): (("micro_f1", "macro_f1", "subset_accuracy"), "micro_f1"),
     ("span", "single_label_classification"): (("squad",), "f1"),
     ("seq2seq", "single_label_classification"): (("rouge",), "rougeL"),
+    ("contrastive", "single_label_classification"): (("retrieval",), "ndcg@10"),
+    ("instruct", "single_label_classification"): (("loss",), "loss"),
 }
 
 
@@ -144,6 +148,8 @@ def _schema(spec, kind: str, problem: str, name: str, where: str) -> DatasetSche
     hub = spec.get("hub")
     common = dict(name=name, hub_path=str(hub) if hub else "", hub_config=spec.get("hub_config"))
     extra = (str(spec["id_field"]),) if spec.get("id_field") else ()
+    if kind in ("contrastive", "instruct"):  # read by their recipes (pairs; a built instruction set)
+        return DatasetSchema(text_fields=(), label_field=None, **common)
     if kind == "seq2seq":
         return DatasetSchema(text_fields=(str(spec.get("source_field", "source")),), label_field=None,
                              target_field=str(spec.get("target_field", "target")), extra_fields=extra, **common)

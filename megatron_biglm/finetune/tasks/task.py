@@ -9,17 +9,21 @@ the best checkpoint). The kinds:
   * `head`: a classification head on pooled encoder states (`head_classification.py`):
     single-label (softmax), regression (one number, MSE) or multi-label (sigmoid per label);
   * `span`: extractive QA with a start/end head over context windows (`squad_windows.py`);
-  * `seq2seq`: source as prefix, target as suffix, decoded with Mask-Predict (`seq2seq.py`).
+  * `seq2seq`: source as prefix, target as suffix, decoded with Mask-Predict (`seq2seq.py`);
+  * `contrastive`: query/passage pairs, InfoNCE, validated by retrieval on BEIR folders
+    (`recipes/contrastive.py`);
+  * `instruct`: instruction tuning on a built instruction dataset, validated by the masked
+    loss of the held-out one (`recipes/instruct.py`).
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import Any
 
-KINDS = ("verbalizer", "head", "span", "seq2seq")
+KINDS = ("verbalizer", "head", "span", "seq2seq", "contrastive", "instruct")
 PROBLEM_TYPES = ("single_label_classification", "regression", "multi_label_classification")
 METRIC_NAMES = ("accuracy", "macro_f1", "squad", "rouge", "bleu", "meteor", "pearson", "spearman", "mse",
-                "micro_f1", "subset_accuracy")
+                "micro_f1", "subset_accuracy", "retrieval", "loss")
 
 
 def check_metric_name(name: str, where: str = "metrics") -> None:
