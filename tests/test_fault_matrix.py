@@ -119,6 +119,38 @@ def finetune_rows(env, task, rows):
     return load_split(task, files=[str(data)], strict=True)
 
 
+REVIEWS = b"review,sentiment\nsweet night,pos\nfoul day,neg\nnoble lord,pos\nvile man,neg\n"
+HEAD = {"kind": "head", "fields": ["review"], "label_field": "sentiment"}
+
+
+def own_finetune(env, *overrides, task=HEAD, train=REVIEWS, valid=REVIEWS, valid_name="valid.csv",
+                 run_dir=None):
+    """`python -m megatron_biglm.cli.finetune` on a user's own csv (a tiny model, 2 files)."""
+    import yaml
+
+    from megatron_biglm.cli.finetune import main
+    files = {"train": str(e_file(env, "train.csv", train)), "validation": str(e_file(env, valid_name, valid))}
+    config = env.file("ft.yaml", yaml.safe_dump({
+        "run_dir": str(run_dir or env.out / "ft"), "data": {"tokenizer": env.tokenizer},
+        "model": {"preset": "tiny", "num_layers": 1, "hidden_size": 32, "ffn_hidden_size": 64},
+        "finetune": {"task": task, "data": files, "max_length": 16, "epochs": 1},
+        "training": {"micro_batch_size": 2, "global_batch_size": 2}}).encode())
+    return main(["--config", str(config), *overrides])
+
+
+def e_file(env, name, content):
+    return env.file(name, content) if content is not None else env.tmp / name
+
+
+def other_run(env) -> Path:
+    """A run_dir holding a finished fine-tune of another task (its record says so)."""
+    folder = env.tmp / "other"
+    folder.mkdir()
+    (folder / "finetune_run.json").write_text(json.dumps({"task": "rte_head"}))
+    (folder / "results.json").write_text("{}")
+    return folder
+
+
 def damaged(env, item=ITEMS["model weight"]) -> Path:
     root = env.checkpoints()
     zero_bytes_in_item(root / "iter_0000004", item)
@@ -241,6 +273,30 @@ FAULTS = [
           ValueError, r"ft\.jsonl:2: empty_field: field 'hypothesis' is empty.*" + STRICT),
     Fault("fine-tuning", "unknown task", lambda e: finetune_rows(e, "glue/nosuch", [CB]),
           ValueError, r"unknown data set 'glue/nosuch'; known: .*super_glue/cb"),
+    # fine-tuning on one's own data: python -m megatron_biglm.cli.finetune (stops before training)
+    Fault("fine-tuning", "typo'd option", lambda e: own_finetune(e, "finetune.options.poolng=first"),
+          2, r"unknown option 'finetune\.options\.poolng' for task kind 'head' \(did you mean 'pooling'\?\); "
+             r"valid keys in finetune\.options: pooling"),
+    Fault("fine-tuning", "typo'd split key", lambda e: own_finetune(e, f"finetune.data.valdation={e.tmp}/x.csv"),
+          2, r"unknown split 'finetune\.data\.valdation'.*\(did you mean 'validation'\?\)"),
+    Fault("fine-tuning", "typo'd task key",
+          lambda e: own_finetune(e, task={**HEAD, "label_feild": "sentiment"}),
+          2, r"unknown task key 'finetune\.task\.label_feild' \(did you mean 'label_field'\?\)"),
+    Fault("fine-tuning", "missing validation file", lambda e: own_finetune(e, valid=None, valid_name="nowhere.csv"),
+          2, r"finetune\.data\.validation: \S+nowhere\.csv does not exist"),
+    Fault("fine-tuning", "every row lacks the label column",
+          lambda e: own_finetune(e, valid=b"review,label\nsweet night,pos\n"),
+          2, r"finetune\.data\.validation has no usable row.*valid\.csv:2: unlabeled: no field 'sentiment' "
+             r"\(fields: \['label', 'review'\]\).*reads the columns \['review', 'sentiment'\]; labels: \['neg', 'pos'\]"),
+    Fault("fine-tuning", "empty file", lambda e: own_finetune(e, valid=b""),
+          2, r"finetune\.data\.validation has no usable row.*no rows at all: is the file empty"),
+    Fault("fine-tuning", "JSON array", lambda e: own_finetune(e, valid=b'[{"review": "x", "sentiment": "pos"}]',
+                                                          valid_name="valid.jsonl"),
+          2, r"valid\.jsonl is a JSON array; fine-tuning jsonl holds one JSON object per line"),
+    Fault("fine-tuning", "unknown format", lambda e: own_finetune(e, valid_name="valid.txt"),
+          2, r"valid\.txt: fine-tuning data must be jsonl .*csv, tsv or parquet.*rename the file"),
+    Fault("fine-tuning", "run_dir of another task", lambda e: own_finetune(e, run_dir=other_run(e)),
+          2, r"holds another run \(task: 'rte_head' there.*set finetune\.overwrite=true"),
 ]
 
 _VALID_LOOKING = {".bin", ".idx", ".safetensors", ".json", ".yaml", ".distcp"}

@@ -163,7 +163,7 @@ def _schema(spec, kind: str, problem: str, name: str, where: str) -> DatasetSche
         from .text_fit import template_fields
 
         fields = list(template_fields(str(spec["template"]).split("<mask>")[0]))
-    fields = tuple(str(f) for f in _list(fields, f"{where}.fields"))
+    fields = tuple(str(f) for f in _list(fields, f"{where}.fields")) if fields is not None else ()
     if not fields:
         raise TaskDeclarationError(f"{where}.fields: name the text column(s) the task reads, e.g. fields: [text]")
     labels = spec.get("labels")
