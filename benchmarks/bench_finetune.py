@@ -103,7 +103,8 @@ def ours(kind: str, inputs: dict, run: Path) -> dict:
     config = {"run_dir": str(run), "finetune": {
         "task": task, "init_from": inputs["ckpt"], "data": data, "max_length": h["max_length"],
         "epochs": h["epochs"], "warmup_fraction": h["warmup"], "schedule": "linear", **extra},
-        "optimizer": {"lr": h["lr"], "min_lr": 0.0, "weight_decay": h["weight_decay"]},
+        # the peers' AdamW: betas (0.9, 0.999), eps 1e-8, gradient clipping at 1.0
+        "optimizer": {"lr": h["lr"], "min_lr": 0.0, "weight_decay": h["weight_decay"], "adam_beta2": 0.999},
         "training": {"micro_batch_size": h["batch"], "global_batch_size": h["batch"], "precision": "fp32",
                      "seed": SEED},
         "data": {"seed": SEED},

@@ -59,3 +59,26 @@ def test_a_callback_without_events_is_refused_before_the_run_starts(train_data, 
         train(None, tiny_overrides(train_data, tmp_path / "run", steps=2), callbacks=[Typo()])
     assert not (tmp_path / "run").exists()
     assert len(list(Callbacks([print, Recorder(0)]))) == 2  # a function is a step callback
+
+
+@pytest.mark.slow
+def test_a_driver_script_without_a_main_guard_saves_checkpoints(train_data, tmp_path):
+    """A plain script calling train() at top level (no `if __name__ == "__main__":`) runs to
+    the end and saves: megatron's checkpoint writer starts its spawned helper without
+    re-running the script (common/mcore_internals.start_checkpoint_writer_queue)."""
+    import subprocess
+    import sys
+
+    script = tmp_path / "driver.py"
+    script.write_text("from megatron_biglm.cli.train import train\n"
+                      f"result = train(None, {tiny_overrides(train_data, tmp_path / 'run', steps=2)!r})\n"
+                      "print('ITERATION', result.iteration)\n")
+    import os
+    from pathlib import Path
+
+    repo = str(Path(__file__).resolve().parents[1])
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=600,
+                          cwd=tmp_path, env={**os.environ, "PYTHONPATH": repo, "OMP_NUM_THREADS": "1"})
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.count("ITERATION 2") == 1  # the script ran once, not again in a helper
+    assert latest_checkpoint(tmp_path / "run" / "checkpoints").name == "iter_0000002"

@@ -4,8 +4,11 @@ README's example runs as written; the head model exports to HF and plain transfo
 `pipeline("text-classification")` returns the user's label names and recomputes the accuracy.
 
 The data (`own_data_fixtures.py`) is csv with a byte-order mark, the columns the user chose and
-labels inferred from the training split. Bars: the measured value over seeds
-(training.seed = data.seed 1..3) at 1/3 of its margin over chance, see each test.
+labels inferred from the training split. Measured over training.seed = data.seed 1..3 (best
+validation): single-label accuracy 0.99-1.00, regression Pearson 0.991-0.993, multi-label
+micro-F1 0.96-1.00, verbalizer accuracy 1.00, seq2seq ROUGE-L 1.00; each bar (0.9 / 0.8) sits
+below the smallest by more than the seeds' spread, and far above what ignoring the text gives
+(accuracy 0.5, Pearson and micro-F1 0, ROUGE-L 0).
 """
 from __future__ import annotations
 
@@ -58,41 +61,35 @@ def run_own(folder: Path, task: dict, files: dict, pretrained: Path, *overrides,
 
 @pytest.mark.slow
 @pytest.mark.parametrize("problem, write, task, bar", [
-    # chance 0.5; measured 1.00 for seeds 1-3 -> bar 0.5 + 0.5 * 2/3
     ("single", write_reviews, {"kind": "head", "fields": ["review"], "label_field": "sentiment"}, 0.9),
-    # Pearson of a model that ignores the text: 0; measured ... -> bar
     ("regression", write_scores, {"kind": "head", "fields": ["text"], "label_field": "score",
                                   "problem_type": "regression"}, 0.8),
-    # micro-F1 of predicting no topic: 0; measured ...
     ("multi", write_topics, {"kind": "head", "fields": ["text"], "label_field": "topics",
                              "problem_type": "multi_label_classification"}, 0.9),
 ], ids=["single_label", "regression", "multi_label"])
 def test_head_kinds_learn_from_csv(problem, write, task, bar, pretrained, tmp_path):
     results = run_own(tmp_path, task, write(tmp_path / "data"), pretrained)
-    print(problem, results["select"], [v["valid"]["validation"] for v in results["validations"]])
     assert results["finished"] and results["best_metric"] >= bar
 
 
 @pytest.mark.slow
 def test_verbalizer_learns_from_csv(pretrained, tmp_path):
-    """The label word at <mask>, labels given as {label: word} (chance 0.5; measured ...)."""
+    """The label word at <mask>, labels given as {label: word} (chance 0.5)."""
     task = {"kind": "verbalizer", "template": "{review} . it was <mask> .", "label_field": "sentiment",
             "label_words": {"pos": "good", "neg": "bad"}}
     results = run_own(tmp_path, task, write_reviews(tmp_path / "data"), pretrained)
-    print("verbalizer", [v["valid"]["validation"] for v in results["validations"]])
     assert results["finished"] and results["best_metric"] >= 0.9
 
 
 @pytest.mark.slow
 def test_seq2seq_learns_from_csv(pretrained, tmp_path):
-    """Source and target columns by name; Mask-Predict decodes the validation targets
-    (ROUGE-L of copying nothing: 0; measured ...)."""
+    """Source and target columns by name; Mask-Predict decodes the validation targets (the
+    length head is raised to the targets' length by the recipe)."""
     from own_data_fixtures import write_cues
 
     task = {"kind": "seq2seq", "source_field": "review", "target_field": "cue"}
     results = run_own(tmp_path, task, write_cues(tmp_path / "data"), pretrained,
                       epochs=20, options={"max_target_length": 4, "generation": {"steps": 2}})
-    print("seq2seq", [v["valid"]["validation"] for v in results["validations"]])
     assert results["finished"] and results["best_metric"] >= 0.9
 
 
@@ -117,15 +114,15 @@ def readme_example() -> tuple[str, list[str]]:
 @pytest.mark.slow
 def test_readme_own_data_example_runs_as_written_and_exports_to_a_pipeline(pretrained, tmp_path):
     """The README's yaml and commands, as written, in a folder holding the two csv files and
-    a model at runs/quickstart: the run learns (chance 0.5), the export loads in plain
+    a model at runs/quickstart/pretrain (where the quickstart pretrains): the run learns (chance 0.5), the export loads in plain
     transformers, whose text-classification pipeline names the user's labels and recomputes
     the validation accuracy of results.json."""
     config, commands = readme_example()
     files = write_reviews(tmp_path / "made")
     for split, name in (("train", "reviews_train.csv"), ("validation", "reviews_valid.csv")):
         os.replace(files[split], tmp_path / name)
-    (tmp_path / "runs").mkdir()
-    (tmp_path / "runs" / "quickstart").symlink_to(pretrained, target_is_directory=True)
+    (tmp_path / "runs" / "quickstart").mkdir(parents=True)
+    (tmp_path / "runs" / "quickstart" / "pretrain").symlink_to(pretrained, target_is_directory=True)
     (tmp_path / "reviews.yaml").write_text(config)
     env = {**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}", "OMP_NUM_THREADS": "1",
            "PYTHONPATH": str(REPO)}

@@ -27,3 +27,14 @@ drivers that wire the floors together are here too, because they are what the co
   lm_eval            lm-eval's own CLI, our models registered   biglm-lm-eval
   fetch_data         corpus, BIG-bench and WordNet, offline-safe  biglm-fetch-data
 """
+
+
+def command_logging() -> None:
+    """The logging of a data command: warnings from everything, progress from ours, and not
+    megatron's note that optional fused kernels are missing (they are for GPU runs)."""
+    import logging
+    import warnings
+
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    logging.getLogger("megatron_biglm").setLevel(logging.INFO)
+    warnings.filterwarnings("ignore", message="Transformer Engine and Apex are not installed")

@@ -11,9 +11,9 @@ skipped inputs), 1 fatal (bad input under --strict, no input files, nothing read
 from __future__ import annotations
 
 import argparse
-import logging
 import sys
-import warnings
+
+from megatron_biglm.cli import command_logging
 
 
 def parse_args(argv):
@@ -43,9 +43,7 @@ def parse_args(argv):
 
 def main(argv=None) -> int:
     args = parse_args(argv)
-    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
-    logging.getLogger("megatron_biglm").setLevel(logging.INFO)
-    warnings.filterwarnings("ignore", message="Transformer Engine and Apex are not installed")
+    command_logging()
     from megatron_biglm.data.indexed_tools import CorruptDatasetError
     from megatron_biglm.data.preprocess import PreprocessError, format_summary, preprocess
     from megatron_biglm.data.readers import BadInputError

@@ -17,9 +17,9 @@ from __future__ import annotations
 
 import argparse
 import json
-import logging
 import sys
-import warnings
+
+from megatron_biglm.cli import command_logging
 
 
 def parse_args(argv):
@@ -54,9 +54,7 @@ def parse_args(argv):
 
 def main(argv=None) -> int:
     args = parse_args(argv)
-    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
-    logging.getLogger("megatron_biglm").setLevel(logging.INFO)
-    warnings.filterwarnings("ignore", message="Transformer Engine and Apex are not installed")
+    command_logging()
     from megatron_biglm.data.shards import ShardError, ShardSettings, plan_from_inputs
 
     try:

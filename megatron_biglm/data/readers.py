@@ -102,6 +102,19 @@ class Record:
     texts: dict[str, str]
 
 
+def format_by_suffix(path, table: dict, unknown: str) -> str:
+    """The format `table` maps the file's extension to (a .gz/.zst(d) suffix ignored); else a
+    ValueError with `unknown` formatted with {path} and {suffixes}."""
+    name = str(path).lower()
+    for suffix in _COMPRESSION_SUFFIXES:
+        if name.endswith(suffix):
+            name = name[: -len(suffix)]
+    fmt = table.get(os.path.splitext(name)[1])
+    if fmt is None:
+        raise ValueError(unknown.format(path=path, suffixes=sorted(table)))
+    return fmt
+
+
 def input_format(path, requested: str = "auto") -> str:
     """'jsonl', 'text' or 'parquet', from `requested` or the file name (compression suffix
     ignored); unknown names are a usage error, never a guess."""
@@ -109,16 +122,9 @@ def input_format(path, requested: str = "auto") -> str:
         if requested not in FORMATS:
             raise ValueError(f"unknown input format {requested!r}; use one of {FORMATS} or 'auto'")
         return requested
-    name = str(path).lower()
-    for suffix in _COMPRESSION_SUFFIXES:
-        if name.endswith(suffix):
-            name = name[: -len(suffix)]
-    fmt = _SUFFIX_FORMAT.get(os.path.splitext(name)[1])
-    if fmt is None:
-        raise ValueError(f"cannot tell the format of {path} from its name: use a suffix in "
-                         f"{sorted(_SUFFIX_FORMAT)} (optionally + .gz/.zst), or pass the "
-                         "format explicitly (--input-format)")
-    return fmt
+    return format_by_suffix(path, _SUFFIX_FORMAT, "cannot tell the format of {path} from its name: use a "
+                            "suffix in {suffixes} (optionally + .gz/.zst), or pass the format explicitly "
+                            "(--input-format)")
 
 
 def expand_inputs(inputs: Iterable, report: SkipReport) -> list[Path]:

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from typing import Iterable, Iterator, Mapping
 
 from megatron_biglm.data.readers import (BLANK_LINE, INVALID_JSON, INVALID_UTF8, NOT_AN_OBJECT,
-                                         UNREADABLE_FILE, expand_inputs, open_binary)
+                                         UNREADABLE_FILE, expand_inputs, format_by_suffix, open_binary)
 
 from .row_report import (BAD_ANSWERS, BAD_LABEL, EMPTY_FIELD, EMPTY_TARGET, INVALID_ROW, MISSING_FIELD,
                          UNLABELED, RowReport)
@@ -239,16 +239,9 @@ DATA_FORMATS = {".jsonl": "jsonl", ".json": "jsonl", ".ndjson": "jsonl", ".csv":
 
 def data_format(path) -> str:
     """jsonl, csv, tsv or parquet from the file name, or a ValueError naming the accepted ones."""
-    name = str(path).lower()
-    for suffix in (".gz", ".zst", ".zstd"):
-        if name.endswith(suffix):
-            name = name[: -len(suffix)]
-    fmt = DATA_FORMATS.get(os.path.splitext(name)[1])
-    if fmt is None:
-        raise ValueError(f"{path}: fine-tuning data must be jsonl (one JSON object per line), csv, tsv or "
-                         f"parquet, told apart by the extension ({', '.join(sorted(DATA_FORMATS))}, "
-                         "optionally + .gz/.zst); rename the file to its format's extension")
-    return fmt
+    return format_by_suffix(path, DATA_FORMATS, "{path}: fine-tuning data must be jsonl (one JSON object per "
+                            "line), csv, tsv or parquet, told apart by the extension ({suffixes}, optionally "
+                            "+ .gz/.zst); rename the file to its format's extension")
 
 
 def file_objects(inputs, report: RowReport, *, what: str,

@@ -139,7 +139,9 @@ def plan_finetune(config_or_path, overrides=()) -> FinetunePlan:
 
     cfg = load_config(config_or_path, list(overrides))
     start_note = None
-    if cfg.finetune.enabled and cfg.finetune.init_from:
+    # a run that trains builds the start's model; scoring it (train_examples=0) loads it as
+    # saved, and needs only its tokenizer when the run names none
+    if cfg.finetune.enabled and cfg.finetune.init_from and (cfg.finetune.train_examples != 0 or not cfg.data.tokenizer):
         shape, start_note = start_overrides(cfg.finetune.init_from, bool(cfg.data.tokenizer))
         overrides = [*shape, *overrides]  # the caller's own keys still win
         cfg = load_config(config_or_path, list(overrides))
