@@ -71,7 +71,7 @@ def test_a_driver_script_without_a_main_guard_saves_checkpoints(train_data, tmp_
 
     script = tmp_path / "driver.py"
     script.write_text("from megatron_biglm.cli.train import train\n"
-                      f"result = train(None, {tiny_overrides(train_data, tmp_path / 'run', steps=2)!r})\n"
+                      f"result = train(None, {tiny_overrides(train_data, tmp_path / 'run', steps=4)!r})\n"
                       "print('ITERATION', result.iteration)\n")
     import os
     from pathlib import Path
@@ -80,5 +80,5 @@ def test_a_driver_script_without_a_main_guard_saves_checkpoints(train_data, tmp_
     done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=600,
                           cwd=tmp_path, env={**os.environ, "PYTHONPATH": repo, "OMP_NUM_THREADS": "1"})
     assert done.returncode == 0, done.stderr[-3000:]
-    assert done.stdout.count("ITERATION 2") == 1  # the script ran once, not again in a helper
-    assert latest_checkpoint(tmp_path / "run" / "checkpoints").name == "iter_0000002"
+    assert done.stdout.count("ITERATION 4") == 1  # the script ran once, not again in a helper
+    assert latest_checkpoint(tmp_path / "run" / "checkpoints").name == "iter_0000004"

@@ -23,6 +23,15 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
 _NULLS = ("null", "none", "~")
+
+
+@typing.runtime_checkable
+class SelfBuildingSection(typing.Protocol):
+    """A section type whose keys another package owns: it builds itself from the written
+    value (the run config's `model` and `objective`)."""
+
+    @classmethod
+    def from_config(cls, value, key: str): ...
 _TRUE, _FALSE = ("true", "yes", "1", "on"), ("false", "no", "0", "off")
 
 
@@ -84,7 +93,7 @@ def coerce(value: Any, tp, key: str, *, error=ConfigError) -> Any:
             if value == choice or (isinstance(value, str) and str(choice) == value):
                 return choice
         raise error(f"config key '{key}': {value!r} is not one of {list(args)}")
-    if isinstance(tp, type) and hasattr(tp, "from_config"):
+    if isinstance(tp, type) and issubclass(tp, SelfBuildingSection):
         return tp.from_config(value, key)
     if dataclasses.is_dataclass(tp):
         return build_dataclass(tp, value, key, error=error)

@@ -7,6 +7,7 @@ silently. A file with no usable row is an error that says what a row must look l
 """
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 
 from megatron_biglm.finetune.data_files import _jsonl_objects
@@ -28,7 +29,7 @@ def read_pairs(paths, *, hard_negatives: int = 0, report: RowReport | None = Non
     """All usable pairs of the jsonl files `paths` (a path or a list), and the row report."""
     report = report if report is not None else RowReport()
     pairs: list[Pair] = []
-    for path in [paths] if isinstance(paths, (str, bytes)) or hasattr(paths, "__fspath__") else paths:
+    for path in [paths] if isinstance(paths, (str, bytes, os.PathLike)) else paths:
         for line, row in _jsonl_objects(path, report):
             report.rows_seen += 1
             pair = _pair(row, hard_negatives, report, path, line)
