@@ -147,3 +147,25 @@ def test_readme_own_data_example_runs_as_written_and_exports_to_a_pipeline(pretr
     accuracy = sum(p == g for p, g in zip(predicted, gold)) / len(gold)
     best = results["best_valid"]["validation"]["accuracy"]
     assert abs(accuracy - best) <= 0.02, (accuracy, best)
+
+
+@pytest.mark.slow
+def test_early_stopping_and_evaluate_callbacks_through_the_entry(pretrained, tmp_path):
+    """`finetune.early_stopping_patience: 2` with a learning rate of 0 (no validation can beat
+    the first): the run stops, saved, after the third validation of ten epochs; an evaluate
+    callback heard every validation's scores; results.json says why it stopped."""
+    from megatron_biglm.cli.finetune import finetune
+
+    heard = []
+
+    class Listener:
+        def on_evaluate(self, step, scores, loop_state):  # noqa: ARG002
+            heard.append((step, scores["validation"]["accuracy"]))
+
+    config = own_config(tmp_path, {"kind": "head", "fields": ["review"], "label_field": "sentiment"},
+                        write_reviews(tmp_path / "data"), pretrained, early_stopping_patience=2)
+    results = finetune(str(config), ["optimizer.lr=0.0"], callbacks=[Listener()])
+    assert [s for s, _ in heard] == [16, 32, 48] and len({a for _, a in heard}) == 1
+    assert results["train"]["stopped_by"].startswith("early stopping: accuracy on validation has not beaten")
+    assert results["stopped_early"] == results["train"]["stopped_by"] and not results["finished"]
+    assert results["best_step"] == 16 and results["train"]["iteration"] == 48
