@@ -102,10 +102,10 @@ def test_contrastive_training_raises_ndcg_and_exports_to_sentence_transformers(t
     before = _ndcg(fresh, loaded.tokenizer, data["beir_dir"])
     after = _ndcg(loaded.model, loaded.tokenizer, data["beir_dir"])
     print(f"nDCG@10 untrained {before:.4f} -> trained {after:.4f} ({data['test']} test queries)")
-    # Untrained 0.193 (a fixed init); trained, over training.seed = data.seed 1..5: 0.251-0.294
-    # (+0.058 to +0.101, x1.30 to x1.53; the pinned 1234: 0.300). Bars: 1/3 of the smallest
-    # gain, absolute and relative.
-    assert after > before + 0.019 and after > 1.1 * before
+    # Untrained 0.193 (a fixed init); trained with the pinned seeds (training.seed = data.seed =
+    # 1234) and the one epoch order: 0.248 (+0.055, x1.29). Bars: 1/3 of the gain, absolute
+    # and relative.
+    assert after > before + 0.018 and after > 1.095 * before
     _check_sentence_transformers_export(run, loaded, tmp_path)
 
 
