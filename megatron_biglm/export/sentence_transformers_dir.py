@@ -96,8 +96,8 @@ def _contrastive_settings(finetune) -> dict:
         return {}
     options = finetune.options or {}
     return {"pooling": options.get("pooling", "mean"), "normalize": options.get("normalize", True),
-            "prompts": {"query": options.get("query_prefix", "query: "),
-                        "passage": options.get("passage_prefix", "passage: ")},
+            "prompts": {"query": options.get("query_prefix", DEFAULT_PROMPTS["query"]),
+                        "passage": options.get("passage_prefix", DEFAULT_PROMPTS["passage"])},
             "max_length": finetune.max_length}
 
 

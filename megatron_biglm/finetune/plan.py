@@ -176,7 +176,7 @@ def plan_finetune(config_or_path, overrides=()) -> FinetunePlan:
     if options.train_examples == 0:
         return _no_training_plan(cfg, list(overrides), recipe)
     derived = derived_schedule(len(recipe.train_examples), options, gbs)
-    interval = validation_interval(len(recipe.train_examples), options, gbs)
+    interval = derived["checkpoint.save_interval"]  # a checkpoint at every task validation
     settled = {k: json.dumps(v) for k, v in recipe.derived_settings(cfg).items()}  # YAML reads JSON back
     steps = derived["schedule.train_steps"]
     validator = TaskValidator(recipe, interval=interval,

@@ -35,6 +35,14 @@ class RowReport(SkipReport):
         self.rows_kept = 0
         self.truncated: Counter[str] = Counter()
 
+    @classmethod
+    def all_kept(cls, rows: int) -> "RowReport":
+        """The report of a source whose rows were checked elsewhere (a built instruction
+        dataset, a BEIR folder's queries): `rows` seen and kept."""
+        report = cls()
+        report.rows_seen = report.rows_kept = int(rows)
+        return report
+
     def drop_kept(self, reason: str, source, line: int = 0, detail: str = "") -> None:
         """A row the reader kept is dropped by a later stage (e.g. its source is too long)."""
         self.skip(reason, source, line, detail)

@@ -11,8 +11,8 @@ serves the encoded examples to the loop:
   * train: `epochs.EpochSamples`, the one epoch order of every recipe (a fresh seeded
     permutation per epoch, the last step topping up from it; a pure function of the global
     sample index, so `consumed_samples` resumes it exactly).
-  * valid: the selection split, wrapped round to whole global batches, for the loop's
-    validation loss.
+  * valid: none: a fine-tune is validated by its task metrics (`validation.TaskValidator`),
+    not by a validation-loss pass.
 
 A subclass sets `collate(examples) -> batch`, `forward`, `loss_tokens` (the `Recipe` seam)
 and `evaluate_split(model, name, examples, device) -> {metric: value}` (must contain the
@@ -29,7 +29,6 @@ results.json equals an uninterrupted run's.
 from __future__ import annotations
 
 import dataclasses
-import math
 from functools import partial
 from typing import Sequence
 
@@ -44,19 +43,6 @@ from ..epochs import steps_per_epoch as epoch_steps
 from ..metrics import task_scores
 from ..row_report import RowReport
 from ..tasks import encode_rows
-
-
-class Wrapped(torch.utils.data.Dataset):
-    """`examples` repeated round to `length` items (whole global batches for the loop)."""
-
-    def __init__(self, examples: Sequence, length: int):
-        self.examples, self.length = list(examples), length
-
-    def __len__(self) -> int:
-        return self.length
-
-    def __getitem__(self, i: int):
-        return self.examples[int(i) % len(self.examples)]
 
 
 def draw_examples(examples: Sequence, n: int, seed: int) -> list:
@@ -222,9 +208,7 @@ class FinetuneRecipe(Recipe):
             self.prepare(config)
         gbs = config.training.global_batch_size
         train = EpochSamples(self.train_examples, gbs, config.schedule.train_steps * gbs, config.data.seed)
-        valid = self.eval_examples.get(self.select_split) or None
-        valid = Wrapped(valid, math.ceil(len(valid) / gbs) * gbs) if valid else None
-        return RecipeData(train=train, valid=valid, tokenizer=self.tokenizer, collate_fn=self.collate)
+        return RecipeData(train=train, valid=None, tokenizer=self.tokenizer, collate_fn=self.collate)
 
     def collate(self, examples: Sequence) -> dict:
         raise NotImplementedError

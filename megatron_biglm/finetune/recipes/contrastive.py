@@ -29,12 +29,14 @@ from typing import Literal
 
 import torch
 
+from megatron_biglm.export.sentence_transformers_dir import DEFAULT_PROMPTS
 from megatron_biglm.training.recipe import LOSS_KEY, RecipeData
 
 from ..epochs import EpochSamples
 from ..retrieval.embed import EmbeddingOptions, pool, tokenize
 from ..retrieval.infonce import info_nce_sum
 from ..retrieval.pairs import read_pairs
+from ..row_report import RowReport
 from .base import FinetuneRecipe
 
 
@@ -44,8 +46,8 @@ class ContrastiveOptions:
     temperature: float = 0.05
     pooling: Literal["mean", "first", "cls", "last"] = "mean"
     normalize: bool = True
-    query_prefix: str = "query: "
-    passage_prefix: str = "passage: "
+    query_prefix: str = DEFAULT_PROMPTS["query"]
+    passage_prefix: str = DEFAULT_PROMPTS["passage"]
     split: str = "test"   # qrels/<split>.tsv of the validation folders
 
 
@@ -106,7 +108,7 @@ class ContrastiveRecipe(FinetuneRecipe):
             except BeirFormatError as exc:
                 raise ConfigError(f"finetune.data.{name}: {exc}") from None
             self.eval_examples[name] = [str(folder)]
-            self.reports[name] = _folder_report(data)
+            self.reports[name] = RowReport.all_kept(len(data.queries))
 
     def build_data(self, config, model_config, dp_size: int) -> RecipeData:  # noqa: ARG002
         if self.tokenizer is None:
@@ -154,10 +156,3 @@ class ContrastiveRecipe(FinetuneRecipe):
                                split=self.opts.split, progress=False)
         return {m: scores[m] for m in METRICS}
 
-
-def _folder_report(data):
-    from ..row_report import RowReport
-
-    report = RowReport()
-    report.rows_seen = report.rows_kept = len(data.queries)
-    return report

@@ -64,10 +64,10 @@ class InstructRecipe(FinetuneRecipe):
                               "built by `python -m megatron_biglm.cli.instruct_data build`")
         self.data = _data(source)
         self.train_examples = range(len(self.data))   # the epochs count its samples
-        self.reports[self.task.train_split] = _report(len(self.data))
+        self.reports[self.task.train_split] = RowReport.all_kept(len(self.data))
         for name in self.eval_split_names():
             self.eval_examples[name] = _data(self.options.data[name])
-            self.reports[name] = _report(len(self.eval_examples[name]))
+            self.reports[name] = RowReport.all_kept(len(self.eval_examples[name]))
         self._settle(config, self.tokenizer)
 
     def _settle(self, config, tokenizer) -> None:
@@ -112,8 +112,3 @@ class InstructRecipe(FinetuneRecipe):
             total, count = total + float(loss_sum), count + int(tokens)
         return {"loss": total / max(count, 1)}
 
-
-def _report(n: int) -> RowReport:
-    report = RowReport()
-    report.rows_seen = report.rows_kept = n
-    return report

@@ -82,7 +82,7 @@ def mask_example(example: Seq2SeqExample, rng: np.random.Generator, mask_id: int
 
 
 class MaskedSeq2Seq(torch.utils.data.Dataset):
-    """Sample i of `ordered` (an `EpochSamples` or `Wrapped` view of the examples), masked with a
+    """Sample i of `ordered` (the `EpochSamples` view of the examples), masked with a
     generator seeded by (seed, i): a pure function of i, so resume is exact."""
 
     def __init__(self, ordered: torch.utils.data.Dataset, seed: int, mask_id: int, source_mask_rate: float):
@@ -166,8 +166,6 @@ class Seq2SeqRecipe(FinetuneRecipe):
         data = super().build_data(config, model_config, dp_size)
         seed = config.data.seed
         data.train = MaskedSeq2Seq(data.train, seed, self.mask_id, self.source_mask_rate)
-        if data.valid is not None:
-            data.valid = MaskedSeq2Seq(data.valid, seed + 1, self.mask_id, 0.0)
         return data
 
     def collate(self, samples: Sequence[dict]) -> dict:

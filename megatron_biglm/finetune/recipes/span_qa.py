@@ -25,12 +25,11 @@ import torch
 
 from megatron_biglm.data.token_ids import TokenIds
 from megatron_biglm.model.head_model import head_model_provider
-from megatron_biglm.training.recipe import LOSS_KEY, RecipeData
+from megatron_biglm.training.recipe import LOSS_KEY
 
 from ..metrics import task_scores
-from ..row_report import RowReport
 from ..tasks import squad_predictions
-from .base import FinetuneRecipe, Wrapped
+from .base import FinetuneRecipe
 
 
 @dataclass
@@ -51,22 +50,12 @@ class SpanQARecipe(FinetuneRecipe):
         self.doc_stride, self.max_query_length = self.opts.doc_stride, self.opts.max_query_length
         self.n_best, self.max_answer_length = self.opts.n_best, self.opts.max_answer_length
         self.pad_id = TokenIds.from_tokenizer(tokenizer).pad_id
-        self.labeled_valid: list = []
 
     def encoder_options(self, training: bool) -> dict:
         return {"doc_stride": self.doc_stride, "max_query_length": self.max_query_length, "training": training}
 
     def model_provider(self, pre_process, post_process, config, transformer_config):
         return head_model_provider("span")(pre_process, post_process, config, transformer_config)
-
-    def build_data(self, config, model_config, dp_size: int) -> RecipeData:
-        data = super().build_data(config, model_config, dp_size)
-        if not self.labeled_valid and self.select_split in self.eval_rows:
-            self.labeled_valid = self.encode(self.eval_rows[self.select_split], RowReport(), training=True)
-        if self.labeled_valid:
-            gbs = config.training.global_batch_size
-            data.valid = Wrapped(self.labeled_valid, -(-len(self.labeled_valid) // gbs) * gbs)
-        return data
 
     def collate(self, windows: Sequence) -> dict:
         width = self.options.max_length
