@@ -187,6 +187,10 @@ def test_every_command_lives_in_cli_with_a_console_script():
     assert len(scripts) == len(commands) >= 19
     for name in sorted(commands):
         assert callable(importlib.import_module(f"megatron_biglm.cli.{name}").main), name
+        # `python -m megatron_biglm.cli.NAME` runs main (without the block it exits 0, doing nothing)
+        tree = ast.parse((PACKAGE / "cli" / f"{name}.py").read_text(encoding="utf-8"))
+        guards = [node for node in tree.body if isinstance(node, ast.If) and "__main__" in ast.unparse(node.test)]
+        assert guards and "main(" in ast.unparse(guards[-1]), f"cli/{name}.py has no `if __name__ == \"__main__\"` block"
     stray = sorted(str(p.relative_to(PACKAGE)) for p in PACKAGE.rglob("*.py")
                    if p.parent.name != "cli" and (p.stem == "__main__" or p.stem.startswith("cli")))
     assert not stray, f"entry points outside cli/: {stray}"

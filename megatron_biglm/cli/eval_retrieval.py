@@ -87,3 +87,7 @@ def main(argv=None) -> int:
     for name, error in failed.items():
         print(f"error: {name}: {error}", file=sys.stderr)
     return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -162,3 +162,7 @@ def _report(args, outputs, stdout, stderr) -> int:
         for out in outputs:
             print(out.prompt + out.text, file=stdout)
     return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
