@@ -29,6 +29,9 @@ rename the labels (one distinct name per label); `problem_type` (derived the sam
 HF problem type. `options`: recipe-specific settings
 (e.g. span QA's `doc_stride`, seq2seq's `max_target_length`), read by the task kind's recipe.
 
+A data file that cannot be read to its end (a truncated .gz/.zst) stops the run, naming it;
+`skip_unreadable: true` keeps the rows before the damage and counts the rest as one loss.
+
 A run_dir that holds another fine-tune (another task, data or settings) is refused;
 `overwrite: true` deletes it and starts over.
 
@@ -73,6 +76,7 @@ class FinetuneConfig:
     min_steps: int = 0
     options: dict = field(default_factory=dict)
     overwrite: bool = False
+    skip_unreadable: bool = False   # a data file that cannot be read to its end: its rest is one counted loss
     early_stopping_patience: int = 0   # stop after this many validations without a new best (0: never)
 
     @property

@@ -254,6 +254,9 @@ def _unreadable(path, line: int, exc: Exception, skips: SkipReport, on_unreadabl
         loss = f"unreadable after line {line}" if line else "unreadable"
     detail = f"{loss} ({type(exc).__name__}: {exc})"
     where = f"{path}:{line + 1}" if line else str(path)
+    if on_unreadable == STOP and isinstance(exc, FileNotFoundError):
+        raise BadInputError(f"{path}: {UNREADABLE_FILE}: {loss}: give an existing file (working directory "
+                            f"{os.getcwd()})") from None
     if on_unreadable == STOP:
         skip = f", or set {opt_in} to keep the rows before it (the rest counts as one loss)" if opt_in else ""
         raise BadInputError(f"{where}: {UNREADABLE_FILE}: {detail}: the file cannot be read to its end; "
