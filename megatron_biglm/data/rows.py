@@ -400,3 +400,32 @@ def _text_cells(value):
     if isinstance(value, list):
         return [_text_cells(v) for v in value]
     return value
+
+
+class StopAtFirst(SkipReport):
+    """The report of a file every row of which must be good (prompts, task data, a BEIR
+    folder's files): the first bad row raises `error` with `file:line: reason: detail; hint`.
+    Blank lines are let through (counted)."""
+
+    def __init__(self, error: type[Exception], hint: str):
+        super().__init__()
+        self.error, self.hint = error, hint
+
+    def skip(self, reason: str, source, line: int = 0, detail: str = "", count: int = 1) -> None:
+        if reason != BLANK_LINE:
+            where = f"{source}:{line}" if line else str(source)
+            raise self.error(f"{where}: {reason}" + (f": {detail}" if detail else "") + f"; {self.hint}")
+        self.counts[reason] += count
+
+
+def json_lines(path, error: type[Exception], hint: str) -> Iterator[tuple[int, object]]:
+    """(line, value) of every non-blank line of a JSON-lines file (plain or compressed,
+    whatever its name) that must hold no bad line: the first one, or a file that cannot be read
+    to its end, raises `error` naming file:line, the reason and `hint` (what to write)."""
+    try:
+        for row in iter_rows(path, fmt="jsonl", skips=StopAtFirst(error, hint)):
+            yield row.line, row.value
+    except BadInputError as exc:
+        if isinstance(exc, error):
+            raise
+        raise error(f"{exc}; {hint}") from None
