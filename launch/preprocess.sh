@@ -48,9 +48,9 @@ for v in INPUT SHARDS; do
     exit 2
   fi
 done
-if ! "$PYTHON" -c "import megatron_biglm" 2>/dev/null; then
-  echo "preprocess: PYTHON=$PYTHON cannot import megatron_biglm; set PYTHON to the python that has the" \
-       "package installed (e.g. PYTHON=/path/to/venv/bin/python)" >&2
+if ! WHY=$("$PYTHON" -c "import megatron_biglm.data.shards" 2>&1); then
+  echo "preprocess: PYTHON=$PYTHON cannot import megatron_biglm (${WHY##*$'\n'}); set PYTHON to the python" \
+       "that has the package installed (e.g. PYTHON=/path/to/venv/bin/python)" >&2
   exit 2
 fi
 read -r -a INPUTS <<< "$INPUT"        # split on spaces; globs stay unexpanded for Python

@@ -299,6 +299,136 @@ FAULTS = [
           2, r"holds another run \(task: 'rte_head' there.*set finetune\.overwrite=true"),
 ]
 
+# ------------------------------------------------------------------ a fine-tune's start, its run_dir, retrieval
+# data, the shard merge and the launchers: checked before the first step, and a failed start
+# leaves no claim (finetune_run.json is .json: the table's "nothing valid-looking" check)
+def finished_finetune(env, **kwargs) -> Path:
+    """A real fine-tune (2 steps of the own-data head task) in its own folder; its run_dir."""
+    run_dir = env.tmp / "done"
+    assert own_finetune(env, run_dir=run_dir, **kwargs) == 0
+    return run_dir
+
+
+def pretraining_inside(env) -> Path:
+    """Another fine-tune's run_dir that also holds a copy of a pretraining run's checkpoints."""
+    folder = other_run(env)
+    shutil.copytree(env.run[0], folder / "pretrained")
+    return folder
+
+
+THREE_LABELS = REVIEWS + b"plain stone,mid\nbare wall,mid\n"
+NO_PRETRAINING_ADVICE = r"\A(?!.*checkpoint\.load)"  # an init_from refusal never sends the user to checkpoint.load
+
+
+def beir(env, corpus=({"_id": "d1", "text": "red apples"},), queries=({"_id": "q1", "text": "fruit"},),
+         qrels="q1\td1\t1\n", **options):
+    from megatron_biglm.finetune.retrieval.beir import load_beir
+    folder = env.tmp / "beir"
+    env.file("beir/corpus.jsonl", b"".join(json.dumps(r).encode() + b"\n" for r in corpus))
+    env.file("beir/queries.jsonl", b"".join(json.dumps(r).encode() + b"\n" for r in queries))
+    env.file("beir/qrels/test.tsv", qrels.encode())
+    return load_beir(folder, **options)
+
+
+def eval_retrieval(env, *args):
+    from megatron_biglm.cli.eval_retrieval import main
+    beir(env)
+    try:
+        return main(["--data", str(env.tmp / "beir"), "--output", str(env.out / "r.json"), *args])
+    except SystemExit as exited:  # argparse's refusal
+        return exited.code
+
+
+def subprocess_status(argv, **env_vars):
+    """A real subprocess; its stderr is replayed on ours (the table reads it there)."""
+    import os
+    import subprocess
+    import sys
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    env["PYTHONPATH"] = str(Path(__file__).resolve().parents[1])
+    done = subprocess.run(argv, capture_output=True, text=True, env={**env, **env_vars}, timeout=120)
+    sys.stderr.write(done.stderr)
+    return done.returncode
+
+
+def two_ctrl_c(env):
+    import sys
+    from test_signals_second_ctrl_c import SCRIPT
+    return subprocess_status([sys.executable, "-c", SCRIPT])
+
+
+FAULTS += [
+    Fault("fine-tuning", "training file changed before the rerun",
+          lambda e: own_finetune(e, train=REVIEWS + b"kind soul,pos\n", run_dir=finished_finetune(e)),
+          2, r"finetune\.data\.train: \S+train\.csv changed since that run started \(\d+ bytes there, \d+ here.*"
+             r"its own run_dir, or set finetune\.overwrite=true"),
+    Fault("fine-tuning", "overwrite a run_dir that is init_from",
+          lambda e: own_finetune(e, "finetune.overwrite=true", f"finetune.init_from={e.checkpoints()}",
+                                 run_dir=e.checkpoints()),
+          2, r"finetune\.overwrite: run_dir \S+ holds finetune\.init_from=\S+, the checkpoint this run starts from"),
+    Fault("fine-tuning", "overwrite a run_dir holding a pretraining checkpoint",
+          lambda e: own_finetune(e, "finetune.overwrite=true", run_dir=pretraining_inside(e)),
+          2, r"finetune\.overwrite: run_dir \S+ holds a pretraining checkpoint \(\S+pretrained/iter_\d+\)"),
+    Fault("fine-tuning", "bad batch arithmetic leaves no claim", lambda e: own_finetune(e, "training.global_batch_size=3"),
+          2, r"pick a global batch that is a multiple of 2"),
+    Fault("fine-tuning", "missing init_from", lambda e: own_finetune(e, f"finetune.init_from={e.tmp / 'nowhere'}"),
+          2, r"finetune\.init_from: checkpoint \S+nowhere does not exist; set finetune\.init_from to a checkpoint"),
+    Fault("fine-tuning", "corrupt init_from leaves no claim", lambda e: own_finetune(e, f"finetune.init_from={damaged(e)}"),
+          2, NO_PRETRAINING_ADVICE + r".*fail their CRC-32.*start from the previous checkpoint: `finetune\.init_from=\S+iter_0000002`"),
+    Fault("fine-tuning", "truncated init_from", lambda e: own_finetune(e, f"finetune.init_from={truncated(e)}"),
+          2, NO_PRETRAINING_ADVICE + r".*is truncated.*Point finetune\.init_from at an earlier complete checkpoint: "
+                                     r"`finetune\.init_from=\S+iter_0000002`"),
+    Fault("fine-tuning", "typo'd select_metric", lambda e: own_finetune(e, "finetune.select_metric=acuracy"),
+          2, r"finetune\.select_metric='acuracy' is not a score of task \S+ \(did you mean 'accuracy'\?\)"),
+    Fault("fine-tuning", "user metric that does not import",
+          lambda e: own_finetune(e, task={**HEAD, "metrics": ["accuracy", "nosuchmetricmodule:score"]}),
+          2, r"metric 'nosuchmetricmodule:score': cannot import score from nosuchmetricmodule.*PYTHONPATH"),
+    Fault("fine-tuning", "learning rate 0", lambda e: own_finetune(e, "optimizer.lr=0", "optimizer.min_lr=0"),
+          2, r"'optimizer\.lr' must be > 0, got 0"),
+    Fault("fine-tuning", "head of another label count in init_from",
+          lambda e: own_finetune(e, f"finetune.init_from={finished_finetune(e)}", train=THREE_LABELS, valid=THREE_LABELS),
+          2, r"holds a head of another shape: task_head\.\S+ is \[2, \d+\] there, \[3, \d+\] here.*"
+             r"Set finetune\.reinit_mismatched_heads=true to start that head fresh"),
+    Fault("retrieval", "repeated document id", lambda e: beir(e, corpus=[{"_id": "d1", "text": "a"}, {"_id": "d1", "text": "b"}]),
+          ValueError, r"corpus\.jsonl:2: _id 'd1' is already the id of line 1.*--keep-first-duplicate"),
+    Fault("retrieval", "fractional relevance grade", lambda e: beir(e, qrels="q1\td1\t0.5\n"),
+          ValueError, r"qrels/test\.tsv:1: relevance '0\.5' is not a whole number"),
+    Fault("retrieval", "empty queries file", lambda e: beir(e, queries=[]),
+          ValueError, r"queries\.jsonl holds no query"),
+    Fault("retrieval", "batch size 0", lambda e: eval_retrieval(e, "--model", str(e.tmp), "--batch-size", "0"),
+          2, r"--batch-size: '0' is not a whole number >= 1"),
+    Fault("retrieval", "missing model", lambda e: eval_retrieval(e, "--model", str(e.tmp / "no_model")),
+          1, r"--model \S+no_model does not exist"),
+    Fault("launch", "python without the package (preprocess.sh)",
+          lambda e: subprocess_status(["bash", str(Path(__file__).resolve().parents[1] / "launch" / "preprocess.sh")],
+                                      PYTHON="/usr/bin/python3", DRY_RUN="1", SHARDS="2", INPUT=str(e.tmp)),
+          2, r"PYTHON=/usr/bin/python3 cannot import megatron_biglm \(.*\); set PYTHON to the python"),
+    Fault("training", "two quick Ctrl-C", two_ctrl_c,
+          130, r"\Asecond Ctrl-C: stopped without saving; the last sealed checkpoint is kept\n\Z"),
+]
+
+def test_what_the_start_refusals_leave_possible(saved_run, other_tokenizer, tmp_path, capsys):  # noqa: F811
+    """The other side of the rows above: the corrected rerun of a failed start runs in the same
+    run_dir (no claim was left); `finetune.reinit_mismatched_heads=true` starts a head of
+    another size fresh, with a note; `finetune.overwrite=true` deletes a fine-tune's own
+    run_dir, not what it starts from."""
+    env = Env(tmp_path, saved_run, other_tokenizer, [])
+    run_dir = env.out / "ft"
+    assert own_finetune(env, "training.global_batch_size=3", run_dir=run_dir) == 2
+    assert own_finetune(env, run_dir=run_dir) == 0
+    assert json.loads((run_dir / "finetune_run.json").read_text())["data_content"]["train"]
+    three = tmp_path / "three"
+    assert own_finetune(env, f"finetune.init_from={run_dir}", "finetune.reinit_mismatched_heads=true",
+                        train=THREE_LABELS, valid=THREE_LABELS, run_dir=three) == 0
+    out = capsys.readouterr().out
+    assert re.search(r"finetune\.reinit_mismatched_heads: freshly initialised, as the stored shape differs: "
+                     r"task_head\.\S+ is \[2, \d+\] there, \[3, \d+\] here", out), out
+    assert json.loads((three / "results.json").read_text())["finished"]
+    assert own_finetune(env, "finetune.overwrite=true", "finetune.epochs=2", run_dir=run_dir) == 0
+    assert "finetune.overwrite: deleted the other run in" in capsys.readouterr().out
+    assert json.loads((run_dir / "finetune_run.json").read_text())["epochs"] == 2
+
+
 _VALID_LOOKING = {".bin", ".idx", ".safetensors", ".json", ".yaml", ".distcp"}
 
 

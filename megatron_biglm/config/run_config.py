@@ -194,7 +194,7 @@ def validate(config: RunConfig) -> None:
     """Cross-field checks that need no distributed state (batch arithmetic needs the world
     size and is checked in `check_batch_arithmetic`)."""
     s, t = config.schedule, config.training
-    positive = {"schedule.train_steps": s.train_steps, "training.micro_batch_size": t.micro_batch_size,
+    positive = {"optimizer.lr": config.optimizer.lr, "schedule.train_steps": s.train_steps, "training.micro_batch_size": t.micro_batch_size,
                 "training.global_batch_size": t.global_batch_size, "data.seq_length": config.data.seq_length,
                 "logging.log_interval": config.logging.log_interval,
                 "checkpoint.save_interval": config.checkpoint.save_interval,

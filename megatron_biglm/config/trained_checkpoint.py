@@ -38,13 +38,13 @@ class TrainedCheckpoint(SavedCheckpoint):
         return DistCheckpointWeights(self.dist_dir, self.model_config.num_layers)
 
 
-def open_checkpoint(path) -> TrainedCheckpoint:
+def open_checkpoint(path, key: str | None = None) -> TrainedCheckpoint:
     """Locate, verify (manifest sizes) and read a checkpoint's run config and train state.
 
     The model config is rebuilt from the saved run config and checked against the saved shape
     signature, so a preset file edited after training is caught here, not as a shape error.
     """
-    saved = read_checkpoint(path)
+    saved = read_checkpoint(path, key)  # key: the config key that named it, for the refusals
     run_config = load_config(saved.config_path)
     model_config = run_config.model.resolved
     try:
