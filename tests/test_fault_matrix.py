@@ -351,6 +351,17 @@ def subprocess_status(argv, **env_vars):
     return done.returncode
 
 
+def stale_merge(env):
+    """launch/preprocess.sh's work for one shard, then its input edited before the merge."""
+    from megatron_biglm.cli.merge_datasets import main as merge
+    from megatron_biglm.cli.preprocess_shards import main as shards
+    corpus = env.file("corpus/c.jsonl", b'{"text": "sweet night"}\n')
+    assert shards(["--input", str(corpus), "--shards", "1", "--tokenizer", env.tokenizer,
+                   "--out", str(env.tmp / "shards"), "--task", "all"]) == 0
+    corpus.write_bytes(b'{"text": "sweet night, foul day"}\n')
+    return merge(["--shards", str(env.tmp / "shards"), "--output-prefix", str(env.out / "merged")])
+
+
 def two_ctrl_c(env):
     import sys
     from test_signals_second_ctrl_c import SCRIPT
@@ -399,6 +410,9 @@ FAULTS += [
           2, r"--batch-size: '0' is not a whole number >= 1"),
     Fault("retrieval", "missing model", lambda e: eval_retrieval(e, "--model", str(e.tmp / "no_model")),
           1, r"--model \S+no_model does not exist"),
+    Fault("corpus", "input edited before the shard merge", stale_merge,
+          1, r"1 stale shard\(s\).*shard_00000: \S+c\.jsonl changed since it was preprocessed.*"
+             r"Re-submit the array.*--allow-stale"),
     Fault("launch", "python without the package (preprocess.sh)",
           lambda e: subprocess_status(["bash", str(Path(__file__).resolve().parents[1] / "launch" / "preprocess.sh")],
                                       PYTHON="/usr/bin/python3", DRY_RUN="1", SHARDS="2", INPUT=str(e.tmp)),
