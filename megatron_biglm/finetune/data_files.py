@@ -239,9 +239,11 @@ def label_order(names) -> tuple[str, ...]:
 @dataclass(frozen=True)
 class LabelColumn:
     """A label column as the training files hold it: every value (rows without one left
-    out), and the columns each file's first row has (to name them when the column is absent)."""
+    out), the columns each file's first row has (to name them when the column is absent), and
+    whether any row has the column at all."""
     values: list
     columns: dict
+    present: bool
 
 
 def label_values(inputs, field: str, report: RowReport | None = None, *,
@@ -249,13 +251,14 @@ def label_values(inputs, field: str, report: RowReport | None = None, *,
     """The values of `field` in local files: what a task that does not list its labels infers
     them from (`tasks/declaration.py`)."""
     report = report if report is not None else RowReport()
-    values, columns = [], {}
+    values, columns, present = [], {}, False
     for path, _, raw in file_objects(inputs, report, what="fine-tuning data", skip_unreadable=skip_unreadable):
         if isinstance(raw, Mapping):
             columns.setdefault(str(path), sorted(map(str, raw)))
+            present = present or field in raw
             if raw.get(field) is not None:
                 values.append(raw[field])
-    return LabelColumn(values, columns)
+    return LabelColumn(values, columns, present)
 
 
 def _check_answers(value) -> dict | None:

@@ -133,7 +133,7 @@ def with_labels(task: Task, train_files, *, skip_unreadable: bool = False) -> tu
         raise TaskDeclarationError(f"task {task.name}: list its labels (finetune.task.labels): they are "
                                    "inferred from local training files, and this run has none")
     column = label_values(train_files, schema.label_field, skip_unreadable=skip_unreadable)
-    if column.columns and not column.values:
+    if column.columns and not column.present:
         raise TaskDeclarationError(f"task {task.name}: {_no_column(schema.label_field, column.columns)}")
     values = column.values
     if schema.label_kind == "multi":
