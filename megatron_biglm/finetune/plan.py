@@ -138,7 +138,8 @@ def plan_finetune(config_or_path, overrides=()) -> FinetunePlan:
     read = {k: v for k, v in options.data.items() if k != task.train_split or options.train_examples != 0}
     check_split_files(read, [task.train_split, *task.eval_splits, options.select_split, options.test_split])
     try:
-        task, labels_note = with_labels(task, options.data.get(task.train_split))
+        task, labels_note = with_labels(task, options.data.get(task.train_split),
+                                        skip_unreadable=options.skip_unreadable)
     except ValueError as exc:
         raise ConfigError(str(exc)) from None
     tokenizer = load_tokenizer(cfg.data.tokenizer)
