@@ -56,3 +56,11 @@ def test_eval_retrieval_checks_the_batch_size_and_the_model_path(tmp_path, capsy
     assert exited.value.code == 2 and "--batch-size: '0' is not a whole number >= 1" in capsys.readouterr().err
     assert main(["--model", str(tmp_path / "no_model"), "--data", str(folder)]) == 1
     assert f"--model {tmp_path / 'no_model'} does not exist" in capsys.readouterr().err
+
+
+def test_qrels_read_alike_with_or_without_a_header(tmp_path):
+    plain = load_beir(beir_folder(tmp_path / "p", CORPUS, QUERIES, QRELS))
+    headerless = load_beir(beir_folder(tmp_path / "n", CORPUS, QUERIES, QRELS.split("\n", 1)[1]))
+    assert plain.qrels == headerless.qrels == {"q1": {"d1": 1}, "q2": {"d2": 2}}
+    with pytest.raises(BeirFormatError, match=r"test\.tsv:3: expected query-id, corpus-id, score"):
+        load_beir(beir_folder(tmp_path / "s", CORPUS, QUERIES, QRELS.replace("q2\td2\t2", "q2\td2")))

@@ -1,7 +1,11 @@
 """BEIR-format evaluation: read a folder, encode (with a disk cache), exact search, score.
 
 A BEIR folder holds corpus.jsonl ({"_id", "title"?, "text"}), queries.jsonl ({"_id", "text"})
-and qrels/<split>.tsv (query-id, corpus-id, score; a header row). As in BEIR, a document is
+and qrels/<split>.tsv (query-id, corpus-id, score; a header row, or none), read by the one row
+reader (`data/rows.py`: .gz/.zst accepted): the first bad row, or a file that cannot be read
+to its end, stops with file:line and what to write. An `_id` given twice is an error unless the
+first is kept (`duplicate_ids="keep_first"`, counted); a grade is an integer, also when written
+`1.0`. As in BEIR, a document is
 "title text" when it has a title, and queries with no relevant document in the qrels are
 skipped and counted. Search is exact (all query x document scores, top 100 kept). The metrics
 come from pytrec_eval (trec_eval): ndcg_cut_10, recall_100, and recip_rank on the run cut
@@ -13,15 +17,14 @@ only the queries.
 """
 from __future__ import annotations
 
-import csv
 import hashlib
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Iterator
 
 import torch
 
-from megatron_biglm.common.json_lines import json_lines
+from megatron_biglm.data.rows import BadInputError, StopAtFirst, iter_rows, json_lines, open_binary
 
 METRICS = ("ndcg@10", "recall@100", "mrr@10")
 
@@ -83,18 +86,43 @@ def _relevance(text: str, path: Path, number: int) -> int:
     return int(value)
 
 
+QRELS_HINT = "write query-id, corpus-id and an integer score per line, tab-separated"
+
+
 def read_qrels(path: Path) -> dict:
     if not path.is_file():
         raise BeirFormatError(f"{path} is missing: pass --split with a file under qrels/")
     qrels: dict = {}
-    with open(path, encoding="utf-8") as fh:
-        for number, row in enumerate(csv.reader(fh, delimiter="\t"), start=1):
-            if not row or (number == 1 and _number(row[-1]) is None):
-                continue  # blank line or header
-            if len(row) < 3:
-                raise BeirFormatError(f"{path}:{number}: expected query-id, corpus-id, score")
-            qrels.setdefault(row[0], {})[row[1]] = _relevance(row[2], path, number)
+    rows = iter_rows(path, fmt="tsv", skips=StopAtFirst(BeirFormatError, QRELS_HINT))
+    try:
+        for number, cells in _qrels_cells(path, rows):
+            if len(cells) < 3 or any(c is None for c in cells[:3]):
+                raise BeirFormatError(f"{path}:{number}: expected query-id, corpus-id, score; {QRELS_HINT}")
+            qrels.setdefault(str(cells[0]), {})[str(cells[1])] = _relevance(str(cells[2]), path, number)
+    except BadInputError as exc:  # a file that cannot be read to its end
+        raise BeirFormatError(f"{exc}; {QRELS_HINT}") from None
     return qrels
+
+
+def _qrels_cells(path: Path, rows) -> Iterator[tuple[int, list]]:
+    """(line, cells) of every qrels row. The reader takes the first line as the header; when
+    that line's score is a number it was a row (a qrels file without a header) and is kept."""
+    header = None
+    for row in rows:
+        if header is None:
+            header = list(row.value)
+            if _is_row(header):
+                yield 1, header
+        yield row.line, list(row.value.values())
+    if header is None:  # one line at most: the header the reader took, or a single row
+        with open_binary(path) as fh:
+            first = fh.readline().decode("utf-8-sig", errors="replace").rstrip("\r\n").split("\t")
+        if _is_row(first):
+            yield 1, first
+
+
+def _is_row(cells: list) -> bool:
+    return len(cells) >= 3 and _number(str(cells[2])) is not None
 
 
 def load_beir(folder, split: str = "test", *, unknown_documents: str = "error",
