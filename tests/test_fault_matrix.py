@@ -11,6 +11,7 @@ Read the table (FAULTS) top to bottom: area, name, what is run, what it must say
 from __future__ import annotations
 
 import contextlib
+import gzip
 import io
 import json
 import re
@@ -124,12 +125,12 @@ HEAD = {"kind": "head", "fields": ["review"], "label_field": "sentiment"}
 
 
 def own_finetune(env, *overrides, task=HEAD, train=REVIEWS, valid=REVIEWS, valid_name="valid.csv",
-                 run_dir=None):
+                 run_dir=None, train_name="train.csv"):
     """`python -m megatron_biglm.cli.finetune` on a user's own csv (a tiny model, 2 files)."""
     import yaml
 
     from megatron_biglm.cli.finetune import main
-    files = {"train": str(e_file(env, "train.csv", train)), "validation": str(e_file(env, valid_name, valid))}
+    files = {"train": str(e_file(env, train_name, train)), "validation": str(e_file(env, valid_name, valid))}
     config = env.file("ft.yaml", yaml.safe_dump({
         "run_dir": str(run_dir or env.out / "ft"), "data": {"tokenizer": env.tokenizer},
         "model": {"preset": "tiny", "num_layers": 1, "hidden_size": 32, "ffn_hidden_size": 64},
@@ -292,11 +293,71 @@ FAULTS = [
           2, r"finetune\.data\.validation has no usable row.*no rows at all: is the file empty"),
     Fault("fine-tuning", "JSON array", lambda e: own_finetune(e, valid=b'[{"review": "x", "sentiment": "pos"}]',
                                                           valid_name="valid.jsonl"),
-          2, r"valid\.jsonl is a JSON array; fine-tuning jsonl holds one JSON object per line"),
+          2, r"valid\.jsonl is a JSON array; JSON Lines holds one JSON object per line"),
     Fault("fine-tuning", "unknown format", lambda e: own_finetune(e, valid_name="valid.txt"),
           2, r"valid\.txt: fine-tuning data must be jsonl .*csv, tsv or parquet.*rename the file"),
     Fault("fine-tuning", "run_dir of another task", lambda e: own_finetune(e, run_dir=other_run(e)),
           2, r"holds another run \(task: 'rte_head' there.*set finetune\.overwrite=true"),
+]
+
+# ------------------------------------------------------------------ users' row files (data/rows.py): labels, a
+# truncated file, a missing column, an undecodable byte. A run that must succeed writes outside out/.
+def shown_run(env, *overrides, **files):
+    """`own_finetune` in its own folder, its notes (stdout) shown with its errors (the table reads stderr)."""
+    import sys
+    with contextlib.redirect_stdout(sys.stderr):
+        return own_finetune(env, *overrides, run_dir=env.tmp / "own", **files)
+
+
+def labelled(values, *, name="train.jsonl") -> dict:
+    """REVIEWS' rows as jsonl (or csv), the k-th distinct label written as values[k] (JSON numbers)."""
+    rows = [line.split(",") for line in REVIEWS.decode().splitlines()[1:]]
+    rows = [(text, values[["neg", "pos"].index(label)]) for text, label in rows] if len(values) == 2 else \
+        [(f"{rows[i % 4][0]} {i}", v) for i, v in enumerate(values)]
+    data = b"".join(json.dumps({"review": t, "sentiment": v}).encode() + b"\n" for t, v in rows)
+    return {"train": data, "valid": data, "train_name": name, "valid_name": "valid.jsonl"}
+
+
+def truncated_gz(rows: int = 60) -> bytes:
+    data = gzip.compress(b"".join(json.dumps({"review": f"review number {i} " * 8, "sentiment": ["neg", "pos"][i % 2]})
+                                  .encode() + b"\n" for i in range(rows)))
+    return data[: len(data) // 2]
+
+
+def parquet_bytes(rows) -> bytes:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    sink = io.BytesIO()
+    pq.write_table(pa.Table.from_pylist(rows), sink)
+    return sink.getvalue()
+
+
+FAULTS += [
+    Fault("fine-tuning", "integer labels 1/2 (jsonl)", lambda e: shown_run(e, **labelled([1, 2])),
+          0, r"labels inferred from the training split's 'sentiment' column: 0: 1, 1: 2\n.*train: rows 4: kept 4, dropped 0"),
+    Fault("fine-tuning", "integer labels -1/1 (jsonl)", lambda e: shown_run(e, **labelled([-1, 1])),
+          0, r"'sentiment' column: 0: -1, 1: 1\n.*train: rows 4: kept 4, dropped 0"),
+    Fault("fine-tuning", "integer labels 0..10 (jsonl)", lambda e: shown_run(e, **labelled(list(range(11)))),
+          0, r"'sentiment' column: 0: 0, 1: 1, 2: 2, 3: 3, .* 9: 9, 10: 10\n.*train: rows 11: kept 11, dropped 0"),
+    Fault("fine-tuning", "truncated .jsonl.gz", lambda e: own_finetune(e, train=truncated_gz(), train_name="train.jsonl.gz"),
+          2, r"train\.jsonl\.gz:\d+: unreadable_file: truncated after line \d+ \(EOFError.*repair or re-create it, or "
+             r"set finetune\.skip_unreadable=true"),
+    Fault("fine-tuning", "truncated .jsonl.gz, skipping opted in",
+          lambda e: shown_run(e, "finetune.skip_unreadable=true", train=truncated_gz(), train_name="train.jsonl.gz"),
+          0, r"train: rows (\d+): kept \1, dropped 1 \(unreadable_file 1\).*train\.jsonl\.gz:\d+: unreadable_file: "
+             r"truncated after line \d+"),
+    Fault("fine-tuning", "label column missing (tsv of other headers)",
+          lambda e: own_finetune(e, train=b"text\tlabel\nfine day\tpos\n", train_name="train.tsv"),
+          2, r"no column 'sentiment': \S+train\.tsv has \['label', 'text'\]\. Set finetune\.task\.label_field"),
+    Fault("fine-tuning", "label column missing (parquet)",
+          lambda e: own_finetune(e, train=parquet_bytes([{"review": "fine day", "stars": 5}]), train_name="train.parquet"),
+          2, r"no column 'sentiment': \S+train\.parquet has \['review', 'stars'\]"),
+    Fault("fine-tuning", "semicolon-separated csv",
+          lambda e: own_finetune(e, train=REVIEWS.replace(b",", b";")),
+          2, r"has \['review;sentiment'\] \('review;sentiment' looks like several column names in one: a \.csv file "
+             r"is comma-separated"),
+    Fault("fine-tuning", "non-UTF-8 byte in a csv", lambda e: shown_run(e, train=REVIEWS.replace(b"foul", b"f\xe9ul")),
+          0, r"train\.csv:3: invalid_utf8: invalid continuation byte at byte 1 of the line"),
 ]
 
 # ------------------------------------------------------------------ a fine-tune's start, its run_dir, retrieval
