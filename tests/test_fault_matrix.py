@@ -423,6 +423,31 @@ def stale_merge(env):
     return merge(["--shards", str(env.tmp / "shards"), "--output-prefix", str(env.out / "merged")])
 
 
+def relative_tokenizer(env) -> Path:
+    """The run's checkpoints as a run saved them before tokenizer paths were pinned: the
+    config says `data.tokenizer: tok`, relative to wherever that run was launched (the file
+    keeps its size, as the manifest records it)."""
+    root = env.checkpoints()
+    for config in root.glob("iter_*/config.yaml"):
+        text = config.read_text()
+        config.write_text(text.replace(f"tokenizer: {env.tokenizer}\n",
+                                       "tokenizer: tok" + " " * (len(env.tokenizer) - 3) + "\n"))
+        assert config.read_text() != text and len(config.read_text()) == len(text)
+    return root
+
+
+def finetune_from(env, start, run_dir=None):
+    """The own-data fine-tune from `start` with no data.tokenizer: the start's own is used."""
+    import yaml
+
+    from megatron_biglm.cli.finetune import main
+    files = {"train": str(env.file("train.csv", REVIEWS)), "validation": str(env.file("valid.csv", REVIEWS))}
+    config = env.file("from_start.yaml", yaml.safe_dump({
+        "run_dir": str(run_dir or env.out / "ft"), "training": {"micro_batch_size": 2, "global_batch_size": 2},
+        "finetune": {"task": HEAD, "data": files, "init_from": str(start), "max_length": 16, "epochs": 1}}).encode())
+    return main(["--config", str(config)])
+
+
 def two_ctrl_c(env):
     import sys
     from test_signals_second_ctrl_c import SCRIPT
@@ -461,6 +486,10 @@ FAULTS += [
           lambda e: own_finetune(e, f"finetune.init_from={finished_finetune(e)}", train=THREE_LABELS, valid=THREE_LABELS),
           2, r"holds a head of another shape: task_head\.\S+ is \[2, \d+\] there, \[3, \d+\] here.*"
              r"Set finetune\.reinit_mismatched_heads=true to start that head fresh"),
+    Fault("fine-tuning", "relative tokenizer in init_from, found nowhere",
+          lambda e: finetune_from(e, relative_tokenizer(e)),
+          2, r"data\.tokenizer: the tokenizer 'tok' saved with finetune\.init_from \S+ is not a directory beside its "
+             r"config.*set data\.tokenizer=DIR"),
     Fault("retrieval", "repeated document id", lambda e: beir(e, corpus=[{"_id": "d1", "text": "a"}, {"_id": "d1", "text": "b"}]),
           ValueError, r"corpus\.jsonl:2: _id 'd1' is already the id of line 1.*--keep-first-duplicate"),
     Fault("retrieval", "fractional relevance grade", lambda e: beir(e, qrels="q1\td1\t0.5\n"),
@@ -502,6 +531,24 @@ def test_what_the_start_refusals_leave_possible(saved_run, other_tokenizer, tmp_
     assert own_finetune(env, "finetune.overwrite=true", "finetune.epochs=2", run_dir=run_dir) == 0
     assert "finetune.overwrite: deleted the other run in" in capsys.readouterr().out
     assert json.loads((run_dir / "finetune_run.json").read_text())["epochs"] == 2
+
+
+def test_a_relative_tokenizer_saved_in_a_checkpoint_is_found_beside_it_from_another_directory(
+        saved_run, other_tokenizer, tmp_path, capsys, monkeypatch):  # noqa: F811
+    """A checkpoint whose config says `data.tokenizer: tok` (relative to where its run was
+    launched) fine-tunes from another working directory: the tokenizer is found in a folder
+    above the checkpoint; the fine-tune saves the absolute path it used."""
+    env = Env(tmp_path, saved_run, other_tokenizer, [])
+    root = relative_tokenizer(env)
+    shutil.copytree(env.tokenizer, tmp_path / "tok")
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    assert finetune_from(env, root) == 0
+    assert f"its tokenizer {tmp_path / 'tok'}" in capsys.readouterr().out
+    import yaml
+    saved = yaml.safe_load((env.out / "ft" / "config.yaml").read_text())
+    assert saved["data"]["tokenizer"] == str(tmp_path / "tok")
 
 
 _VALID_LOOKING = {".bin", ".idx", ".safetensors", ".json", ".yaml", ".distcp"}

@@ -67,6 +67,7 @@ def train(config_or_path, overrides=(), callbacks=(), recipe=None, init_from=Non
 
     callbacks = Callbacks(callbacks)  # a callback with no event is refused before anything is built
     cfg = load_config(config_or_path, list(overrides))
+    _pin_tokenizer(cfg)
     recipe = recipe if recipe is not None else PretrainRecipe()
     backend = select_backend(cfg)
     info = distributed.init_distributed(cfg)
@@ -80,6 +81,14 @@ def train(config_or_path, overrides=(), callbacks=(), recipe=None, init_from=Non
         return _finish(cfg, info, parts, state, start)
     finally:
         backend.shutdown(info)
+
+
+def _pin_tokenizer(cfg) -> None:
+    """A tokenizer directory given relative to the working directory is saved absolute (in
+    the run's config.yaml and every checkpoint), so the checkpoints find it from anywhere."""
+    path = Path(cfg.data.tokenizer).expanduser() if cfg.data.tokenizer else None
+    if path is not None and not path.is_absolute() and path.is_dir():
+        cfg.data.tokenizer = str(path.resolve())
 
 
 @dataclass

@@ -79,6 +79,7 @@ def start_overrides(init_from, tokenizer_set: bool) -> tuple[list[str], str]:
     start point, so its shape does too: no preset to match by hand."""
     from megatron_biglm.checkpoint.run_checkpoint import locate
     from megatron_biglm.config.trained_checkpoint import open_checkpoint
+    from megatron_biglm.data.tokenizer import looks_like_hub_name
 
     start = open_checkpoint(locate(init_from, INIT_KEY), INIT_KEY)
     fields = start.model_config.to_dict()
@@ -89,6 +90,11 @@ def start_overrides(init_from, tokenizer_set: bool) -> tuple[list[str], str]:
     if not tokenizer_set and saved_tokenizer:
         out.append(f"data.tokenizer={saved_tokenizer}")
         note += f"; its tokenizer {saved_tokenizer}"
+        if start.tokenizer_lookup and not looks_like_hub_name(saved_tokenizer):  # found nowhere by the rule
+            raise ConfigError(f"data.tokenizer: the tokenizer {saved_tokenizer!r} saved with finetune.init_from "
+                              f"{start.path} is not a directory beside its config, in a folder above it or in the "
+                              f"working directory ({start.tokenizer_lookup[0]} ... {start.tokenizer_lookup[-1]}); "
+                              "set data.tokenizer=DIR, the tokenizer the start checkpoint was trained with")
     return out, note
 
 
@@ -115,7 +121,7 @@ def check_metrics(recipe) -> None:
 
 
 def plan_finetune(config_or_path, overrides=()) -> FinetunePlan:
-    from megatron_biglm.data.tokenizer import load_tokenizer
+    from megatron_biglm.data.tokenizer import TokenizerLoadError, load_tokenizer
 
     cfg = load_config(config_or_path, list(overrides))
     start_note = None
@@ -142,7 +148,10 @@ def plan_finetune(config_or_path, overrides=()) -> FinetunePlan:
                                         skip_unreadable=options.skip_unreadable)
     except ValueError as exc:
         raise ConfigError(str(exc)) from None
-    tokenizer = load_tokenizer(cfg.data.tokenizer)
+    try:
+        tokenizer = load_tokenizer(cfg.data.tokenizer)
+    except TokenizerLoadError as exc:
+        raise ConfigError(f"data.tokenizer: {exc}") from None
     try:
         recipe = recipe_for(task, tokenizer, options)
     except ValueError as exc:
