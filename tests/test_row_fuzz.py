@@ -27,7 +27,7 @@ from megatron_biglm.finetune.data_files import label_text, load_split
 from megatron_biglm.finetune.tasks import get_task
 from megatron_biglm.finetune.tasks.declaration import TaskDeclarationError, with_labels
 
-FUZZ = settings(deadline=None, max_examples=60, suppress_health_check=[HealthCheck.too_slow])
+FUZZ = settings(deadline=None, max_examples=60, database=None, suppress_health_check=[HealthCheck.too_slow])
 LOCATION = re.compile(r"^(?P<file>.*?):(?P<line>\d+): (?P<reason>[a-z_0-9]+)(: (?P<detail>.*))?$", re.DOTALL)
 
 scalars = st.one_of(st.none(), st.booleans(), st.integers(-10**6, 10**6), st.floats(allow_nan=False),
@@ -40,8 +40,17 @@ json_line = st.one_of(objects.map(lambda o: json.dumps(o).encode()), values.map(
                       junk, st.just(b""), st.just(b"  \t"))
 
 
+_BASE: list[Path] = []
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _fuzz_folder(tmp_path_factory):
+    """Where the draws write their files (pytest's own temporary tree, cleaned by pytest)."""
+    _BASE.append(tmp_path_factory.mktemp("row_fuzz"))
+
+
 def _folder() -> Path:
-    return Path(tempfile.mkdtemp(prefix="row_fuzz_"))
+    return Path(tempfile.mkdtemp(dir=_BASE[-1]))
 
 
 def _compress(data: bytes, how: str) -> bytes:
@@ -266,3 +275,40 @@ def test_truncating_any_compressed_format_is_a_named_loss(fmt, tmp_path):
         assert [str(v["text"]) for v in got] == [r["text"] for r in rows[: len(got)]]
         with pytest.raises(BadInputError, match=re.escape(str(path))):
             list(iter_rows(path, skips=SkipReport(), on_unreadable=STOP))
+
+
+ids = st.one_of(st.sampled_from(["d1", "d2", "q1", "q2", "1", ""]), st.integers(0, 3))
+beir_rows = st.lists(st.one_of(st.fixed_dictionaries({"_id": ids, "text": st.one_of(st.text(max_size=10), values)},
+                                                     optional={"title": values, "x": values}), objects, values),
+                     max_size=6)
+qrels_cells = st.one_of(ids.map(str), st.sampled_from(["1", "0", "1.0", "2.5", "-1", "x", "", "1e0"]),
+                        st.text("\t abc\"", max_size=4))
+
+
+@FUZZ
+@given(corpus=beir_rows, queries=beir_rows,
+       qrels=st.lists(st.one_of(st.lists(qrels_cells, max_size=4).map(lambda c: "\t".join(c).encode()), junk),
+                      max_size=6),
+       keep_first=st.booleans(), skip_unknown=st.booleans())
+def test_a_beir_folder_loads_or_is_refused_by_file(corpus, queries, qrels, keep_first, skip_unknown):
+    from megatron_biglm.finetune.retrieval.beir import BeirFormatError, load_beir
+
+    folder = _folder()
+    (folder / "qrels").mkdir()
+    corpus = [{"_id": "d1", "text": "red apples"}, *corpus]  # a valid folder, and the random rows in it
+    queries = [*queries, {"_id": "q1", "text": "fruit"}]
+    qrels = [b"q1\td1\t1", *qrels]
+    (folder / "corpus.jsonl").write_text("".join(json.dumps(r) + "\n" for r in corpus))
+    (folder / "queries.jsonl").write_text("".join(json.dumps(r) + "\n" for r in queries))
+    (folder / "qrels" / "test.tsv").write_bytes(b"".join(line + b"\n" for line in qrels))
+    try:
+        data = load_beir(folder, duplicate_ids="keep_first" if keep_first else "error",
+                         unknown_documents="skip" if skip_unknown else "error")
+    except BeirFormatError as exc:  # refused: the message names the file (or the folder) at fault
+        assert str(folder) in str(exc)
+        return
+    assert all(isinstance(t, str) for t in [*data.corpus.values(), *data.queries.values()])
+    assert data.queries and set(data.queries) == set(data.qrels)
+    for qid, rels in data.qrels.items():
+        assert all(isinstance(v, int) for v in rels.values())
+        assert any(v > 0 and doc in data.corpus for doc, v in rels.items()), (qid, rels)

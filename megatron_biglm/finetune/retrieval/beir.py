@@ -54,8 +54,10 @@ def _records(path: Path, duplicate_ids: str, notes: list) -> dict:
     lines: dict = {}
     repeated = 0
     for number, row in json_lines(path, BeirFormatError, 'write one {"_id": ..., "text": ...} object per line'):
-        if not isinstance(row, dict) or "_id" not in row or "text" not in row:
-            raise BeirFormatError(f'{path}:{number}: a row needs "_id" and "text"')
+        if not isinstance(row, dict) or "_id" not in row or not isinstance(row.get("text"), str) or \
+                not isinstance(row.get("title", ""), (str, type(None))):
+            raise BeirFormatError(f'{path}:{number}: a row needs "_id" and a string "text" (and "title", when given, '
+                                  'a string)')
         key = str(row["_id"])
         if key in rows:
             if duplicate_ids != "keep_first":
