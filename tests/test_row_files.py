@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import gzip
 import json
+from pathlib import Path
 
 import pytest
+import torch
 
 from megatron_biglm.data.readers import SkipReport, iter_texts
 from megatron_biglm.data.rows import BadInputError, iter_rows
@@ -145,3 +147,41 @@ def test_the_row_reader_numbers_rows_and_accepts_a_bom_in_every_format(tmp_path)
     report = SkipReport()
     assert [(r.line, r.value) for r in iter_rows(tmp_path / "b.parquet", skips=report)] == [(1, {"text": "ok"})]
     assert report.example_lines()[0].startswith(f"{tmp_path / 'b.parquet'}:2: invalid_utf8")
+
+
+def test_integer_negative_and_string_labels_give_the_same_model_and_id2label(tokenizer_dir, tmp_path):
+    """The same reviews labelled 1/2 and -5/10 in jsonl and neg/pos in csv: one model, bit for
+    bit, and the exported id2label names each label as its file wrote it."""
+    import yaml
+
+    from megatron_biglm.cli.finetune import main
+    from megatron_biglm.config.trained_checkpoint import open_checkpoint
+    from megatron_biglm.export.head_export import export_head
+
+    reviews = [("sweet night", 1), ("foul day", 0), ("noble lord", 1), ("vile man", 0), ("kind soul", 1), ("bad end", 0)]
+    spellings = {"ints": [1, 2], "negative": [-5, 10], "strings": ["neg", "pos"]}
+    weights, id2label = {}, {}
+    for name, (neg, pos) in spellings.items():
+        folder = tmp_path / name
+        folder.mkdir()
+        rows = [{"review": text, "sentiment": pos if label else neg} for text, label in reviews]
+        if name == "strings":
+            data = folder / "train.csv"
+            data.write_text("review,sentiment\n" + "".join(f"{r['review']},{r['sentiment']}\n" for r in rows))
+        else:
+            data = Path(jsonl(folder / "train.jsonl", rows))
+        config = folder / "ft.yaml"
+        config.write_text(yaml.safe_dump({
+            "run_dir": str(folder / "run"), "data": {"tokenizer": str(tokenizer_dir)},
+            "model": {"preset": "tiny", "num_layers": 1, "hidden_size": 32, "ffn_hidden_size": 64},
+            "finetune": {"task": {"kind": "head", "fields": ["review"], "label_field": "sentiment"},
+                         "data": {"train": str(data), "validation": str(data)}, "max_length": 16, "epochs": 2},
+            "training": {"micro_batch_size": 2, "global_batch_size": 2}}))
+        assert main(["--config", str(config)]) == 0
+        checkpoint = open_checkpoint(folder / "run" / "checkpoints")
+        weights[name] = {key: checkpoint.weights()[key] for key in checkpoint.weights()}
+        id2label[name] = dict(enumerate(export_head(checkpoint).label_names))
+    assert id2label == {"ints": {0: "1", 1: "2"}, "negative": {0: "-5", 1: "10"}, "strings": {0: "neg", 1: "pos"}}
+    for name in ("negative", "strings"):
+        assert weights[name].keys() == weights["ints"].keys()
+        assert all(torch.equal(weights[name][k], weights["ints"][k]) for k in weights["ints"]), name
