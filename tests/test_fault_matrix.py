@@ -436,6 +436,16 @@ def relative_tokenizer(env) -> Path:
     return root
 
 
+def edited_tokenizer(env) -> Path:
+    """The run's checkpoints naming a copy of their tokenizer (`tok` beside them) that was
+    edited after training."""
+    root = relative_tokenizer(env)
+    shutil.copytree(env.tokenizer, env.tmp / "tok")
+    config = env.tmp / "tok" / "tokenizer_config.json"
+    config.write_text(json.dumps({**json.loads(config.read_text()), "model_max_length": 7}))
+    return root
+
+
 def finetune_from(env, start, run_dir=None):
     """The own-data fine-tune from `start` with no data.tokenizer: the start's own is used."""
     import yaml
@@ -490,6 +500,13 @@ FAULTS += [
           lambda e: finetune_from(e, relative_tokenizer(e)),
           2, r"data\.tokenizer: the tokenizer 'tok' saved with finetune\.init_from \S+ is not a directory beside its "
              r"config.*set data\.tokenizer=DIR"),
+    Fault("fine-tuning", "init_from's tokenizer changed since it was trained",
+          lambda e: finetune_from(e, edited_tokenizer(e)),
+          2, r"data\.tokenizer: the tokenizer saved with finetune\.init_from \S+, \S+/tok is not the tokenizer the "
+             r"model was trained with: its files changed since"),
+    Fault("checkpoint", "tokenizer changed since training (export)", lambda e: export(e, edited_tokenizer(e)),
+          1, r"data\.tokenizer of the saved run config, \S+/tok is not the tokenizer the model was trained with: "
+             r"its files changed since"),
     Fault("retrieval", "repeated document id", lambda e: beir(e, corpus=[{"_id": "d1", "text": "a"}, {"_id": "d1", "text": "b"}]),
           ValueError, r"corpus\.jsonl:2: _id 'd1' is already the id of line 1.*--keep-first-duplicate"),
     Fault("retrieval", "fractional relevance grade", lambda e: beir(e, qrels="q1\td1\t0.5\n"),

@@ -84,11 +84,15 @@ def train(config_or_path, overrides=(), callbacks=(), recipe=None, init_from=Non
 
 
 def _pin_tokenizer(cfg) -> None:
-    """A tokenizer directory given relative to the working directory is saved absolute (in
-    the run's config.yaml and every checkpoint), so the checkpoints find it from anywhere."""
+    """The tokenizer directory is saved absolute (in the run's config.yaml and every
+    checkpoint), so the checkpoints find it from anywhere, with the digest of its files
+    (`data.tokenizer_sha256`), so a tokenizer changed since is refused where it is loaded."""
+    from megatron_biglm.data.tokenizer import tokenizer_digest
+
     path = Path(cfg.data.tokenizer).expanduser() if cfg.data.tokenizer else None
-    if path is not None and not path.is_absolute() and path.is_dir():
+    if path is not None and path.is_dir():
         cfg.data.tokenizer = str(path.resolve())
+        cfg.data.tokenizer_sha256 = tokenizer_digest(path)
 
 
 @dataclass

@@ -31,6 +31,7 @@ class DataConfig:
     """Indexed-binary corpora. A blend is a list of `[weight, path_prefix]` pairs (or bare
     prefixes for equal weights); `anneal_blend` replaces it once the WSD decay starts."""
     tokenizer: Optional[str] = None
+    tokenizer_sha256: Optional[str] = None   # set by the run: the digest of data.tokenizer's files it trained with
     blend: list = field(default_factory=list)
     anneal_blend: Optional[list] = None
     valid_blend: Optional[list] = None

@@ -63,6 +63,21 @@ def load_tokenizer(name_or_dir, *, add_mask_token: bool = True):
     return tokenizer
 
 
+def tokenizer_digest(directory) -> str:
+    """SHA-256 over a tokenizer directory's files (names and bytes, in name order; the .json,
+    .txt and .model files a tokenizer is made of, not a README beside them): what identifies
+    the tokenizer a checkpoint was trained with, wherever the directory is."""
+    import hashlib
+
+    digest = hashlib.sha256()
+    for path in sorted(p for p in Path(directory).expanduser().iterdir()
+                       if p.is_file() and p.suffix in (".json", ".txt", ".model")):
+        digest.update(path.name.encode() + b"\0")
+        with open(path, "rb") as handle:
+            digest.update(hashlib.file_digest(handle, "sha256").digest())
+    return digest.hexdigest()
+
+
 #: what a tokenizer on the HF hub is named: `org/name`
 _HUB_NAME = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 

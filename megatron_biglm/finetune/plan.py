@@ -80,6 +80,7 @@ def start_overrides(init_from, tokenizer_set: bool) -> tuple[list[str], str]:
     from megatron_biglm.checkpoint.run_checkpoint import locate
     from megatron_biglm.config.trained_checkpoint import open_checkpoint
     from megatron_biglm.data.tokenizer import looks_like_hub_name
+    from megatron_biglm.data.tokenizer_check import TokenizerMismatch, check_trained_digest
 
     start = open_checkpoint(locate(init_from, INIT_KEY), INIT_KEY)
     fields = start.model_config.to_dict()
@@ -95,6 +96,11 @@ def start_overrides(init_from, tokenizer_set: bool) -> tuple[list[str], str]:
                               f"{start.path} is not a directory beside its config, in a folder above it or in the "
                               f"working directory ({start.tokenizer_lookup[0]} ... {start.tokenizer_lookup[-1]}); "
                               "set data.tokenizer=DIR, the tokenizer the start checkpoint was trained with")
+        try:
+            check_trained_digest(saved_tokenizer, start.run_config.data.tokenizer_sha256,
+                                 f"the tokenizer saved with finetune.init_from {start.path},")
+        except TokenizerMismatch as exc:
+            raise ConfigError(f"data.tokenizer: {exc} (set data.tokenizer=DIR)") from None
     return out, note
 
 
