@@ -109,15 +109,16 @@ class Row(NamedTuple):
 
 
 def format_by_suffix(path, table: dict, unknown: str) -> str:
-    """The format `table` maps the file's extension to (a .gz/.zst(d) suffix ignored); else
-    BadInputError with `unknown` formatted with {path} and {suffixes}."""
+    """The format `table` maps the file's extension to (a .gz/.zst(d) suffix ignored); else a
+    ValueError (a usage error: the name says no format) with `unknown` formatted with {path}
+    and {suffixes}."""
     name = str(path).lower()
     for suffix in COMPRESSION_SUFFIXES:
         if name.endswith(suffix):
             name = name[: -len(suffix)]
     fmt = table.get(os.path.splitext(name)[1])
     if fmt is None:
-        raise BadInputError(unknown.format(path=path, suffixes=sorted(table)))
+        raise ValueError(unknown.format(path=path, suffixes=sorted(table)))
     return fmt
 
 
