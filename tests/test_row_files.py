@@ -185,3 +185,12 @@ def test_integer_negative_and_string_labels_give_the_same_model_and_id2label(tok
     for name in ("negative", "strings"):
         assert weights[name].keys() == weights["ints"].keys()
         assert all(torch.equal(weights[name][k], weights["ints"][k]) for k in weights["ints"]), name
+
+
+def test_an_unpaired_surrogate_escape_is_dropped_by_line_not_handed_to_the_tokenizer(tmp_path):
+    path = tmp_path / "t.jsonl"
+    path.write_text('{"text": "fine", "label": "a"}\n{"text": "half \\ud83d", "label": "b"}\n'
+                    '{"text": "pair \\ud83d\\ude00", "label": "b"}\n')
+    rows, report = load_split(get_task({**HEAD, "labels": ["a", "b"]}).dataset, files=[str(path)])
+    assert [r["text"] for r in rows] == ["fine", "pair \U0001F600"] and report.counts == {"lone_surrogate": 1}
+    assert report.example_lines()[0].startswith(f"{path}:2: lone_surrogate")

@@ -37,7 +37,7 @@ values = st.recursive(scalars, lambda inner: st.lists(inner, max_size=3) | st.di
 objects = st.dictionaries(st.sampled_from(["text", "label", "extra", "Text", ""]), values, max_size=4)
 junk = st.binary(max_size=30).map(lambda b: b.replace(b"\n", b" "))
 json_line = st.one_of(objects.map(lambda o: json.dumps(o).encode()), values.map(lambda v: json.dumps(v).encode()),
-                      junk, st.just(b""), st.just(b"  \t"))
+                      junk, st.just(b""), st.just(b"  \t"), st.just(b'{"text": "half \\ud800"}'))
 
 
 _BASE: list[Path] = []

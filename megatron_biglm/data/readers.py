@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import glob
 import os
-import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Iterator, Sequence
@@ -35,13 +34,11 @@ NOT_AN_OBJECT = "not_an_object"
 MISSING_KEY = "missing_key"
 NOT_A_STRING = "not_a_string"
 EMPTY_DOCUMENT = "empty_document"
-LONE_SURROGATE = "lone_surrogate"
 UNMATCHED_PATTERN = "unmatched_pattern"
 
 FORMATS = ("jsonl", "text", "parquet")
 _SUFFIX_FORMAT = {".jsonl": "jsonl", ".json": "jsonl", ".ndjson": "jsonl", ".parquet": "parquet",
                   ".pq": "parquet", ".txt": "text", ".text": "text", ".md": "text"}
-_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 @dataclass(frozen=True)
@@ -143,9 +140,7 @@ def iter_texts(inputs, *, json_keys: Sequence[str] = ("text",), report: SkipRepo
 
 
 def _check_text(value, key: str, source, line: int, report: SkipReport) -> str | None:
-    """The text if `value` is a usable document, else None (after reporting why). JSON `\\u`
-    escapes can smuggle in unpaired surrogates (strict UTF-8 decoding rejects them), and the
-    Rust tokenizer cannot take them."""
+    """The text if `value` is a usable document, else None (after reporting why)."""
     if value is None:
         report.skip_row(MISSING_KEY, source, line, f"key {key!r} is null")
         return None
@@ -160,9 +155,6 @@ def _check_text(value, key: str, source, line: int, report: SkipReport) -> str |
         return None
     if not value or value.isspace():
         report.skip_row(EMPTY_DOCUMENT, source, line, f"key {key!r} is empty or whitespace")
-        return None
-    if not value.isascii() and _SURROGATE.search(value):
-        report.skip_row(LONE_SURROGATE, source, line, f"key {key!r} holds an unpaired \\ud800-\\udfff escape")
         return None
     return value
 

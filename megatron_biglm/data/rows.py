@@ -4,8 +4,9 @@ Every consumer of a row file (fine-tuning, retrieval and zero-shot task data, pr
 pretraining corpora) reads it through `iter_rows`, so a bad line is reported the same way
 everywhere: `file:line: reason: detail` in one `SkipReport`. `iter_rows` yields a `Row` for
 each row it can decode and reports the rest as skipped rows: an undecodable byte
-(`invalid_utf8`, in every format), a line that is not JSON, a blank line, a csv row with more
-cells than its header. What a row must hold is the caller's check.
+(`invalid_utf8`, in every format; in jsonl also a `\\ud800`-`\\udfff` escape with no pair,
+`lone_surrogate`, which no tokenizer can take), a line that is not JSON, a blank line, a
+csv row with more cells than its header. What a row must hold is the caller's check.
 
 A file that cannot be read to its end (a truncated .gz or .zst, a corrupt parquet file, a
 missing file) is the caller's policy, stated as `on_unreadable`:
@@ -28,6 +29,7 @@ import gzip
 import io
 import json
 import os
+import re
 import zlib
 from collections import Counter
 from typing import BinaryIO, Iterator, NamedTuple
@@ -37,6 +39,7 @@ INVALID_UTF8 = "invalid_utf8"
 INVALID_JSON = "invalid_json"
 BLANK_LINE = "blank_line"
 INVALID_ROW = "invalid_row"
+LONE_SURROGATE = "lone_surrogate"
 UNREADABLE_FILE = "unreadable_file"
 
 STOP, SKIP = "stop", "skip"
@@ -306,7 +309,24 @@ def _jsonl_rows(path, fmt, skips: SkipReport, position: Position, columns) -> It
             except (ValueError, RecursionError) as exc:  # an integer of > 4300 digits, deep nesting
                 skips.skip_row(INVALID_JSON, source, number, f"{type(exc).__name__}: {exc}"[:200])
                 continue
+            if b"\\u" in raw and _has_surrogate(value):
+                skips.skip_row(LONE_SURROGATE, source, number, "a \\ud800-\\udfff escape with no pair (not a "
+                               "character)")
+                continue
             yield Row(source, number, value)
+
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def _has_surrogate(value) -> bool:
+    if isinstance(value, str):
+        return bool(_SURROGATE.search(value))
+    if isinstance(value, dict):
+        return any(_has_surrogate(k) or _has_surrogate(v) for k, v in value.items())
+    if isinstance(value, list):
+        return any(map(_has_surrogate, value))
+    return False
 
 
 def _delimited_rows(path, fmt, skips: SkipReport, position: Position, columns) -> Iterator[Row]:  # noqa: ARG001
