@@ -194,3 +194,13 @@ def test_an_unpaired_surrogate_escape_is_dropped_by_line_not_handed_to_the_token
     rows, report = load_split(get_task({**HEAD, "labels": ["a", "b"]}).dataset, files=[str(path)])
     assert [r["text"] for r in rows] == ["fine", "pair \U0001F600"] and report.counts == {"lone_surrogate": 1}
     assert report.example_lines()[0].startswith(f"{path}:2: lone_surrogate")
+
+
+def test_multi_label_values_are_names_too(tmp_path):
+    path = jsonl(tmp_path / "m.jsonl", [{"text": "a", "tags": [3, 1]}, {"text": "b", "tags": 10}, {"text": "c", "tags": []},
+                                        {"text": "d", "tags": {"x": 1}}])
+    task = inferred(path, {"kind": "head", "fields": ["text"], "label_field": "tags",
+                           "problem_type": "multi_label_classification"})
+    rows, report = load_split(task.dataset, files=[path])
+    assert task.dataset.label_names == ("1", "3", "10")
+    assert [r["tags"] for r in rows] == [(0, 1), (2,), ()] and report.counts == {"bad_label": 1}

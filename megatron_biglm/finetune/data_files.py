@@ -165,7 +165,7 @@ def _label(value, schema: DatasetSchema):
         if isinstance(value, str):
             value = [v.strip() for v in value.split(schema.label_separator) if v.strip()]
         if not isinstance(value, (list, tuple)):
-            return _BAD
+            value = [value]  # one label, as label inference reads it
         indices = [_label_index(v, schema) for v in value]
         if any(i is None or i is _BAD for i in indices):
             return _BAD
