@@ -192,7 +192,7 @@ def _schema(spec, kind: str, problem: str, name: str, where: str) -> DatasetSche
     if labels is None and isinstance(label_words, Mapping):
         labels = list(label_words)
     if labels is not None:
-        labels = tuple(str(x) for x in _list(labels, f"{where}.labels"))
+        labels = tuple(label_text(x) or str(x) for x in _list(labels, f"{where}.labels"))  # 1.0 names label 1
         if len(set(labels)) != len(labels) or any(not x for x in labels):
             raise TaskDeclarationError(f"{where}.labels must be distinct non-empty names, got {list(labels)}")
     if problem == "regression" and labels is not None:
