@@ -38,7 +38,7 @@ setup(
         "retrieval": ["sentence-transformers>=5", "pytrec-eval-terrier>=0.5.6"],
         # benchmarks/bench_finetune.py: transformers' Trainer needs accelerate
         "bench": ["accelerate>=1.0"],
-        "dev": ["pytest", "pytest-timeout", "pytest-xdist", "scipy", "matplotlib", "tensorboard"],
+        "dev": ["pytest", "pytest-timeout", "pytest-xdist", "hypothesis", "scipy", "matplotlib", "tensorboard"],
     },
     entry_points={
         "console_scripts": [

@@ -48,6 +48,11 @@ for v in INPUT SHARDS; do
     exit 2
   fi
 done
+if ! WHY=$("$PYTHON" -c "import megatron_biglm.data.shards" 2>&1); then
+  echo "preprocess: PYTHON=$PYTHON cannot import megatron_biglm (${WHY##*$'\n'}); set PYTHON to the python" \
+       "that has the package installed (e.g. PYTHON=/path/to/venv/bin/python)" >&2
+  exit 2
+fi
 read -r -a INPUTS <<< "$INPUT"        # split on spaces; globs stay unexpanded for Python
 read -r -a KEYS <<< "$JSON_KEYS"
 ARGS=(--input "${INPUTS[@]}" --shards "$SHARDS")

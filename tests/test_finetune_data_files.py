@@ -119,7 +119,9 @@ def test_usage_errors(tmp_path):
         read_rows([tmp_path / "x.jsonl"], "glue/nope")
     with pytest.raises(ValueError, match="give local `files`"):
         load_split("xsum")
-    rows, report = read_rows([tmp_path / "missing.jsonl"], "xsum")
+    with pytest.raises(BadInputError, match=r"missing\.jsonl: unreadable_file: does not exist: give an existing file"):
+        read_rows([tmp_path / "missing.jsonl"], "xsum")
+    rows, report = read_rows([tmp_path / "missing.jsonl"], "xsum", skip_unreadable=True)
     assert rows == [] and report.counts == {"unreadable_file": 1} and report.rows_dropped == 0
     assert set(data_files.SCHEMAS) >= {"glue/mnli", "super_glue/boolq", "super_glue/cb",
                                        "super_glue/copa", "super_glue/rte", "super_glue/wic",

@@ -151,7 +151,7 @@ def test_readme_own_data_example_runs_as_written_and_exports_to_a_pipeline(pretr
 
 @pytest.mark.slow
 def test_early_stopping_and_evaluate_callbacks_through_the_entry(pretrained, tmp_path):
-    """`finetune.early_stopping_patience: 2` with a learning rate of 0 (no validation can beat
+    """`finetune.early_stopping_patience: 2` with a learning rate of 1e-30 (no fp32 weight moves, so no validation can beat
     the first): the run stops, saved, after the third validation of ten epochs; an evaluate
     callback heard every validation's scores; results.json says why it stopped."""
     from megatron_biglm.cli.finetune import finetune
@@ -164,7 +164,7 @@ def test_early_stopping_and_evaluate_callbacks_through_the_entry(pretrained, tmp
 
     config = own_config(tmp_path, {"kind": "head", "fields": ["review"], "label_field": "sentiment"},
                         write_reviews(tmp_path / "data"), pretrained, early_stopping_patience=2)
-    results = finetune(str(config), ["optimizer.lr=0.0"], callbacks=[Listener()])
+    results = finetune(str(config), ["optimizer.lr=1e-30"], callbacks=[Listener()])
     assert [s for s, _ in heard] == [16, 32, 48] and len({a for _, a in heard}) == 1
     assert results["train"]["stopped_by"].startswith("early stopping: accuracy on validation has not beaten")
     assert results["stopped_early"] == results["train"]["stopped_by"] and not results["finished"]

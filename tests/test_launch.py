@@ -117,3 +117,17 @@ def test_launch_prints_kernels_and_refuses_a_missing_kernel_before_srun(tmp_path
                               env=env, cwd=REPO)
         assert proc.returncode == 2 and "pip install flash-attn" in proc.stderr
         assert "fake srun called" not in proc.stdout
+
+
+@pytest.mark.skipif(not Path("/usr/bin/python3").is_file(), reason="needs a system python without the package")
+def test_preprocess_with_a_python_that_lacks_the_package_names_the_PYTHON_variable(tmp_path):
+    """The shard launcher runs `$PYTHON -m ...`; a `python` on PATH without the package (or its
+    dependencies) is refused up front with the variable to set, not with a traceback."""
+    env = {key: value for key, value in os.environ.items() if key != "PYTHONPATH"}
+    env.update(PYTHON="/usr/bin/python3", DRY_RUN="1", SHARDS="2", INPUT=str(tmp_path / "c.jsonl"))
+    done = subprocess.run(["bash", str(REPO / "launch" / "preprocess.sh")], capture_output=True, text=True,
+                          env=env, cwd=tmp_path)
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.startswith("preprocess: PYTHON=/usr/bin/python3 cannot import megatron_biglm (")
+    assert "set PYTHON to the python that has the package installed" in done.stderr
+    assert "Traceback" not in done.stderr

@@ -145,9 +145,10 @@ def test_bad_input_is_counted_and_located(bpe_dir, tmp_path, capsys):
                      f"{bad}:6: invalid_utf8", f"{bad}:7: empty_document", f"{bad}:8: not_a_string",
                      f"{bad}:9: not_an_object", f"{bad}:10: blank_line", f"{bad}:11: lone_surrogate",
                      f"{bad}:13: missing_key", f"{corrupt}: unreadable_file",
-                     f"{missing}: unreadable_file: FileNotFoundError"]:
+                     f"{missing}: unreadable_file: does not exist (FileNotFoundError"]:
         assert location in examples
-    assert re.search(re.escape(truncated) + r":\d+: unreadable_file: EOFError", examples)
+    ended = re.search(re.escape(truncated) + r":(\d+): unreadable_file: truncated after line (\d+) \(EOFError", examples)
+    assert ended and int(ended[1]) == int(ended[2]) + 1
     # everything before the truncation point is kept, in order, then the good jsonl lines
     kept = read_back(tmp_path / "out_text_document")
     kept_truncated = len(kept) - 3

@@ -8,6 +8,7 @@ import itertools
 import json
 import os
 import random
+import re
 import shutil
 import subprocess
 import sys
@@ -224,3 +225,28 @@ def test_rerun_redoes_only_killed_or_stale_shards(runs, parts, tokenizer_dir, tm
     # another tokenizer option makes every shard stale
     other = ShardSettings(str(tokenizer_dir), append_eod=False).fingerprint(tokenizer)
     assert all("append_eod" in shard_status(shards, plan, k, other) for k in range(4))
+
+
+def test_merge_refuses_a_shard_whose_input_changed_since_unless_allowed(runs, parts, tmp_path, capsys):
+    """An input edited after the array ran (without re-running it): the merge names the stale
+    shard and its file and writes nothing; --allow-stale merges the shards as they are and
+    lists the stale one."""
+    root, _, _ = runs
+    merge = load_tool("merge_datasets")
+    edited = sorted(parts.glob("*.jsonl"))[-1]
+    original, st = edited.read_bytes(), edited.stat()
+    try:
+        edited.write_bytes(original + b'{"text": "a scene added after the array ran"}\n')
+        capsys.readouterr()
+        assert merge.main(["--shards", str(root / "shards"), "--output-prefix", str(tmp_path / "m")]) == 1
+        error = capsys.readouterr().err
+        assert re.search(r"1 stale shard\(s\).*shard_00003: \S+part_5\.jsonl changed since it was preprocessed "
+                         r"\([\d,]+ bytes then, [\d,]+ now.*--allow-stale", error), error
+        assert not list(tmp_path.glob("m*"))
+        assert merge.main(["--shards", str(root / "shards"), "--output-prefix", str(tmp_path / "m"),
+                           "--allow-stale"]) == 0
+        assert "--allow-stale: merged the stale shard_00003: " in capsys.readouterr().err
+        assert (tmp_path / "m_text_document.bin").read_bytes() == (root / "single_text_document.bin").read_bytes()
+    finally:
+        edited.write_bytes(original)
+        os.utime(edited, ns=(st.st_atime_ns, st.st_mtime_ns))

@@ -30,6 +30,8 @@ from pathlib import Path
 
 MANIFEST = "COMPLETE.json"
 LATEST = "latest"
+#: the config key that names a checkpoint to load, unless the caller says which key named it
+LOAD_KEY = "checkpoint.load"
 BEST = "best"
 TRAIN_STATE = "train_state.json"
 #: `train_state.json` flag of a checkpoint that holds model weights only (no optimizer,
@@ -94,11 +96,13 @@ def previous_checkpoint(folder: Path) -> Path | None:
     return older[-1] if older else None
 
 
-def _earlier(folder: Path) -> str:
+def _earlier(folder: Path, key: str = LOAD_KEY) -> str:
+    """Where to go instead of a damaged `folder`, said with the config key that named it."""
     prev = previous_checkpoint(folder)
-    return (f"Point checkpoint.load at an earlier complete checkpoint: `checkpoint.load={prev}`" if prev
-            else "Point checkpoint.load at an earlier complete checkpoint (none exists beside it), or "
-                 "start fresh with checkpoint.load=none")
+    if prev:
+        return f"Point {key} at an earlier complete checkpoint: `{key}={prev}`"
+    return (f"Point {key} at an earlier complete checkpoint (none exists beside it), or "
+            + ("start fresh with checkpoint.load=none" if key == LOAD_KEY else "at another checkpoint"))
 
 
 def best_checkpoint_name(root: Path) -> str | None:
@@ -119,8 +123,9 @@ def point_best(root: Path, iteration: int) -> Path:
     return target
 
 
-def verify(folder: Path) -> dict:
-    """The manifest of a complete checkpoint, or CheckpointError naming what is wrong."""
+def verify(folder: Path, key: str = LOAD_KEY) -> dict:
+    """The manifest of a complete checkpoint, or CheckpointError naming what is wrong (and
+    where to go instead, said with `key`, the config key that named the checkpoint)."""
     folder = Path(folder)
     if not folder.is_dir():
         raise CheckpointError(f"checkpoint {folder} does not exist")
@@ -128,7 +133,7 @@ def verify(folder: Path) -> dict:
     if not mpath.is_file():
         raise CheckpointError(
             f"checkpoint {folder} is incomplete: it has no {MANIFEST} (the save was interrupted). "
-            f"{_earlier(folder)}, or remove this directory.")
+            f"{_earlier(folder, key)}, or remove this directory.")
     try:
         manifest = json.loads(mpath.read_text())
     except json.JSONDecodeError as exc:
@@ -136,11 +141,11 @@ def verify(folder: Path) -> dict:
     for rel, size in manifest["files"].items():
         path = folder / rel
         if not path.is_file():
-            raise CheckpointError(f"checkpoint {folder} is truncated: file {rel} is missing. {_earlier(folder)}.")
+            raise CheckpointError(f"checkpoint {folder} is truncated: file {rel} is missing. {_earlier(folder, key)}.")
         actual = path.stat().st_size
         if actual != size:
             raise CheckpointError(f"checkpoint {folder} is truncated: file {rel} has {actual} bytes, "
-                                  f"the manifest says {size}. {_earlier(folder)}.")
+                                  f"the manifest says {size}. {_earlier(folder, key)}.")
     return manifest
 
 
@@ -152,30 +157,31 @@ def complete_checkpoints(root: Path) -> list[Path]:
     return sorted(p for p in root.glob("iter_*") if (p / MANIFEST).is_file())
 
 
-def latest_checkpoint(root: Path) -> Path | None:
+def latest_checkpoint(root: Path, key: str = LOAD_KEY) -> Path | None:
     """The checkpoint `latest` points to (verified), or None when there is none yet."""
     root = Path(root)
     pointer = root / LATEST
     if not pointer.is_file():
         if complete_checkpoints(root):
             raise CheckpointError(f"{root} has checkpoints but no '{LATEST}' pointer; "
-                                  f"set checkpoint.load to one of them explicitly")
+                                  f"set {key} to one of them explicitly")
         return None
     target = root / pointer.read_text().strip()
-    verify(target)
+    verify(target, key)
     return target
 
 
-def resolve_load_path(root: Path, load: str) -> Path | None:
-    """`auto` → latest under root (or None), `none` → None, else that directory (verified)."""
+def resolve_load_path(root: Path, load: str, key: str = LOAD_KEY) -> Path | None:
+    """`auto` → latest under root (or None), `none` → None, else that directory (verified;
+    `key`: the config key that named it, for the advice)."""
     if load == "none":
         return None
     if load == "auto":
         return latest_checkpoint(root)
     path = Path(load)
     if (path / LATEST).is_file():
-        return latest_checkpoint(path)
-    verify(path)
+        return latest_checkpoint(path, key)
+    verify(path, key)
     return path
 
 

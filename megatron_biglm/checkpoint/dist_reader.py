@@ -40,6 +40,12 @@ def stored_keys(dist_dir) -> set[str]:
     return set(_CachedMetadataReader(str(dist_dir)).read_metadata().state_dict_metadata)
 
 
+def stored_shapes(dist_dir) -> dict[str, tuple[int, ...]]:
+    """The global shape of every tensor the torch_dist checkpoint in `dist_dir` stores."""
+    meta = _CachedMetadataReader(str(dist_dir)).read_metadata().state_dict_metadata
+    return {key: tuple(item.size) for key, item in meta.items() if hasattr(item, "size")}
+
+
 class DistCheckpointReadError(RuntimeError):
     """A dist checkpoint cannot be read: missing/corrupt file or an unexpected layout."""
 

@@ -20,7 +20,7 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from .dirs import LATEST, MANIFEST, TRAIN_STATE, WEIGHTS_ONLY_KEY, CheckpointError, is_weights_only, resolve_load_path
+from .dirs import LATEST, LOAD_KEY, MANIFEST, TRAIN_STATE, WEIGHTS_ONLY_KEY, CheckpointError, is_weights_only, resolve_load_path
 from .files import CONFIG_FILE
 from .signature import SIGNATURE_FILE
 
@@ -53,13 +53,17 @@ class SavedCheckpoint:
         return int(self.train_state.get("consumed_samples", 0))
 
 
-def locate(path) -> Path:
+def locate(path, key: str | None = None) -> Path:
     """The checkpoint folder meant by `path`: an ``iter_N`` folder, a checkpoint root with
     ``latest``, a run directory with ``checkpoints/latest``, or a pointer file beside the
-    ``iter_N`` folders (``latest``, or a fine-tune's ``best``). Verified complete."""
+    ``iter_N`` folders (``latest``, or a fine-tune's ``best``). Verified complete. `key`: the config key that named
+    it (e.g. `finetune.init_from`), named in every refusal with where to go instead."""
     path = Path(path).expanduser()
+    named = f"{key}: " if key else ""
     if not path.exists():
-        raise CheckpointError(f"checkpoint {path} does not exist")
+        raise CheckpointError(f"{named}checkpoint {path} does not exist"
+                              + (f"; set {key} to a checkpoint folder, checkpoint root or run directory"
+                                 if key else ""))
     if path.is_file():  # a pointer: one line naming an iter_N folder beside it
         target = path.parent / path.read_text().strip()
         if not target.is_dir():
@@ -69,18 +73,19 @@ def locate(path) -> Path:
         path = path / "checkpoints"
     if not (path / LATEST).is_file() and not (path / MANIFEST).is_file():
         raise CheckpointError(
-            f"{path} is not a megatron-biglm checkpoint: expected an iter_N folder with {MANIFEST}, "
+            f"{named}{path} is not a megatron-biglm checkpoint: expected an iter_N folder with {MANIFEST}, "
             "or a checkpoint directory with a `latest` pointer (as written by megatron_biglm.cli.train or "
             "`python -m megatron_biglm.cli.convert from-hf`)")
-    folder = resolve_load_path(path, str(path))
+    folder = resolve_load_path(path, str(path), key or LOAD_KEY)
     if folder is None:  # pragma: no cover - resolve_load_path returns None only for load=none/auto
         raise CheckpointError(f"no complete checkpoint under {path}")
     return folder
 
 
-def read_checkpoint(path) -> SavedCheckpoint:
-    """Locate and verify (manifest sizes) a checkpoint; read its train state and signature."""
-    folder = locate(path)
+def read_checkpoint(path, key: str | None = None) -> SavedCheckpoint:
+    """Locate and verify (manifest sizes) a checkpoint; read its train state and signature
+    (`key`: the config key that named it, as `locate`)."""
+    folder = locate(path, key)
     for name in (CONFIG_FILE, TRAIN_STATE, SIGNATURE_FILE):
         if not (folder / name).is_file():
             raise CheckpointError(f"checkpoint {folder} has no {name}; it was not written by megatron_biglm")

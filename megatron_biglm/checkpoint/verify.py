@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .checksums import ChecksumReport, CorruptItem, check_items, dist_items
-from .dirs import CheckpointError, previous_checkpoint, verify as verify_manifest
+from .dirs import LOAD_KEY, CheckpointError, previous_checkpoint, verify as verify_manifest
 from .dist_reader import DistCheckpointReadError
 
 _ZIP_MAGIC = b"PK\x03\x04"
@@ -53,13 +53,16 @@ class VerifyReport:
                 + (f"; {self.unchecked} are not zip archives and were not checked" if self.unchecked else ""))
 
 
-def _advice(folder: Path) -> str:
+def _advice(folder: Path, key: str) -> str:
+    """Where to go instead, said with `key`: the config key that named the checkpoint."""
     prev = previous_checkpoint(folder)
     if prev is not None:
-        return (f"resume from the previous checkpoint: `checkpoint.load={prev}` (evaluate or export "
+        verb = "resume from" if key == LOAD_KEY else "start from"
+        return (f"{verb} the previous checkpoint: `{key}={prev}` (evaluate or export "
                 f"that one instead), or re-copy this one if it came from elsewhere")
     return ("no earlier complete checkpoint exists beside it: re-copy the checkpoint if it came from "
-            "elsewhere, or start fresh with `checkpoint.load=none`")
+            "elsewhere, or " + ("start fresh with `checkpoint.load=none`" if key == LOAD_KEY else
+                                f"point {key} at another checkpoint"))
 
 
 def _all_items(folder: Path) -> list:
@@ -77,14 +80,14 @@ def _all_items(folder: Path) -> list:
     return items
 
 
-def verify_checkpoint(folder, *, collective: bool = False) -> VerifyReport:
+def verify_checkpoint(folder, *, collective: bool = False, key: str = LOAD_KEY) -> VerifyReport:
     """Check `folder` (an `iter_N` checkpoint): manifest sizes, then the CRC-32 of every stored
     item; CheckpointError (CorruptCheckpointError for a bad item) naming the file, the item and
     the previous checkpoint to use. `collective`: every rank of the process group calls it and
-    checks its share."""
+    checks its share. `key`: the config key that named the checkpoint (the advice names it)."""
     folder = Path(folder)
     start = time.perf_counter()
-    verify_manifest(folder)
+    verify_manifest(folder, key)
     rank, world = _rank_world(collective)
     report, failure = ChecksumReport(), None
     try:
@@ -101,8 +104,8 @@ def verify_checkpoint(folder, *, collective: bool = False) -> VerifyReport:
         if kind == "corrupt":
             raise CorruptCheckpointError(
                 f"checkpoint {folder} is corrupt: in {file}, the stored bytes of {item} fail their CRC-32 "
-                f"check ({why}). Do not load it; {_advice(folder)}", file, item)
-        raise CheckpointError(f"checkpoint {folder} cannot be read ({why}); {_advice(folder)}")
+                f"check ({why}). Do not load it; {_advice(folder, key)}", file, item)
+        raise CheckpointError(f"checkpoint {folder} cannot be read ({why}); {_advice(folder, key)}")
     return VerifyReport(folder, report.checked, report.unchecked, report.bytes, time.perf_counter() - start)
 
 

@@ -13,26 +13,36 @@ Heads a fine-tune adds (`FRESH_HEAD_PREFIXES`: the task head, the CMLM length he
 absent from the start checkpoint (a pretraining run has neither): a head the checkpoint stores
 none of keeps its fresh initialisation, and its names are printed (only
 where the caller allows it: a fine-tune's start point, not inference). A head stored only in part, or any other tensor the
-checkpoint lacks, is an error.
+checkpoint lacks, is an error. A head stored with another shape (a fine-tuned 2-label head, and
+a task with 3 labels or a regression) is refused naming `REINIT_OPTION`; with it set, the
+caller's `reinit_mismatched=True`, that head keeps its fresh initialisation too, with a note
+(as transformers' `ignore_mismatched_sizes`).
 """
 from __future__ import annotations
 
 import torch
 
 from .dirs import CheckpointError
-from .dist_reader import stored_keys
+from .dist_reader import stored_keys, stored_shapes
 from .run_checkpoint import SavedCheckpoint, read_checkpoint
 from .signature import normalise_signature, signature_of
 from .verify import verify_checkpoint
 
 
-def load_model_weights(checkpoint, model, *, verify: bool = True, fresh_heads: bool = False) -> SavedCheckpoint:
+#: the fine-tune option that starts a head of another shape fresh (named in the refusal)
+REINIT_OPTION = "finetune.reinit_mismatched_heads"
+
+
+def load_model_weights(checkpoint, model, *, verify: bool = True, fresh_heads: bool = False,
+                       reinit_mismatched: bool = False) -> SavedCheckpoint:
     """Copy the checkpoint's model weights into `model` (a `BiGLMModel` chunk, optionally
     wrapped by DDP); return the checkpoint read (path, train state, `weights_only`).
     `verify`: CRC-check the checkpoint first (verify.py; collective); False when the caller
     already did (cli/train.py, inference/loading.py) or the user opted out.
     `fresh_heads`: a head the checkpoint stores none of keeps its initialisation (a fine-tune's
-    start point); False (inference) refuses it, as any missing tensor."""
+    start point); False (inference) refuses it, as any missing tensor.
+    `reinit_mismatched`: a head stored with another shape keeps its initialisation (with a note)
+    instead of being refused (`REINIT_OPTION`)."""
     from megatron.core import dist_checkpointing
 
     saved = read_checkpoint(checkpoint)
@@ -50,16 +60,25 @@ def load_model_weights(checkpoint, model, *, verify: bool = True, fresh_heads: b
     if fresh and not fresh_heads:
         raise CheckpointError(f"checkpoint {saved.path} lacks the model's {', '.join(fresh)}: its saved config "
                               f"has a head its weights do not; re-export or re-save the checkpoint")
-    for name in fresh:
+    mismatched = mismatched_heads(wanted, stored_shapes(saved.dist_dir))
+    if mismatched and not reinit_mismatched:
+        raise CheckpointError(f"checkpoint {saved.path} holds a head of another shape: {'; '.join(mismatched.values())} "
+                              f"(another label count or task kind). Set {REINIT_OPTION}=true to start that head "
+                              "fresh (the rest of the model loads), or start from a checkpoint without it")
+    for name in [*fresh, *mismatched]:
         wanted.pop(name)
     loaded = dist_checkpointing.load({"model": wanted}, str(saved.dist_dir))
     result = module.load_state_dict(loaded["model"], strict=False)
-    missing = [k for k in result.missing_keys if not k.endswith("_extra_state") and k not in fresh]
+    missing = [k for k in result.missing_keys if not k.endswith("_extra_state") and k not in fresh and k not in mismatched]
     if missing or result.unexpected_keys:
         raise CheckpointError(f"checkpoint {saved.path} does not fill the model: missing {missing[:4]}, "
                               f"unexpected {list(result.unexpected_keys)[:4]}")
-    if fresh and (not torch.distributed.is_initialized() or torch.distributed.get_rank() == 0):
-        print(f"weights from {saved.path}; not in it, so freshly initialised: {', '.join(fresh)}", flush=True)
+    if (fresh or mismatched) and (not torch.distributed.is_initialized() or torch.distributed.get_rank() == 0):
+        if fresh:
+            print(f"weights from {saved.path}; not in it, so freshly initialised: {', '.join(fresh)}", flush=True)
+        if mismatched:
+            print(f"weights from {saved.path}; {REINIT_OPTION}: freshly initialised, as the stored shape differs: "
+                  f"{'; '.join(mismatched.values())}", flush=True)
     return saved
 
 
@@ -78,4 +97,16 @@ def absent_heads(sharded: dict, stored: set[str]) -> list[str]:
             raise CheckpointError(f"the checkpoint stores only part of the model's {prefix.rstrip('.')}: "
                                   f"{', '.join(absent)} missing; load a checkpoint with the whole head or without it")
         out += absent
+    return out
+
+
+def mismatched_heads(sharded: dict, shapes: dict) -> dict[str, str]:
+    """{name: what differs} for every head tensor in `sharded` that the checkpoint stores with
+    another global shape."""
+    out = {}
+    for name, item in sharded.items():
+        key, shape = getattr(item, "key", name), getattr(item, "global_shape", None)
+        if name.startswith(FRESH_HEAD_PREFIXES) and shape is not None and key in shapes \
+                and tuple(shapes[key]) != tuple(shape):
+            out[name] = f"{name} is {list(shapes[key])} there, {list(shape)} here"
     return out

@@ -24,14 +24,27 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--data", required=True, nargs="+", help="BEIR-format folders (NAME = folder name)")
     p.add_argument("--output", help="results JSON")
     p.add_argument("--split", default="test", help="qrels/<split>.tsv (default test)")
-    p.add_argument("--batch-size", type=int, default=32)
+    p.add_argument("--batch-size", type=_positive_int, default=32, help="texts encoded at once (>= 1)")
     p.add_argument("--cache-dir", default=str(Path("~/.cache/biglm_retrieval").expanduser()),
                    help="corpus-embedding cache ('' disables)")
     p.add_argument("--pooling", default="mean", help="for a megatron checkpoint: mean|cls|last")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.add_argument("--skip-unknown-documents", action="store_true",
                    help="leave out (and count) qrels rows naming documents the corpus lacks, instead of failing")
+    p.add_argument("--keep-first-duplicate", action="store_true",
+                   help="keep the first row of an _id repeated in corpus.jsonl or queries.jsonl (the later ones "
+                        "counted), instead of failing")
     return p
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number >= 1")
+    return value
 
 
 def format_table(results: dict) -> str:
@@ -48,7 +61,7 @@ def format_table(results: dict) -> str:
 
 
 def evaluate(encoder, folders, *, split="test", cache_dir=None, batch_size=32, progress=True,
-             unknown_documents="error", output=None) -> dict:
+             unknown_documents="error", duplicate_ids="error", output=None) -> dict:
     """Every folder in turn; a folder that fails is recorded with its error and the others go
     on. With `output`, the results so far are written after each folder."""
     names = [Path(folder).resolve().name for folder in folders]
@@ -60,7 +73,8 @@ def evaluate(encoder, folders, *, split="test", cache_dir=None, batch_size=32, p
         try:
             results["datasets"][name] = evaluate_beir(encoder, folder, split=split, cache_dir=cache_dir,
                                                       batch_size=batch_size, progress=progress,
-                                                      unknown_documents=unknown_documents)
+                                                      unknown_documents=unknown_documents,
+                                                      duplicate_ids=duplicate_ids)
         except BeirFormatError as exc:
             results["datasets"][name] = {"error": str(exc)}
         done = [r for r in results["datasets"].values() if "error" not in r]
@@ -74,11 +88,16 @@ def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
     from megatron_biglm.finetune.retrieval.encoders import load_encoder
 
+    if not Path(args.model).expanduser().exists():
+        print(f"error: --model {args.model} does not exist; pass a sentence-transformers directory "
+              "(python -m megatron_biglm.cli.convert to-st) or a megatron-biglm checkpoint", file=sys.stderr)
+        return 1
     try:
         encoder = load_encoder(args.model, pooling=args.pooling)
         results = evaluate(encoder, args.data, split=args.split, cache_dir=args.cache_dir or None,
                            batch_size=args.batch_size, progress=not args.quiet, output=args.output,
-                           unknown_documents="skip" if args.skip_unknown_documents else "error")
+                           unknown_documents="skip" if args.skip_unknown_documents else "error",
+                           duplicate_ids="keep_first" if args.keep_first_duplicate else "error")
     except (BeirFormatError, FileNotFoundError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1

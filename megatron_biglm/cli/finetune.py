@@ -23,17 +23,18 @@ import sys
 def finetune(config_or_path, overrides=(), callbacks=()) -> dict:
     """Run (or resume) a fine-tune; return the results (what results.json holds) and the
     `TrainResult` under "train"."""
-    from megatron_biglm.finetune.plan import claim_run_dir, plan_finetune
+    from megatron_biglm.finetune.plan import plan_finetune
+    from megatron_biglm.finetune.run_claim import check_run_dir
     from megatron_biglm.finetune.start_scores import score_start
     from megatron_biglm.cli.train import train
 
     plan = plan_finetune(config_or_path, overrides)
-    claimed = claim_run_dir(plan.config)  # before anything is written there
-    for note in [*plan.notes, *([claimed] if claimed else [])]:
+    claim, overwritten = check_run_dir(plan.config)  # refuses another run; the record is written once started
+    for note in [*plan.notes, *([overwritten] if overwritten else [])]:
         print(f"finetune: {note}", flush=True)
     if plan.train_steps == 0:
-        return score_start(plan)
-    result = train(config_or_path, plan.overrides, callbacks=[plan.validator, *callbacks],
+        return score_start(plan, claim)
+    result = train(config_or_path, plan.overrides, callbacks=[claim, plan.validator, *callbacks],
                    recipe=plan.recipe, init_from=plan.init_from)
     out = plan.validator.results()
     out["train"] = result.__dict__

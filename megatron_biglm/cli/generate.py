@@ -19,7 +19,7 @@ import json
 import sys
 from pathlib import Path
 
-from megatron_biglm.common.json_lines import json_lines
+from megatron_biglm.data.rows import json_lines
 
 from megatron_biglm.generation.config import BLOCK_MODES, GenerationConfig, GenerationConfigError
 from megatron_biglm.generation.output import render_canvas

@@ -13,7 +13,9 @@ the merge with its file named.
 
 --shards DIR takes the output of launch/preprocess.sh. Every shard manifest is checked
 first (all shards of one plan present, one tokenizer and settings, outputs matching their
-sha256); a missing or corrupt shard stops everything, named. --output-prefix PREFIX then
+sha256, inputs with the sizes and mtimes their shard was made from); a missing, corrupt or
+stale shard stops everything, named (--allow-stale merges stale shards as they are, and lists
+them). --output-prefix PREFIX then
 writes PREFIX_{key}_document.{bin,idx} per json key (the name one preprocessing process
 gives, with the same bytes); --blend FILE writes a JSON blend `[[tokens, prefix], ...]` of
 the shards (for data.blend), weighted by token count, instead of copying them.
@@ -37,11 +39,15 @@ def main(argv=None) -> int:
     parser.add_argument("--blend", help="with --shards: write a data.blend JSON file over the shards")
     parser.add_argument("--json-key", help="with --blend: the key whose shards it lists "
                         "(default: the first key preprocessed)")
+    parser.add_argument("--allow-stale", action="store_true",
+                        help="with --shards: merge shards whose inputs changed since they were made (listed)")
     parser.add_argument("--tokenizer", help="the tokenizer the inputs were made with: their ids are checked "
                         "against its vocabulary")
     args = parser.parse_args(argv)
     if args.input and (args.blend or args.json_key):
         parser.error("--blend and --json-key go with --shards")
+    if args.allow_stale and not args.shards:
+        parser.error("--allow-stale goes with --shards")
     if args.json_key and not args.blend:
         parser.error("--json-key goes with --blend (a merge writes every key)")
     if args.input and not args.output_prefix:
@@ -60,12 +66,15 @@ def main(argv=None) -> int:
         else:
             results = {}
             if args.output_prefix:
-                results = merge_shards(args.shards, args.output_prefix, vocab_size)
+                results = merge_shards(args.shards, args.output_prefix, vocab_size, allow_stale=args.allow_stale)
             if args.blend:
-                blend = write_blend(args.shards, args.blend, args.json_key)
+                blend = write_blend(args.shards, args.blend, args.json_key, allow_stale=args.allow_stale)
     except (ValueError, TokenizerLoadError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
+    stale = next(iter(results.values()), {}).get("stale_shards") or (blend["stale_shards"] if args.blend else [])
+    for why in stale:
+        print(f"--allow-stale: merged the stale {why}", file=sys.stderr)
     for result in results.values():
         print(f"merged {len(result['inputs'])} datasets into {result['output']}.{{bin,idx}}: "
               f"{result['documents']:,} documents, {result['tokens']:,} tokens")

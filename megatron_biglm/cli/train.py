@@ -52,7 +52,7 @@ def train(config_or_path, overrides=(), callbacks=(), recipe=None, init_from=Non
 
     `recipe`: what is trained (datasets, forward/loss, metrics; training/recipe.py); None is
     BiGLM pretraining (training/pretrain_recipe.py). `callbacks`: functions `f(step, loop_state)`
-    or objects implementing the loop's events (training/callbacks.py: `on_step`, `on_save`,
+    or objects implementing the loop's events (training/callbacks.py: `on_start`, `on_step`, `on_save`,
     `on_log`, `on_evaluate`), checked before anything is built; the config's `zero_shot_eval`
     adds one.
     `init_from`: a checkpoint of any kind (a pretraining run, an HF import) whose model weights
@@ -67,6 +67,7 @@ def train(config_or_path, overrides=(), callbacks=(), recipe=None, init_from=Non
 
     callbacks = Callbacks(callbacks)  # a callback with no event is refused before anything is built
     cfg = load_config(config_or_path, list(overrides))
+    _pin_tokenizer(cfg)
     recipe = recipe if recipe is not None else PretrainRecipe()
     backend = select_backend(cfg)
     info = distributed.init_distributed(cfg)
@@ -74,11 +75,24 @@ def train(config_or_path, overrides=(), callbacks=(), recipe=None, init_from=Non
         run = _prepare(cfg, info, recipe)
         start = _choose_start(cfg, info, backend, run, init_from)
         parts = _build(cfg, backend, run, start, recipe)
+        callbacks.start(cfg)  # every check has passed; nothing is written to run_dir before this
         metrics = _announce(cfg, info, backend, run, start, parts)
         state = _loop(cfg, info, backend, run, parts, metrics, recipe, callbacks)
         return _finish(cfg, info, parts, state, start)
     finally:
         backend.shutdown(info)
+
+
+def _pin_tokenizer(cfg) -> None:
+    """The tokenizer directory is saved absolute (in the run's config.yaml and every
+    checkpoint), so the checkpoints find it from anywhere, with the digest of its files
+    (`data.tokenizer_sha256`), so a tokenizer changed since is refused where it is loaded."""
+    from megatron_biglm.data.tokenizer import tokenizer_digest
+
+    path = Path(cfg.data.tokenizer).expanduser() if cfg.data.tokenizer else None
+    if path is not None and path.is_dir():
+        cfg.data.tokenizer = str(path.resolve())
+        cfg.data.tokenizer_sha256 = tokenizer_digest(path)
 
 
 @dataclass
@@ -132,11 +146,13 @@ def _choose_start(cfg, info, backend, run: _Run, init_from) -> _Start:
     from megatron_biglm.checkpoint import dirs as checkpoint_dir
     from megatron_biglm.checkpoint.signature import read_train_state
     from megatron_biglm.checkpoint.verify import verify_checkpoint
+    from megatron_biglm.config.finetune_section import INIT_KEY
     from megatron_biglm.training.backends import check_resume
 
     start = checkpoint_dir.choose_start(cfg.checkpoint_dir, cfg.checkpoint.load)
+    key = checkpoint_dir.LOAD_KEY  # the config key that named the start, for the refusals
     if start.path is None and init_from is not None and cfg.checkpoint.load == "auto":
-        start = _initial_weights(init_from)
+        start, key = _initial_weights(init_from), INIT_KEY
     init_path = start.path if start.weights_only else None  # weights only: a start, not a resume
     load_path = None if start.weights_only else start.path
     verified = None
@@ -144,7 +160,7 @@ def _choose_start(cfg, info, backend, run: _Run, init_from) -> _Start:
         saved_state = read_train_state(start.path, run.signature)  # refuses another model shape
         if load_path is not None:
             check_resume(saved_state, backend, start.path, info.dp)
-        verified = (verify_checkpoint(start.path, collective=True).note() if cfg.checkpoint.verify else
+        verified = (verify_checkpoint(start.path, collective=True, key=key).note() if cfg.checkpoint.verify else
                     f"checkpoint.verify=false: {start.path} was loaded without its CRC-32 check")
     return _Start(load_path, init_path, start.note, verified)
 
@@ -256,8 +272,9 @@ def _initial_weights(init_from):
     megatron-biglm checkpoint folder, checkpoint root or run directory)."""
     from megatron_biglm.checkpoint.dirs import StartPoint
     from megatron_biglm.checkpoint.run_checkpoint import locate
+    from megatron_biglm.config.finetune_section import INIT_KEY
 
-    return StartPoint(locate(init_from), weights_only=True)
+    return StartPoint(locate(init_from, INIT_KEY), weights_only=True)
 
 
 def _configured_callbacks(cfg, tokenizer, recipe) -> list:

@@ -29,8 +29,14 @@ rename the labels (one distinct name per label); `problem_type` (derived the sam
 HF problem type. `options`: recipe-specific settings
 (e.g. span QA's `doc_stride`, seq2seq's `max_target_length`), read by the task kind's recipe.
 
-A run_dir that holds another fine-tune (another task, data or settings) is refused;
-`overwrite: true` deletes it and starts over.
+A data file that cannot be read to its end (a truncated .gz/.zst) stops the run, naming it;
+`skip_unreadable: true` keeps the rows before the damage and counts the rest as one loss.
+
+A run_dir that holds another fine-tune (another task, data by path or content, or settings) is
+refused; `overwrite: true` deletes it and starts over, but only a folder holding a fine-tune's
+own record, never one that is or holds `init_from` or a pretraining checkpoint
+(`finetune/run_claim.py`). A head `init_from` stores with another shape (a fine-tuned 2-label
+head, and a 3-label task) is refused; `reinit_mismatched_heads: true` starts it fresh instead.
 
 Low data (seed 001 §4.3): `train_examples: N` trains on N examples drawn from the usable
 training examples with `data.seed` (reported in results.json's `data`; more than there are is
@@ -46,6 +52,9 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, Optional
 
 from megatron_biglm.common.config_fields import ConfigError
+
+#: the config key naming a fine-tune's start point (every refusal of that checkpoint names it)
+INIT_KEY = "finetune.init_from"
 
 
 @dataclass
@@ -73,6 +82,8 @@ class FinetuneConfig:
     min_steps: int = 0
     options: dict = field(default_factory=dict)
     overwrite: bool = False
+    reinit_mismatched_heads: bool = False   # a head init_from stores with another shape starts fresh (a note says so)
+    skip_unreadable: bool = False   # a data file that cannot be read to its end: its rest is one counted loss
     early_stopping_patience: int = 0   # stop after this many validations without a new best (0: never)
 
     @property

@@ -31,6 +31,7 @@ class DataConfig:
     """Indexed-binary corpora. A blend is a list of `[weight, path_prefix]` pairs (or bare
     prefixes for equal weights); `anneal_blend` replaces it once the WSD decay starts."""
     tokenizer: Optional[str] = None
+    tokenizer_sha256: Optional[str] = None   # set by the run: the digest of data.tokenizer's files it trained with
     blend: list = field(default_factory=list)
     anneal_blend: Optional[list] = None
     valid_blend: Optional[list] = None
@@ -194,7 +195,7 @@ def validate(config: RunConfig) -> None:
     """Cross-field checks that need no distributed state (batch arithmetic needs the world
     size and is checked in `check_batch_arithmetic`)."""
     s, t = config.schedule, config.training
-    positive = {"schedule.train_steps": s.train_steps, "training.micro_batch_size": t.micro_batch_size,
+    positive = {"optimizer.lr": config.optimizer.lr, "schedule.train_steps": s.train_steps, "training.micro_batch_size": t.micro_batch_size,
                 "training.global_batch_size": t.global_batch_size, "data.seq_length": config.data.seq_length,
                 "logging.log_interval": config.logging.log_interval,
                 "checkpoint.save_interval": config.checkpoint.save_interval,

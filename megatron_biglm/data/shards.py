@@ -337,9 +337,11 @@ def run_shard(plan: ShardPlan, k: int, out_dir, settings: ShardSettings, tokeniz
 
 @dataclass(frozen=True)
 class CheckedShards:
-    """The manifests of a complete, intact shard directory, in shard order."""
+    """The manifests of a complete, intact shard directory, in shard order; `stale`: why each
+    shard whose inputs changed since it was made is stale (kept only under `allow_stale`)."""
     out_dir: Path
     manifests: tuple[dict, ...]
+    stale: tuple[str, ...] = ()
 
     def prefixes(self, key: str) -> list[str]:
         return [str(self.out_dir / m["outputs"][key]["prefix"]) for m in self.manifests]
@@ -349,10 +351,28 @@ class CheckedShards:
         return list(self.manifests[0]["settings"]["json_keys"])
 
 
-def check_shards(out_dir) -> CheckedShards:
+def stale_inputs(manifest: dict) -> list[str]:
+    """What changed in a shard's inputs since its manifest was written: a file gone, or
+    another size or mtime. Empty when the shard is fresh."""
+    out = []
+    for planned in manifest.get("inputs", []):
+        path = Path(planned["path"])
+        if not path.is_file():
+            out.append(f"{path} no longer exists")
+            continue
+        st = path.stat()
+        if (int(st.st_size), int(st.st_mtime_ns)) != (planned["bytes"], planned["mtime_ns"]):
+            out.append(f"{path} changed since it was preprocessed ({planned['bytes']:,} bytes then, "
+                       f"{st.st_size:,} now; mtime {'same' if int(st.st_mtime_ns) == planned['mtime_ns'] else 'newer'})")
+    return out
+
+
+def check_shards(out_dir, *, allow_stale: bool = False) -> CheckedShards:
     """Every manifest in `out_dir` read and checked before anything is merged: the shards
     form one plan (same count, same settings, all of 0..N-1 present), their inputs follow
-    one another in sorted order without overlap, and every output matches its checksum.
+    one another in sorted order without overlap, every output matches its checksum, and
+    every input still has the size and mtime it had when its shard was made (a stale shard
+    is refused by name unless `allow_stale`, which keeps it and says so in `stale`).
     The first problem raises ShardError naming the shard and file."""
     out_dir = Path(out_dir)
     if not out_dir.is_dir():
@@ -400,25 +420,33 @@ def check_shards(out_dir) -> CheckedShards:
         if problems:
             raise ShardError(f"{shard_name(k)} is corrupt: {'; '.join(problems)}; re-submit the "
                              "array (it redoes that shard)")
-    return CheckedShards(out_dir, tuple(manifests[k] for k in range(n)))
+    stale = tuple(f"{shard_name(k)}: {'; '.join(why)}" for k in range(n)
+                  for why in [stale_inputs(manifests[k])] if why)
+    if stale and not allow_stale:
+        raise ShardError(f"{out_dir}: {len(stale)} stale shard(s), made from inputs that have changed since: "
+                         f"{' | '.join(stale)}. Re-submit the array (it redoes only the stale shards), or pass "
+                         "--allow-stale to merge them as they are")
+    return CheckedShards(out_dir, tuple(manifests[k] for k in range(n)), stale)
 
 
-def merge_shards(out_dir, output_prefix, vocab_size: int | None = None) -> dict:
-    """Check the shard directory, then concatenate the shards of each json key, in shard
-    order, into `{output_prefix}_{key}_document` (the name `preprocess` gives one process's
-    output). Returns {key: merge summary}."""
+def merge_shards(out_dir, output_prefix, vocab_size: int | None = None, *, allow_stale: bool = False) -> dict:
+    """Check the shard directory (`allow_stale`: see `check_shards`), then concatenate the
+    shards of each json key, in shard order, into `{output_prefix}_{key}_document` (the name
+    `preprocess` gives one process's output). Returns {key: merge summary, with the stale
+    shards kept under "stale_shards"}."""
     from megatron_biglm.data.indexed_tools import merge_datasets
 
-    checked = check_shards(out_dir)
-    return {key: merge_datasets(checked.prefixes(key), output_prefix_for(output_prefix, key),
-                                vocab_size) for key in checked.keys}
+    checked = check_shards(out_dir, allow_stale=allow_stale)
+    return {key: {**merge_datasets(checked.prefixes(key), output_prefix_for(output_prefix, key), vocab_size),
+                  "stale_shards": list(checked.stale)} for key in checked.keys}
 
 
-def write_blend(out_dir, blend_path, key: str | None = None) -> dict:
+def write_blend(out_dir, blend_path, key: str | None = None, *, allow_stale: bool = False) -> dict:
     """Check the shard directory, then write `blend_path` (JSON) listing the shards of one
     json key as `[[tokens, prefix], ...]`: what `data.blend` takes, weighted by token count
-    so sampling matches the merged corpus. Returns {"blend", "shards", "tokens"}."""
-    checked = check_shards(out_dir)
+    so sampling matches the merged corpus (`allow_stale`: see `check_shards`). Returns
+    {"blend", "shards", "tokens", "stale_shards"}."""
+    checked = check_shards(out_dir, allow_stale=allow_stale)
     key = key or checked.keys[0]
     if key not in checked.keys:
         raise ShardError(f"{out_dir}: no shards for json key {key!r} (keys: {checked.keys})")
@@ -433,7 +461,7 @@ def write_blend(out_dir, blend_path, key: str | None = None) -> dict:
     Path(blend_path).parent.mkdir(parents=True, exist_ok=True)
     _write_json_atomically(Path(blend_path), entries)
     return {"blend": str(blend_path), "shards": len(entries), "empty_shards_left_out": skipped,
-            "tokens": sum(tokens for tokens, _ in entries)}
+            "tokens": sum(tokens for tokens, _ in entries), "stale_shards": list(checked.stale)}
 
 
 def plan_from_inputs(inputs: Sequence[str], shards: int) -> ShardPlan:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 from pathlib import Path
 from typing import Iterable, Mapping, Sequence
 
@@ -62,6 +63,33 @@ def load_tokenizer(name_or_dir, *, add_mask_token: bool = True):
     return tokenizer
 
 
+def tokenizer_digest(directory) -> str:
+    """SHA-256 over a tokenizer directory's files (names and bytes, in name order; the .json,
+    .txt and .model files a tokenizer is made of, not a README beside them): what identifies
+    the tokenizer a checkpoint was trained with, wherever the directory is."""
+    import hashlib
+
+    digest = hashlib.sha256()
+    for path in sorted(p for p in Path(directory).expanduser().iterdir()
+                       if p.is_file() and p.suffix in (".json", ".txt", ".model")):
+        digest.update(path.name.encode() + b"\0")
+        with open(path, "rb") as handle:
+            digest.update(hashlib.file_digest(handle, "sha256").digest())
+    return digest.hexdigest()
+
+
+#: what a tokenizer on the HF hub is named: `org/name`
+_HUB_NAME = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
+
+
+def looks_like_hub_name(text: str) -> bool:
+    """True for `org/name` that is no local path: the only tokenizer value looked up on the
+    HF hub. Anything else (`tok`, `runs/x/tokenizer`, `./tok`) is a directory, and a missing
+    one is an error at once, not a minute of hub retries."""
+    text = str(text)
+    return bool(_HUB_NAME.match(text)) and not Path(text).expanduser().exists()
+
+
 def _from_pretrained(name_or_dir):
     from transformers import AutoTokenizer
 
@@ -69,6 +97,10 @@ def _from_pretrained(name_or_dir):
     path = Path(where).expanduser()
     if path.exists() and not path.is_dir():
         raise TokenizerLoadError(f"{where} is a file; give the directory that holds tokenizer.json")
+    if not path.exists() and not looks_like_hub_name(where):
+        raise TokenizerLoadError(f"tokenizer {where!r}: no such directory (working directory {os.getcwd()}); "
+                                 "it is not looked up on the HF hub, whose names look like org/name. Pass a directory "
+                                 "that holds tokenizer.json")
     try:
         return AutoTokenizer.from_pretrained(str(path) if path.is_dir() else where, use_fast=True)
     except (OSError, ValueError) as exc:

@@ -54,12 +54,24 @@ def check_fits_vocab(tokenizer, vocab_size: int, where: str) -> List[str]:
     return notes
 
 
+def check_trained_digest(directory, trained_digest: str | None, what: str) -> None:
+    """Refuse a tokenizer directory whose files differ from the digest the run saved
+    (`data.tokenizer_sha256`): edited or replaced since the model was trained."""
+    from .tokenizer import tokenizer_digest
+
+    if trained_digest and Path(directory).expanduser().is_dir() and tokenizer_digest(directory) != trained_digest:
+        raise TokenizerMismatch(f"{what} {directory} is not the tokenizer the model was trained with: its files "
+                                "changed since (their SHA-256 differs from data.tokenizer_sha256 saved with the "
+                                "checkpoint); point at the tokenizer the model was trained with")
+
+
 def load_export_tokenizer(vocab_size: int, run_tokenizer: str | None,
-                          override: str | None) -> Tuple[object, str, List[str]]:
+                          override: str | None, trained_digest: str | None = None) -> Tuple[object, str, List[str]]:
     """(tokenizer, its source, notes) to ship with an export.
 
     Loaded with `megatron_biglm.data.tokenizer.load_tokenizer`, exactly as training loaded it,
-    so added special tokens get the same ids.
+    so added special tokens get the same ids. `trained_digest`: the run's saved
+    `data.tokenizer_sha256`; the run's own tokenizer must still match it.
     """
     from .tokenizer import load_tokenizer
 
@@ -72,6 +84,8 @@ def load_export_tokenizer(vocab_size: int, run_tokenizer: str | None,
             f"tokenizer {source} does not exist" + ("" if override else
             " (data.tokenizer of the saved run config); pass --tokenizer DIR, the tokenizer the "
             "model was trained with"))
+    if not override:
+        check_trained_digest(source, trained_digest, "data.tokenizer of the saved run config,")
     tokenizer = load_tokenizer(str(Path(source).expanduser()))
     notes = check_fits_vocab(tokenizer, vocab_size, f"tokenizer {source}")
     if override and run_tokenizer and Path(run_tokenizer).expanduser().exists() \

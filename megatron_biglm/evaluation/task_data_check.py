@@ -7,7 +7,7 @@ every row needs, and the field holding its choices (which must not be empty).
 """
 from __future__ import annotations
 
-import json
+from megatron_biglm.data.rows import BadInputError, json_lines
 
 #: task -> (required fields, choices field or None); dotted names reach into a nested object.
 SCHEMAS = {
@@ -26,7 +26,7 @@ SCHEMAS = {
 }
 
 
-class BadTaskData(ValueError):
+class BadTaskData(BadInputError):
     """A local task file has a row lm-eval cannot score; the message names file:line and the fix."""
 
 
@@ -45,24 +45,17 @@ def check_task_file(task: str, path) -> int:
     hint = (f"write every row of {task} in its HF schema (fields: {', '.join(fields)})" if fields
             else "write one JSON object per line")
     rows = 0
-    with open(path, "rb") as handle:
-        for number, raw in enumerate(handle, 1):
-            if not raw.strip():
-                continue
-            where = f"{path}:{number}"
-            try:
-                row = json.loads(raw.decode("utf-8"))
-            except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-                raise BadTaskData(f"{where}: not a UTF-8 JSON line ({exc}); {hint}") from None
-            if not isinstance(row, dict):
-                raise BadTaskData(f"{where}: not a JSON object; {hint}")
-            missing = [f for f in fields if _get(row, f) in (None, "")]
-            if missing:
-                raise BadTaskData(f"{where}: {task} row lacks {', '.join(missing)}; {hint}")
-            if choices is not None and not _get(row, choices):
-                raise BadTaskData(f"{where}: {task} row has no choices ({choices} is empty); give each "
-                                  f"question at least two choices, or remove the row")
-            rows += 1
+    for number, row in json_lines(path, BadTaskData, hint):
+        where = f"{path}:{number}"
+        if not isinstance(row, dict):
+            raise BadTaskData(f"{where}: not a JSON object; {hint}")
+        missing = [f for f in fields if _get(row, f) in (None, "")]
+        if missing:
+            raise BadTaskData(f"{where}: {task} row lacks {', '.join(missing)}; {hint}")
+        if choices is not None and not _get(row, choices):
+            raise BadTaskData(f"{where}: {task} row has no choices ({choices} is empty); give each "
+                              f"question at least two choices, or remove the row")
+        rows += 1
     if rows == 0:
         raise BadTaskData(f"{path} holds no rows; {hint}")
     return rows

@@ -78,7 +78,8 @@ def to_hf(checkpoint_dir, output_dir, *, tokenizer: str | None = None, dtype: st
     output_dir = Path(output_dir).expanduser()
     check_new_output(output_dir, checkpoint.path)
     mc = checkpoint.model_config
-    tok, tok_source, notes = load_export_tokenizer(mc.vocab_size, checkpoint.run_config.data.tokenizer, tokenizer)
+    tok, tok_source, notes = load_export_tokenizer(mc.vocab_size, checkpoint.run_config.data.tokenizer, tokenizer,
+                                                   checkpoint.run_config.data.tokenizer_sha256)
     shape = shape_from_biglm_config(mc)
     weights = checkpoint.weights()
     stored = weights.stored_dtypes()

@@ -9,28 +9,26 @@ schema's labels (single-label: an index or a name; regression: a number; multi-l
 names, or in csv/tsv one string of names joined by the schema's `label_separator`), SQuAD
 `answers` well formed, a seq2seq target non-empty. A row failing a check is dropped and counted
 by reason, with its file and line, in a `RowReport` (never silently); `strict=True` raises
-`BadInputError` at the first one instead. Files are found and opened with the readers of
-`megatron_biglm.data.readers` (globs, directories, compression, I/O errors).
+`BadInputError` at the first one instead. Files are found by `data.readers.expand_inputs`
+(globs, directories) and read by the one row reader, `data/rows.py` (formats, compression,
+undecodable bytes); a file that cannot be read to its end stops the run unless
+`finetune.skip_unreadable` is set.
 
     rows, report = load_split("super_glue/cb", files=["cb/val.jsonl"])
     print(report.summary_line())   # rows 56: kept 56, dropped 0; truncated: none
 """
 from __future__ import annotations
 
-import csv
-import io
-import json
 import math
 import os
-import zlib
+import re
 from dataclasses import dataclass
 from typing import Iterable, Iterator, Mapping
 
-from megatron_biglm.data.readers import (BLANK_LINE, INVALID_JSON, INVALID_UTF8, NOT_AN_OBJECT,
-                                         UNREADABLE_FILE, expand_inputs, format_by_suffix, open_binary)
+from megatron_biglm.data.readers import NOT_AN_OBJECT, expand_inputs
+from megatron_biglm.data.rows import SKIP, STOP, Row, format_by_suffix, iter_rows
 
-from .row_report import (BAD_ANSWERS, BAD_LABEL, EMPTY_FIELD, EMPTY_TARGET, INVALID_ROW, MISSING_FIELD,
-                         UNLABELED, RowReport)
+from .row_report import BAD_ANSWERS, BAD_LABEL, EMPTY_FIELD, EMPTY_TARGET, MISSING_FIELD, UNLABELED, RowReport
 
 
 @dataclass(frozen=True)
@@ -38,10 +36,15 @@ class DatasetSchema:
     """The fields of one data set as the HF hub serves it.
 
     `text_fields` must be non-empty strings; `target_field` (seq2seq) too, but counted as
-    `empty_target`; `label_names[i]` names label index i (-1 = unlabeled test rows);
-    `label_kind`: "single" (one index), "regression" (a float; no names) or "multi" (a tuple of
-    indices, any number of them); `answers_field` is SQuAD's {"text": [...], "answer_start":
-    [...]}; `extra_fields` are copied when present (ids, WiC's character spans)."""
+    `empty_target`; `label_names[i]` names label index i; `label_kind`: "single" (one index),
+    "regression" (a float; no names) or "multi" (a tuple of indices, any number of them);
+    `answers_field` is SQuAD's {"text": [...], "answer_start": [...]}; `extra_fields` are copied
+    when present (ids, WiC's character spans).
+
+    A label value is the name it spells (`label_text`: 2, 2.0 and "2" all spell "2"); only
+    where `label_indices` holds (the hub's ClassLabel columns; declared names none of which is
+    a number) does an integer that names no label mean the label at that index. `unlabeled` is
+    the value a schema declares for "no label" (the hub's -1 on test rows); None: it has none."""
     name: str
     hub_path: str
     hub_config: str | None
@@ -53,6 +56,8 @@ class DatasetSchema:
     extra_fields: tuple[str, ...] = ("idx",)
     label_kind: str = "single"
     label_separator: str = ","
+    label_indices: bool = True
+    unlabeled: object = -1
 
     @property
     def required(self) -> tuple[str, ...]:
@@ -127,8 +132,9 @@ def check_row(raw, schema: DatasetSchema, report: RowReport, source, line: int, 
             report.skip(BAD_LABEL, source, line, f"{schema.label_field}={value!r} {_label_rule(schema)}")
             return None
         if label is None and require_labels:
+            marker = "" if schema.unlabeled is None else f"{schema.unlabeled} or "
             why = (f"no field {schema.label_field!r} (fields: {sorted(raw)[:8]})" if schema.label_field not in raw
-                   else "label -1 or missing (a test split?); pass require_labels=False to keep unlabeled rows")
+                   else f"label {marker}empty (a test split?); pass require_labels=False to keep unlabeled rows")
             report.skip(UNLABELED, source, line, why)
             return None
         row[schema.label_field] = label
@@ -159,12 +165,12 @@ def _label(value, schema: DatasetSchema):
         if isinstance(value, str):
             value = [v.strip() for v in value.split(schema.label_separator) if v.strip()]
         if not isinstance(value, (list, tuple)):
-            return _BAD
-        indices = [_label_index(v, schema.label_names) for v in value]
+            value = [value]  # one label, as label inference reads it
+        indices = [_label_index(v, schema) for v in value]
         if any(i is None or i is _BAD for i in indices):
             return _BAD
         return tuple(sorted(set(indices)))
-    return _label_index(value, schema.label_names)
+    return _label_index(value, schema)
 
 
 def _label_rule(schema: DatasetSchema) -> str:
@@ -174,33 +180,85 @@ def _label_rule(schema: DatasetSchema) -> str:
     if schema.label_kind == "multi":
         return (f"is not a list of labels of {names} (in csv/tsv: names joined by "
                 f"{schema.label_separator!r})")
-    return f"is not one of the labels {names} (nor an index 0..{len(names) - 1})"
+    return f"is not one of the labels {names}" + (f" (nor an index 0..{len(names) - 1})" if schema.label_indices else "")
 
 
-def _label_index(value, names: tuple[str, ...]):
-    if value is None or (isinstance(value, int) and not isinstance(value, bool) and value == -1):
+def _label_index(value, schema: DatasetSchema):
+    """The index of the label `value` names (see DatasetSchema), None for the schema's
+    unlabeled marker, or _BAD."""
+    names = schema.label_names
+    text = label_text(value)
+    if text is None:
+        return _BAD
+    if schema.unlabeled is not None and text == label_text(schema.unlabeled):
         return None
-    if isinstance(value, bool):
-        value = int(value) if str(value) not in names else str(value)
-    if isinstance(value, str) and value in names:
-        return names.index(value)
-    if isinstance(value, str) and value.strip().lstrip("-").isdigit():  # csv/tsv cells are text
-        value = int(value.strip())
-        if value == -1:
-            return None
-    if isinstance(value, int):
-        return value if 0 <= value < len(names) else _BAD
-    if isinstance(value, float) and value.is_integer():
-        return _label_index(int(value), names)
+    if text in names:
+        return names.index(text)
+    if schema.label_indices and isinstance(value, bool):
+        text = str(int(value))
+    if schema.label_indices and _INTEGER.fullmatch(text):
+        index = int(text)
+        return index if 0 <= index < len(names) else _BAD
     return _BAD
 
 
-def label_values(inputs, field: str, report: RowReport | None = None) -> list:
-    """Every value of `field` in local files (rows without it are left out): what a task that
-    does not list its labels infers them from (`tasks/declaration.py`)."""
+_INTEGER = re.compile(r"[+-]?\d+")
+_NUMBER = re.compile(r"[+-]?(\d+(\.\d*)?|\.\d+)([eE][+-]?\d+)?")
+
+
+def label_text(value) -> str | None:
+    """The label name a cell spells, the same in every format: a string stripped, a number
+    in its shortest form (an integral float as an integer: 2.0 is "2"), a boolean as True or
+    False; None for what names no label (a list, a mapping, NaN)."""
+    if isinstance(value, bool):
+        return str(value)
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            return None
+        return str(int(value)) if value.is_integer() else repr(value)
+    if isinstance(value, str):
+        return value.strip()
+    return None
+
+
+def names_a_number(name: str) -> bool:
+    """Whether a label name is a number written out (2, -1, 0.5, 1e3)."""
+    return bool(_NUMBER.fullmatch(name))
+
+
+def label_order(names) -> tuple[str, ...]:
+    """Distinct label names in their one order: names of numbers first, by value (0, 2, 10),
+    then the others sorted; so ids never depend on the order of the rows."""
+    names = set(names)
+    numbers = sorted(filter(names_a_number, names), key=lambda n: (float(n), n))
+    return tuple(numbers) + tuple(sorted(names - set(numbers)))
+
+
+@dataclass(frozen=True)
+class LabelColumn:
+    """A label column as the training files hold it: every value (rows without one left
+    out), the columns each file's first row has (to name them when the column is absent), and
+    whether any row has the column at all."""
+    values: list
+    columns: dict
+    present: bool
+
+
+def label_values(inputs, field: str, report: RowReport | None = None, *,
+                 skip_unreadable: bool = False) -> LabelColumn:
+    """The values of `field` in local files: what a task that does not list its labels infers
+    them from (`tasks/declaration.py`)."""
     report = report if report is not None else RowReport()
-    return [raw[field] for _, _, raw in file_objects(inputs, report, what="fine-tuning data")
-            if isinstance(raw, Mapping) and raw.get(field) is not None]
+    values, columns, present = [], {}, False
+    for path, _, raw in file_objects(inputs, report, what="fine-tuning data", skip_unreadable=skip_unreadable):
+        if isinstance(raw, Mapping):
+            columns.setdefault(str(path), sorted(map(str, raw)))
+            present = present or field in raw
+            if raw.get(field) is not None:
+                values.append(raw[field])
+    return LabelColumn(values, columns, present)
 
 
 def _check_answers(value) -> dict | None:
@@ -219,13 +277,15 @@ def _check_answers(value) -> dict | None:
 
 
 def read_rows(inputs, schema: str | DatasetSchema, *, report: RowReport | None = None,
-              require_labels: bool = True, strict: bool = False) -> tuple[list[dict], RowReport]:
-    """All good rows of local files (paths, globs, directories; .jsonl/.json/.parquet, plain
-    or compressed), in order, and the report of the rest."""
+              require_labels: bool = True, strict: bool = False,
+              skip_unreadable: bool = False) -> tuple[list[dict], RowReport]:
+    """All good rows of local files (paths, globs, directories; jsonl, csv, tsv, parquet, plain
+    or compressed), in order, and the report of the rest. A file that cannot be read to its
+    end stops with BadInputError unless `skip_unreadable` (then its rest is one counted loss)."""
     schema = get_schema(schema)
     report = report if report is not None else RowReport(strict=strict)
     rows = []
-    for path, line, raw in file_objects(inputs, report, what="fine-tuning data"):
+    for path, line, raw in file_objects(inputs, report, what="fine-tuning data", skip_unreadable=skip_unreadable):
         row = check_row(raw, schema, report, path, line, require_labels=require_labels)
         if row is not None:
             rows.append(row)
@@ -244,93 +304,19 @@ def data_format(path) -> str:
                             "+ .gz/.zst); rename the file to its format's extension")
 
 
-def file_objects(inputs, report: RowReport, *, what: str,
-                 arrow_errors: bool = True) -> Iterator[tuple[str, int, object]]:
-    """(path, line, parsed object) of every row of local files (paths, globs, directories;
-    jsonl/csv/tsv/parquet, plain or compressed), in order; `what` names the data in the error for
-    another format. A file that fails part-way (OSError, EOFError, zlib.error, and with
-    `arrow_errors` pyarrow's) keeps the rows read before the error and is reported
-    (`files_failed`, UNREADABLE_FILE)."""
+def file_objects(inputs, report: RowReport, *, what: str, skip_unreadable: bool = False) -> Iterator[Row]:
+    """The rows of local files (paths, globs, directories; jsonl/csv/tsv/parquet, plain or
+    compressed) in order, read by the one row reader (`data/rows.py`); `what` names the data in
+    the error for another format. A file that cannot be read to its end stops with
+    BadInputError naming it, unless `skip_unreadable` (`finetune.skip_unreadable`): then the
+    rows before the damage are kept and the rest is counted as one loss."""
     for path in expand_inputs(inputs, report):
-        report.files_seen += 1
         try:
             fmt = data_format(path)
         except ValueError as exc:
             raise ValueError(f"{exc} ({what})") from None
-        objects = {"jsonl": _jsonl_objects, "csv": _delimited_objects, "tsv": _delimited_objects,
-                   "parquet": lambda p, r: _parquet_objects(p)}[fmt](path, report)
-        try:
-            for line, raw in objects:
-                yield path, line, raw
-        except (OSError, EOFError, zlib.error) + (_arrow_errors() if arrow_errors else ()) as exc:
-            # the rows read before the error are kept; the rest of the file is reported
-            report.files_failed += 1
-            report.skip(UNREADABLE_FILE, path, 0, f"{type(exc).__name__}: {exc}")
-
-
-def _delimited_objects(path, report: RowReport) -> Iterator[tuple[int, object]]:
-    """csv (comma) or tsv (tab) rows as {header: cell}, numbered by their file line; the first
-    line is the header. A row with more cells than the header is dropped (`invalid_row`)."""
-    delimiter = "\t" if data_format(path) == "tsv" else ","
-    with open_binary(path) as fh:
-        text = io.TextIOWrapper(fh, encoding="utf-8-sig", newline="")
-        reader = csv.DictReader(text, delimiter=delimiter)
-        if not reader.fieldnames:
-            return
-        for row in reader:
-            number = reader.line_num  # the row's last line (a quoted cell may span lines)
-            if None in row:  # cells past the header
-                report.rows_seen += 1
-                report.skip(INVALID_ROW, path, number, f"{len(reader.fieldnames) + len(row[None])} cells "
-                            f"under a header of {len(reader.fieldnames)} ({', '.join(reader.fieldnames)})")
-                continue
-            yield number, row
-
-
-def _arrow_errors() -> tuple[type, ...]:
-    try:
-        import pyarrow
-    except ImportError:  # pragma: no cover - pyarrow is a dependency
-        return ()
-    return (pyarrow.ArrowException,)
-
-
-def _jsonl_objects(path, report: RowReport) -> Iterator[tuple[int, object]]:
-    """(line, parsed JSON value) of each non-blank line; undecodable lines are counted as
-    dropped rows (they are rows: `rows_seen` includes them). A file that is one JSON array is
-    refused: JSON Lines holds one object per line."""
-    with open_binary(path) as fh:
-        for number, raw in enumerate(fh, start=1):
-            if number == 1 and raw.startswith(b"\xef\xbb\xbf"):  # a UTF-8 byte-order mark
-                raw = raw[3:]
-            if number == 1 and raw.lstrip().startswith(b"["):
-                raise ValueError(f"{path} is a JSON array; fine-tuning jsonl holds one JSON object per line "
-                                 "(e.g. python -c \"import json,sys; [print(json.dumps(r)) for r in "
-                                 "json.load(open(sys.argv[1]))]\" data.json > data.jsonl)")
-            try:
-                text = raw.decode("utf-8")
-            except UnicodeDecodeError as exc:
-                report.rows_seen += 1
-                report.skip(INVALID_UTF8, path, number, f"{exc.reason} at byte {exc.start}")
-                continue
-            if not text.strip():
-                report.rows_seen += 1
-                report.skip(BLANK_LINE, path, number)
-                continue
-            try:
-                yield number, json.loads(text)
-            except json.JSONDecodeError as exc:
-                report.rows_seen += 1
-                report.skip(INVALID_JSON, path, number, f"{exc.msg} (column {exc.colno})")
-
-
-def _parquet_objects(path) -> Iterator[tuple[int, object]]:
-    import pyarrow.parquet as pq
-
-    with open_binary(path) as fh:
-        table = pq.read_table(fh)
-    for number, row in enumerate(table.to_pylist(), start=1):
-        yield number, row
+        yield from iter_rows(path, fmt=fmt, skips=report, on_unreadable=SKIP if skip_unreadable else STOP,
+                             opt_in="finetune.skip_unreadable=true")
 
 
 def hub_rows(schema: str | DatasetSchema, split: str, *, report: RowReport | None = None,
@@ -382,11 +368,11 @@ def check_split_files(data: Mapping, splits: Iterable[str], where: str = "finetu
                 raise ConfigError(f"{where}.{split}: {exc}") from None
 
 
-def load_split(schema: str | DatasetSchema, *, files=None, split: str | None = None,
-               require_labels: bool = True, strict: bool = False, **load_kwargs) -> tuple[list[dict], RowReport]:
+def load_split(schema: str | DatasetSchema, *, files=None, split: str | None = None, require_labels: bool = True,
+               strict: bool = False, skip_unreadable: bool = False, **load_kwargs) -> tuple[list[dict], RowReport]:
     """Rows of one split: from `files` when given (no hub touched), else from the hub split."""
     if files:
-        return read_rows(files, schema, require_labels=require_labels, strict=strict)
+        return read_rows(files, schema, require_labels=require_labels, strict=strict, skip_unreadable=skip_unreadable)
     if not split:
         raise ValueError("give local `files`, or a hub `split` name (e.g. 'validation')")
     return hub_rows(schema, split, require_labels=require_labels, strict=strict, **load_kwargs)

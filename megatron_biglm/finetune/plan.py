@@ -16,6 +16,7 @@ import json
 from dataclasses import dataclass, field
 
 from megatron_biglm.config import ConfigError, load_config
+from megatron_biglm.config.finetune_section import INIT_KEY
 
 from .data_files import check_split_files
 from .epochs import steps_per_epoch, train_steps
@@ -78,8 +79,10 @@ def start_overrides(init_from, tokenizer_set: bool) -> tuple[list[str], str]:
     start point, so its shape does too: no preset to match by hand."""
     from megatron_biglm.checkpoint.run_checkpoint import locate
     from megatron_biglm.config.trained_checkpoint import open_checkpoint
+    from megatron_biglm.data.tokenizer import looks_like_hub_name
+    from megatron_biglm.data.tokenizer_check import TokenizerMismatch, check_trained_digest
 
-    start = open_checkpoint(locate(init_from))
+    start = open_checkpoint(locate(init_from, INIT_KEY), INIT_KEY)
     fields = start.model_config.to_dict()
     out = [f"model.{k}={json.dumps(fields[k])}" for k in START_MODEL_KEYS if k in fields and fields[k] is not None]
     note = (f"model from finetune.init_from {start.path}: {fields['num_layers']} layers, hidden "
@@ -88,54 +91,43 @@ def start_overrides(init_from, tokenizer_set: bool) -> tuple[list[str], str]:
     if not tokenizer_set and saved_tokenizer:
         out.append(f"data.tokenizer={saved_tokenizer}")
         note += f"; its tokenizer {saved_tokenizer}"
+        if start.tokenizer_lookup and not looks_like_hub_name(saved_tokenizer):  # found nowhere by the rule
+            raise ConfigError(f"data.tokenizer: the tokenizer {saved_tokenizer!r} saved with finetune.init_from "
+                              f"{start.path} is not a directory beside its config, in a folder above it or in the "
+                              f"working directory ({start.tokenizer_lookup[0]} ... {start.tokenizer_lookup[-1]}); "
+                              "set data.tokenizer=DIR, the tokenizer the start checkpoint was trained with")
+        try:
+            check_trained_digest(saved_tokenizer, start.run_config.data.tokenizer_sha256,
+                                 f"the tokenizer saved with finetune.init_from {start.path},")
+        except TokenizerMismatch as exc:
+            raise ConfigError(f"data.tokenizer: {exc} (set data.tokenizer=DIR)") from None
     return out, note
 
 
-#: the run_dir file that says which fine-tune the folder holds
-RUN_FILE = "finetune_run.json"
+def check_metrics(recipe) -> None:
+    """Before any step: every user metric (`module:function`) imports, and `select_metric` is
+    a score the task reports (else the first validation, after training, would fail)."""
+    from megatron_biglm.common.config_fields import unknown_key_error
 
+    from .metrics.task_scores import score_keys, user_metric
 
-def run_identity(cfg) -> dict:
-    """What makes two fine-tunes the same run (a resume) rather than two runs: the task, its
-    data, the start point and the settings that shape the schedule and the optimizer."""
-    f = cfg.finetune
-    return {"task": f.task, "data": {k: f.data[k] for k in sorted(f.data)}, "init_from": f.init_from,
-            "max_length": f.max_length, "epochs": f.epochs, "train_examples": f.train_examples,
-            "min_steps": f.min_steps, "options": f.options, "template": f.template,
-            "label_words": f.label_words, "global_batch_size": cfg.training.global_batch_size,
-            "lr": cfg.optimizer.lr, "seed": cfg.data.seed}
-
-
-def claim_run_dir(cfg) -> str | None:
-    """Refuse a run_dir that holds another fine-tune (another task, data or settings): resuming
-    it would mix two runs' checkpoints and results. `finetune.overwrite: true` deletes what it
-    holds instead (the note says so). A new or matching run_dir is claimed for this run."""
-    import shutil
-    from pathlib import Path
-
-    run_dir = Path(cfg.run_dir)
-    marker = run_dir / RUN_FILE
-    mine = json.loads(json.dumps(run_identity(cfg), default=str))
-    holds_a_run = run_dir.is_dir() and any(run_dir.iterdir())
-    note = None
-    if holds_a_run:
-        theirs = json.loads(marker.read_text()) if marker.is_file() else None
-        if theirs != mine:
-            if not cfg.finetune.overwrite:
-                differ = ("it holds no fine-tune record" if theirs is None else
-                          "; ".join(f"{k}: {theirs.get(k)!r} there, {mine[k]!r} here"
-                                    for k in mine if theirs.get(k) != mine[k]))
-                raise ConfigError(f"run_dir {run_dir} holds another run ({differ}). Give this fine-tune its own "
-                                  "run_dir, or set finetune.overwrite=true to delete that run and start over")
-            shutil.rmtree(run_dir)
-            note = f"finetune.overwrite: deleted the other run in {run_dir}"
-    run_dir.mkdir(parents=True, exist_ok=True)
-    marker.write_text(json.dumps(mine, indent=1) + "\n")
-    return note
+    metrics = recipe.task.metrics
+    for name in metrics:
+        if ":" in name:
+            try:
+                user_metric(name)
+            except ValueError as exc:
+                raise ConfigError(f"task {recipe.task.name}: {exc}") from None
+    known = score_keys(metrics)
+    returns_a_dict = any(":" in name for name in metrics)  # a user function's keys are known once it runs
+    if recipe.select_split is not None and recipe.select_metric not in known and not returns_a_dict:
+        raise unknown_key_error("finetune.select_metric", [recipe.select_metric], known,
+                                headline=f"finetune.select_metric={recipe.select_metric!r} is not a score of "
+                                         f"task {recipe.task.name}")
 
 
 def plan_finetune(config_or_path, overrides=()) -> FinetunePlan:
-    from megatron_biglm.data.tokenizer import load_tokenizer
+    from megatron_biglm.data.tokenizer import TokenizerLoadError, load_tokenizer
 
     cfg = load_config(config_or_path, list(overrides))
     start_note = None
@@ -158,14 +150,19 @@ def plan_finetune(config_or_path, overrides=()) -> FinetunePlan:
     read = {k: v for k, v in options.data.items() if k != task.train_split or options.train_examples != 0}
     check_split_files(read, [task.train_split, *task.eval_splits, options.select_split, options.test_split])
     try:
-        task, labels_note = with_labels(task, options.data.get(task.train_split))
+        task, labels_note = with_labels(task, options.data.get(task.train_split),
+                                        skip_unreadable=options.skip_unreadable)
     except ValueError as exc:
         raise ConfigError(str(exc)) from None
-    tokenizer = load_tokenizer(cfg.data.tokenizer)
+    try:
+        tokenizer = load_tokenizer(cfg.data.tokenizer)
+    except TokenizerLoadError as exc:
+        raise ConfigError(f"data.tokenizer: {exc}") from None
     try:
         recipe = recipe_for(task, tokenizer, options)
     except ValueError as exc:
         raise ConfigError(f"finetune.task {task.name}: {exc}") from None
+    check_metrics(recipe)
     try:
         recipe.prepare(cfg)  # every split read and checked before anything trains
     except ConfigError:

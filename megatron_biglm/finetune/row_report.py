@@ -11,7 +11,8 @@ from __future__ import annotations
 
 from collections import Counter
 
-from megatron_biglm.data.readers import UNMATCHED_PATTERN, UNREADABLE_FILE, SkipReport
+from megatron_biglm.data.readers import UNMATCHED_PATTERN
+from megatron_biglm.data.rows import INVALID_ROW, UNREADABLE_FILE, SkipReport  # noqa: F401  (a reason of rows)
 
 # Row-level drop reasons (besides the readers' file/line reasons).
 MISSING_FIELD = "missing_field"
@@ -22,7 +23,6 @@ UNLABELED = "unlabeled"
 BAD_ANSWERS = "bad_answers"
 SOURCE_TOO_LONG = "source_too_long"
 ANSWER_NOT_IN_CONTEXT = "answer_not_in_context"
-INVALID_ROW = "invalid_row"
 FILE_LEVEL = (UNREADABLE_FILE, UNMATCHED_PATTERN)
 
 
@@ -42,6 +42,11 @@ class RowReport(SkipReport):
         report = cls()
         report.rows_seen = report.rows_kept = int(rows)
         return report
+
+    def skip_row(self, reason: str, source, line: int, detail: str = "") -> None:
+        """A row the reader could not decode (invalid JSON, an undecodable byte, ...): seen and dropped."""
+        self.rows_seen += 1
+        self.skip(reason, source, line, detail)
 
     def drop_kept(self, reason: str, source, line: int = 0, detail: str = "") -> None:
         """A row the reader kept is dropped by a later stage (e.g. its source is too long)."""

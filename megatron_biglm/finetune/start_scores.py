@@ -16,9 +16,10 @@ from pathlib import Path
 _DTYPE = {"fp32": "float32", "bf16": "bfloat16"}
 
 
-def score_start(plan) -> dict:
+def score_start(plan, claim) -> dict:
     """Load `plan.init_from` and score it on the plan's evaluation splits (`plan.config`: the
-    run config); the results dict (what results.json holds), `train` None (nothing was trained)."""
+    run config); the results dict (what results.json holds), `train` None (nothing was trained).
+    `claim` (its `on_start`) records the run in run_dir once the start point has loaded."""
     from megatron_biglm.config import save_resolved
     from megatron_biglm.inference.loading import load_megatron_checkpoint, resolve_device
     from megatron_biglm.training.build import resolve_precision
@@ -29,6 +30,7 @@ def score_start(plan) -> dict:
                                       dtype=_DTYPE[resolve_precision(cfg)], verify=cfg.checkpoint.verify)
     for note in loaded.notes:
         print(f"finetune: {note}", flush=True)
+    claim.on_start(cfg)
     plan.validator.validate(loaded.model, 0, device)
     save_resolved(cfg, Path(cfg.run_dir) / "config.yaml")
     out = plan.validator.results()

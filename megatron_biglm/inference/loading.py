@@ -69,7 +69,7 @@ def _tokenizer(checkpoint, override, notes: list):
     try:
         tok, source, more = load_export_tokenizer(
             checkpoint.model_config.vocab_size, checkpoint.run_config.data.tokenizer,
-            None if override is None else str(override))
+            None if override is None else str(override), checkpoint.run_config.data.tokenizer_sha256)
     except TokenizerMismatch as exc:
         raise ValueError(f"{checkpoint.path}: {exc}\n  (for the biglm lm-eval model pass "
                          "tokenizer=DIR in the model args)") from None

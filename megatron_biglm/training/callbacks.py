@@ -1,6 +1,9 @@
 """What a run hooks into the loop, as `typing.Protocol`s: each callback implements the events
 it wants, and the loop dispatches by `isinstance`, never by probing for attributes.
 
+  StartCallback     on_start(config)                  once the run is built and every check has passed
+                                                      (batches, start point, model, optimizer), before
+                                                      anything is written to the run directory
   StepCallback      on_step(step, loop_state, ctx)    after every optimizer step (ctx: LoopContext,
                                                       the live model chunks, tokenizer, config)
   SaveCallback      on_save(loop_state, path)         once a checkpoint is sealed on disk
@@ -17,6 +20,11 @@ with the RNG streams saved and restored around it. A callback stops the run clea
 from __future__ import annotations
 
 from typing import Callable, Iterable, Protocol, runtime_checkable
+
+
+@runtime_checkable
+class StartCallback(Protocol):
+    def on_start(self, config) -> None: ...
 
 
 @runtime_checkable
@@ -39,7 +47,7 @@ class EvaluateCallback(Protocol):
     def on_evaluate(self, step: int, scores: dict, loop_state) -> None: ...
 
 
-EVENTS = (StepCallback, SaveCallback, LogCallback, EvaluateCallback)
+EVENTS = (StartCallback, StepCallback, SaveCallback, LogCallback, EvaluateCallback)
 
 
 class _Function:
@@ -72,6 +80,11 @@ class Callbacks:
 
     def __iter__(self):
         return iter(self.items)
+
+    def start(self, config) -> None:
+        for cb in self.items:
+            if isinstance(cb, StartCallback):
+                cb.on_start(config)
 
     def step(self, step: int, loop_state, ctx) -> None:
         for cb in self.items:

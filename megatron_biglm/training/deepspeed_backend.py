@@ -117,7 +117,7 @@ def build_engine(config: RunConfig, mc, precision: str, num_microbatches: int, i
         os.environ.setdefault("LOCAL_RANK", "0")  # deepspeed insists; a plain `python` run has no launcher
     module, _ = build_module(config, mc, precision, provider)
     if init_weights is not None:
-        load_initial_weights(init_weights, [module])
+        load_initial_weights(init_weights, [module], config)
     o = config.optimizer
     optimizer = torch.optim.AdamW(weight_decay_groups(module), lr=o.lr, betas=(o.adam_beta1, o.adam_beta2),
                                   eps=o.adam_eps, weight_decay=o.weight_decay)

@@ -2,7 +2,10 @@
 
 SLURM sends SIGUSR1 ahead of the time limit (`--signal=USR1@120`) and SIGTERM on preemption; a
 person presses Ctrl-C (SIGINT). A second Ctrl-C while the stop is pending gives up on the save
-and raises KeyboardInterrupt, as an impatient user expects.
+and ends the process at once with one line and exit status 130, as an impatient user expects.
+It does not raise KeyboardInterrupt: raised from a handler, that lands wherever the main thread
+happens to be (inside logging's lock, a file write) and ends in a traceback and half-released
+locks. The checkpoints already sealed are untouched (a save is sealed only once complete).
 The handler only sets a flag; the loop checks it between steps, so a checkpoint is never
 written from inside a signal handler or in the middle of an optimizer step. Under several
 ranks the flag is all-reduced so every rank stops at the same step (a rank that stopped
@@ -10,12 +13,14 @@ alone would hang the others in their next collective).
 """
 from __future__ import annotations
 
+import os
 import signal
 
 import torch
 import torch.distributed as dist
 
 DEFAULT_SIGNALS = (signal.SIGTERM, signal.SIGUSR1, signal.SIGINT)
+SECOND_CTRL_C = "second Ctrl-C: stopped without saving; the last sealed checkpoint is kept\n"
 
 
 class GracefulStop:
@@ -30,7 +35,8 @@ class GracefulStop:
         if self.received is None:
             self.received = signum
         elif signum == signal.SIGINT:
-            raise KeyboardInterrupt("second Ctrl-C: stopping without the save")
+            os.write(2, SECOND_CTRL_C.encode())  # no Python I/O objects: the interrupted code may hold them
+            os._exit(128 + signal.SIGINT)
 
     def __enter__(self):
         for sig in self.signals:

@@ -101,7 +101,7 @@ def read_instruction_rows(inputs, *, report: InstructionReport, languages: Seque
     the target ids (and so for `max_target_tokens`)."""
     if tokenizer is None:
         raise ValueError("read_instruction_rows needs the tokenizer (targets are stored as token ids)")
-    for path, line, raw in file_objects(inputs, report, what="instruction data", arrow_errors=False):
+    for path, line, raw in file_objects(inputs, report, what="instruction data"):
         row = parse_row(raw, path, line, report)
         if row is None:
             continue

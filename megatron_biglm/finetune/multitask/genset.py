@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from megatron_biglm.common.json_lines import json_lines
+from megatron_biglm.data.rows import json_lines
 
 from ..instruct.chat_template import get_template
 from ..metrics.generation import genset_scores

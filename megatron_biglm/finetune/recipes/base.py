@@ -138,7 +138,8 @@ class FinetuneRecipe(Recipe):
                               f"FILES (jsonl, csv, tsv or parquet with the columns {list(self.schema.required)}"
                               f"{' and ' + repr(self.schema.label_field) if self.schema.label_field else ''}), "
                               "or finetune.hub=true")
-        return load_split(self.task.dataset, files=files, split=split, require_labels=require_labels)
+        return load_split(self.task.dataset, files=files, split=split, require_labels=require_labels,
+                          skip_unreadable=self.options.skip_unreadable)
 
     def encode(self, rows: list[dict], report: RowReport, training: bool) -> list:
         return encode_rows(self.task, rows, self.tokenizer, max_length=self.options.max_length,

@@ -1,7 +1,11 @@
 """BEIR-format evaluation: read a folder, encode (with a disk cache), exact search, score.
 
 A BEIR folder holds corpus.jsonl ({"_id", "title"?, "text"}), queries.jsonl ({"_id", "text"})
-and qrels/<split>.tsv (query-id, corpus-id, score; a header row). As in BEIR, a document is
+and qrels/<split>.tsv (query-id, corpus-id, score; a header row, or none), read by the one row
+reader (`data/rows.py`: .gz/.zst accepted): the first bad row, or a file that cannot be read
+to its end, stops with file:line and what to write. An `_id` given twice is an error unless the
+first is kept (`duplicate_ids="keep_first"`, counted); a grade is an integer, also when written
+`1.0`. As in BEIR, a document is
 "title text" when it has a title, and queries with no relevant document in the qrels are
 skipped and counted. Search is exact (all query x document scores, top 100 kept). The metrics
 come from pytrec_eval (trec_eval): ndcg_cut_10, recall_100, and recip_rank on the run cut
@@ -13,15 +17,14 @@ only the queries.
 """
 from __future__ import annotations
 
-import csv
 import hashlib
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Iterator
 
 import torch
 
-from megatron_biglm.common.json_lines import json_lines
+from megatron_biglm.data.rows import BadInputError, StopAtFirst, iter_rows, json_lines, open_binary
 
 METRICS = ("ndcg@10", "recall@100", "mrr@10")
 
@@ -40,43 +43,107 @@ class BeirSet:
     notes: list = field(default_factory=list)
 
 
-def _jsonl(path: Path) -> list[dict]:
+def _records(path: Path, duplicate_ids: str, notes: list) -> dict:
+    """{id: row} of a corpus or queries file. An id given twice would silently let one row
+    replace the other (and change the scores): it is an error naming both lines, or with
+    `duplicate_ids="keep_first"` the first row is kept and the later ones counted in `notes`."""
     if not path.is_file():
         raise BeirFormatError(f"{path} is missing: a BEIR folder holds corpus.jsonl, queries.jsonl "
                               "and qrels/<split>.tsv")
-    rows = []
+    rows: dict = {}
+    lines: dict = {}
+    repeated = 0
     for number, row in json_lines(path, BeirFormatError, 'write one {"_id": ..., "text": ...} object per line'):
-        if not isinstance(row, dict) or "_id" not in row or "text" not in row:
-            raise BeirFormatError(f'{path}:{number}: a row needs "_id" and "text"')
-        rows.append(row)
+        if not isinstance(row, dict) or "_id" not in row or not isinstance(row.get("text"), str) or \
+                not isinstance(row.get("title", ""), (str, type(None))):
+            raise BeirFormatError(f'{path}:{number}: a row needs "_id" and a string "text" (and "title", when given, '
+                                  'a string)')
+        key = str(row["_id"])
+        if key in rows:
+            if duplicate_ids != "keep_first":
+                raise BeirFormatError(f"{path}:{number}: _id {key!r} is already the id of line {lines[key]}; give "
+                                      "every row its own id, or pass --keep-first-duplicate to keep the first row "
+                                      "of each id (the later ones are counted)")
+            repeated += 1
+            continue
+        rows[key], lines[key] = row, number
+    if repeated:
+        notes.append(f"{path.name}: {repeated} row(s) repeating an earlier _id were left out (the first kept)")
     return rows
+
+
+def _number(text: str) -> float | None:
+    try:
+        return float(text)
+    except ValueError:
+        return None
+
+
+def _relevance(text: str, path: Path, number: int) -> int:
+    """A qrels grade: an integer, also when written as an integral float (`1.0`)."""
+    value = _number(text)
+    if value is None or not value.is_integer():
+        raise BeirFormatError(f"{path}:{number}: relevance {text.strip()!r} is not a whole number; qrels "
+                              "grades are integers (0 = not relevant, 1, 2, ... = relevant)")
+    return int(value)
+
+
+QRELS_HINT = "write query-id, corpus-id and an integer score per line, tab-separated"
 
 
 def read_qrels(path: Path) -> dict:
     if not path.is_file():
         raise BeirFormatError(f"{path} is missing: pass --split with a file under qrels/")
     qrels: dict = {}
-    with open(path, encoding="utf-8") as fh:
-        for number, row in enumerate(csv.reader(fh, delimiter="\t"), start=1):
-            if not row or (number == 1 and not row[-1].strip().lstrip("-").isdigit()):
-                continue  # blank line or header
-            if len(row) < 3:
-                raise BeirFormatError(f"{path}:{number}: expected query-id, corpus-id, score")
-            qrels.setdefault(row[0], {})[row[1]] = int(row[2])
+    rows = iter_rows(path, fmt="tsv", skips=StopAtFirst(BeirFormatError, QRELS_HINT))
+    try:
+        for number, cells in _qrels_cells(path, rows):
+            if len(cells) < 3 or any(c is None for c in cells[:3]):
+                raise BeirFormatError(f"{path}:{number}: expected query-id, corpus-id, score; {QRELS_HINT}")
+            qrels.setdefault(str(cells[0]), {})[str(cells[1])] = _relevance(str(cells[2]), path, number)
+    except BadInputError as exc:  # a file that cannot be read to its end
+        raise BeirFormatError(f"{exc}; {QRELS_HINT}") from None
     return qrels
 
 
-def load_beir(folder, split: str = "test", *, unknown_documents: str = "error") -> BeirSet:
+def _qrels_cells(path: Path, rows) -> Iterator[tuple[int, list]]:
+    """(line, cells) of every qrels row. The reader takes the first line as the header; when
+    that line's score is a number it was a row (a qrels file without a header) and is kept."""
+    header = None
+    for row in rows:
+        if header is None:
+            header = list(row.value)
+            if _is_row(header):
+                yield 1, header
+        yield row.line, list(row.value.values())
+    if header is None:  # one line at most: the header the reader took, or a single row
+        with open_binary(path) as fh:
+            first = fh.readline().decode("utf-8-sig", errors="replace").rstrip("\r\n").split("\t")
+        if _is_row(first):
+            yield 1, first
+
+
+def _is_row(cells: list) -> bool:
+    return len(cells) >= 3 and _number(str(cells[2])) is not None
+
+
+def load_beir(folder, split: str = "test", *, unknown_documents: str = "error",
+              duplicate_ids: str = "error") -> BeirSet:
     """The folder's corpus, the queries with a relevant document and their qrels. A qrels row
     naming a document the corpus lacks could never be retrieved and would score 0 silently: it
     is an error, or with `unknown_documents="skip"` a counted note (the row left out). (A
-    judgment of relevance 0 changes no score and is kept as it is.)"""
+    judgment of relevance 0 changes no score and is kept as it is.) A repeated `_id` is an
+    error, or with `duplicate_ids="keep_first"` a counted note."""
     folder = Path(folder)
-    corpus = {str(r["_id"]): (f"{r['title']} {r['text']}" if r.get("title") else r["text"])
-              for r in _jsonl(folder / "corpus.jsonl")}
+    notes: list = []
+    corpus = {key: (f"{r['title']} {r['text']}" if r.get("title") else r["text"])
+              for key, r in _records(folder / "corpus.jsonl", duplicate_ids, notes).items()}
     if not corpus:
         raise BeirFormatError(f"{folder / 'corpus.jsonl'} holds no document: retrieval needs a corpus to search")
-    queries = {str(r["_id"]): r["text"] for r in _jsonl(folder / "queries.jsonl")}
+    queries = {key: r["text"] for key, r in _records(folder / "queries.jsonl", duplicate_ids, notes).items()}
+    if not queries:
+        raise BeirFormatError(f"{folder / 'queries.jsonl'} holds no query: write one "
+                              '{"_id": ..., "text": ...} object per line for each query the qrels judge')
     qrels = read_qrels(folder / "qrels" / f"{split}.tsv")
     missing = sorted({doc for rels in qrels.values() for doc, v in rels.items() if v > 0 and doc not in corpus})
     if missing and unknown_documents != "skip":
@@ -85,7 +152,7 @@ def load_beir(folder, split: str = "test", *, unknown_documents: str = "error") 
                               "--skip-unknown-documents to leave those rows out (counted)")
     if missing:
         qrels = {q: {d: v for d, v in rels.items() if d in corpus or v <= 0} for q, rels in qrels.items()}
-    result = BeirSet(folder.name, corpus, {}, {})
+    result = BeirSet(folder.name, corpus, {}, {}, notes=notes)
     if missing:
         result.notes.append(f"{len(missing)} qrels document id(s) not in the corpus were left out")
     for qid, rels in qrels.items():
@@ -148,10 +215,10 @@ def score_run(qrels: dict, run: dict) -> dict:
 
 
 def evaluate_beir(encoder, folder, *, split: str = "test", cache_dir=None, batch_size: int = 32,
-                  progress: bool = True, unknown_documents: str = "error") -> dict:
+                  progress: bool = True, unknown_documents: str = "error", duplicate_ids: str = "error") -> dict:
     """Metrics of `encoder` (an object with encode_queries/encode_passages(texts, batch_size,
     progress) and an `identity` string) on one BEIR folder, plus counts."""
-    data = load_beir(folder, split, unknown_documents=unknown_documents)
+    data = load_beir(folder, split, unknown_documents=unknown_documents, duplicate_ids=duplicate_ids)
     key = corpus_key(encoder.identity, data.corpus)
     doc_ids, doc_emb, hit = cached_corpus_embeddings(
         lambda texts: encoder.encode_passages(texts, batch_size=batch_size, progress=progress),

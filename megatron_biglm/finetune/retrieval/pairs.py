@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-from megatron_biglm.finetune.data_files import _jsonl_objects
+from megatron_biglm.data.rows import iter_rows
 from megatron_biglm.finetune.row_report import EMPTY_FIELD, MISSING_FIELD, RowReport
 
 BAD_NEGATIVES = "bad_negatives"
@@ -30,7 +30,7 @@ def read_pairs(paths, *, hard_negatives: int = 0, report: RowReport | None = Non
     report = report if report is not None else RowReport()
     pairs: list[Pair] = []
     for path in [paths] if isinstance(paths, (str, bytes, os.PathLike)) else paths:
-        for line, row in _jsonl_objects(path, report):
+        for _, line, row in iter_rows(path, fmt="jsonl", skips=report):
             report.rows_seen += 1
             pair = _pair(row, hard_negatives, report, path, line)
             if pair is not None:

@@ -17,9 +17,13 @@ Every key (`DECLARATION_KEYS`; an unknown one is an error naming the valid ones)
                        instead of declaring them
   fields               the text columns in order (a verbalizer takes them from its template)
   label_field          the label column (default "label")
-  labels               the label names, in index order; left out, they are the sorted distinct
-                       values of the training split's label column (printed, and saved in the
-                       run's config.yaml as finetune.label_names)
+  labels               the label names, in index order; left out, they are the distinct values
+                       of the training split's label column as written (1, "1" and 1.0 are one
+                       label), numbers in numeric order, then other names sorted (printed, and
+                       saved in the run's config.yaml as finetune.label_names). A value is
+                       matched by its name; an integer that names no label is an index only
+                       when the listed labels are not numbers. No value means "unlabeled"
+                       here: a built-in data set (`dataset`) keeps its -1 test rows
   problem_type         head only: single_label_classification (default), regression (a number
                        per row; MSE; Pearson/Spearman) or multi_label_classification (any number
                        of labels per row; sigmoid; F1); HF's names, exported as config.json's
@@ -45,7 +49,7 @@ from typing import Mapping, Sequence
 
 from megatron_biglm.common.config_fields import ConfigError
 
-from ..data_files import DatasetSchema, get_schema, label_values
+from ..data_files import DatasetSchema, get_schema, label_order, label_text, label_values, names_a_number
 from .task import KINDS, PROBLEM_TYPES, Task, check_metric_name
 from .verbalizer import VerbalizerPrompt
 
@@ -117,26 +121,43 @@ def declare_task(spec: Mapping, where: str = "finetune.task") -> Task:
                 columns=_columns(spec, kind))
 
 
-def with_labels(task: Task, train_files) -> tuple[Task, str | None]:
+def with_labels(task: Task, train_files, *, skip_unreadable: bool = False) -> tuple[Task, str | None]:
     """`task` with its label names filled in from the training split when it declared none,
-    and the note that says so (None when nothing was inferred)."""
+    and the note that says so (None when nothing was inferred). The names are the values as
+    written (`label_text`), in `label_order`; rows are matched to them by value, never by
+    position, and no value is an "unlabeled" marker."""
     schema = get_schema(task.dataset)
     if schema.label_field is None or schema.label_names or schema.label_kind == "regression":
         return task, None
     if not train_files:
         raise TaskDeclarationError(f"task {task.name}: list its labels (finetune.task.labels): they are "
                                    "inferred from local training files, and this run has none")
-    values = label_values(train_files, schema.label_field)
+    column = label_values(train_files, schema.label_field, skip_unreadable=skip_unreadable)
+    if column.columns and not column.present:
+        raise TaskDeclarationError(f"task {task.name}: {_no_column(schema.label_field, column.columns)}")
+    values = column.values
     if schema.label_kind == "multi":
-        values = [v for row in values for v in (row.split(schema.label_separator) if isinstance(row, str) else row)]
-    names = sorted({str(v).strip() for v in values if str(v).strip()})
+        values = [v for row in values for v in (row.split(schema.label_separator) if isinstance(row, str)
+                                                else row if isinstance(row, (list, tuple)) else [row])]
+    names = label_order(n for n in map(label_text, values) if n)
     if len(names) < (1 if schema.label_kind == "multi" else 2):
         raise TaskDeclarationError(
             f"task {task.name}: the training split's {schema.label_field!r} column holds {names or 'no values'}; "
             "a classification task needs at least two labels (check label_field, or list labels)")
-    task = dataclasses.replace(task, dataset=dataclasses.replace(schema, label_names=tuple(names)))
+    task = dataclasses.replace(task, dataset=dataclasses.replace(schema, label_names=names, label_indices=False,
+                                                                 unlabeled=None))
     mapping = ", ".join(f"{i}: {n}" for i, n in enumerate(names))
     return task, f"labels inferred from the training split's {schema.label_field!r} column: {mapping}"
+
+
+def _no_column(field: str, columns: dict) -> str:
+    """What to say when no row of the training files has the label column `field`."""
+    found = "; ".join(f"{path} has {names}" for path, names in columns.items())
+    joined = [n for names in columns.values() for n in names if any(sep in n for sep in ";\t|,")]
+    hint = (f" ({joined[0]!r} looks like several column names in one: a .csv file is comma-separated and "
+            "a .tsv file tab-separated; save it with that separator)" if joined else "")
+    return (f"the training split has no column {field!r}: {found}{hint}. Set finetune.task.label_field to the "
+            "label column")
 
 
 def _schema(spec, kind: str, problem: str, name: str, where: str) -> DatasetSchema:
@@ -171,12 +192,13 @@ def _schema(spec, kind: str, problem: str, name: str, where: str) -> DatasetSche
     if labels is None and isinstance(label_words, Mapping):
         labels = list(label_words)
     if labels is not None:
-        labels = tuple(str(x) for x in _list(labels, f"{where}.labels"))
+        labels = tuple(label_text(x) or str(x) for x in _list(labels, f"{where}.labels"))  # 1.0 names label 1
         if len(set(labels)) != len(labels) or any(not x for x in labels):
             raise TaskDeclarationError(f"{where}.labels must be distinct non-empty names, got {list(labels)}")
     if problem == "regression" and labels is not None:
         raise TaskDeclarationError(f"{where}: a regression task has a number per row, not labels")
-    return DatasetSchema(text_fields=fields, label_names=labels or (),
+    return DatasetSchema(text_fields=fields, label_names=labels or (), unlabeled=None,
+                         label_indices=not any(map(names_a_number, labels or ())),
                          label_field=str(spec.get("label_field", "label")), extra_fields=extra,
                          label_kind=_LABEL_KIND[problem], label_separator=str(spec.get("label_separator", ",")),
                          **common)

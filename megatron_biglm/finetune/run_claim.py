@@ -1,0 +1,151 @@
+"""Which fine-tune a run directory holds: its record (`finetune_run.json`), the check that a
+run_dir holds no other run, and what `finetune.overwrite: true` may delete.
+
+A run's identity is its task, its settings and its data: the data by path and by content (each
+local file's size and SHA-256), so a training file edited between an interrupted run and its
+rerun is another run, not a resume under a new plan. The check runs before anything is built;
+the record is written only once every check of the start has passed (`RunClaim.on_start`, the
+loop's start event), so a start that fails leaves no claim and the corrected rerun is not
+refused as "another run".
+
+`overwrite` deletes only a folder that holds a fine-tune's own record, and never one that this
+run reads: a run_dir that is, or holds, `finetune.init_from`, or that holds a pretraining
+checkpoint (an `iter_N` folder whose saved config has no `finetune.task`), is refused.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+from pathlib import Path
+
+import yaml
+
+from megatron_biglm.config import ConfigError
+
+#: the run_dir file that says which fine-tune the folder holds
+RUN_FILE = "finetune_run.json"
+
+
+def file_content(path) -> dict:
+    """A file's size and SHA-256: what identifies its content."""
+    with open(path, "rb") as handle:
+        digest = hashlib.file_digest(handle, "sha256").hexdigest()
+    return {"bytes": Path(path).stat().st_size, "sha256": digest}
+
+
+def data_content(data: dict) -> dict:
+    """{split: {file: size and digest}} of every local file the run's `finetune.data` names
+    (a path, directory, glob or list; hub splits have no local file)."""
+    from megatron_biglm.data.readers import SkipReport, expand_inputs
+
+    out = {}
+    for split in sorted(data):
+        if data[split] is None:
+            continue
+        files = expand_inputs(data[split], SkipReport())
+        out[split] = {str(Path(f).resolve()): file_content(f) for f in sorted(files) if Path(f).is_file()}
+    return out
+
+
+def run_identity(cfg) -> dict:
+    """What makes two fine-tunes the same run (a resume) rather than two runs: the task, its
+    data (paths and content), the start point and the settings that shape the schedule and
+    the optimizer."""
+    f = cfg.finetune
+    return {"task": f.task, "data": {k: f.data[k] for k in sorted(f.data)}, "init_from": f.init_from,
+            "max_length": f.max_length, "epochs": f.epochs, "train_examples": f.train_examples,
+            "min_steps": f.min_steps, "options": f.options, "template": f.template,
+            "label_words": f.label_words, "global_batch_size": cfg.training.global_batch_size,
+            "lr": cfg.optimizer.lr, "seed": cfg.data.seed, "data_content": data_content(f.data)}
+
+
+class RunClaim:
+    """This fine-tune's record, written into run_dir by the loop's start event (every rank
+    calls it; rank 0 writes)."""
+
+    def __init__(self, run_dir, identity: dict):
+        self.run_dir, self.identity = Path(run_dir), identity
+
+    def on_start(self, config) -> None:  # noqa: ARG002 - the callback protocol
+        import torch.distributed as dist
+
+        if dist.is_initialized() and dist.get_rank() != 0:
+            return
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        (self.run_dir / RUN_FILE).write_text(json.dumps(self.identity, indent=1) + "\n")
+
+
+def check_run_dir(cfg) -> tuple[RunClaim, str | None]:
+    """Refuse a run_dir that holds another fine-tune (another task, data or settings): resuming
+    it would mix two runs' checkpoints and results. With `finetune.overwrite: true` a folder
+    holding another fine-tune's record is deleted (the note says so) unless this run reads from
+    it. Returns the claim to write once the start has passed its checks, and the note."""
+    run_dir = Path(cfg.run_dir)
+    mine = json.loads(json.dumps(run_identity(cfg), default=str))
+    claim = RunClaim(run_dir, mine)
+    if not (run_dir.is_dir() and any(run_dir.iterdir())):
+        return claim, None
+    marker = run_dir / RUN_FILE
+    theirs = json.loads(marker.read_text()) if marker.is_file() else None
+    if theirs is not None and "data_content" not in theirs:  # a record from before content was recorded
+        theirs["data_content"] = mine["data_content"]
+    if theirs == mine:
+        return claim, None
+    if not cfg.finetune.overwrite:
+        raise ConfigError(f"run_dir {run_dir} holds another run ({_differences(theirs, mine)}). Give this "
+                          "fine-tune its own run_dir, or set finetune.overwrite=true to delete that run and "
+                          "start over")
+    _check_deletable(cfg, run_dir, theirs)
+    shutil.rmtree(run_dir)
+    return claim, f"finetune.overwrite: deleted the other run in {run_dir}"
+
+
+def _differences(theirs: dict | None, mine: dict) -> str:
+    if theirs is None:
+        return "it holds no fine-tune record"
+    out = []
+    for key in mine:
+        if theirs.get(key) == mine[key]:
+            continue
+        if key == "data_content":
+            out += _changed_files(theirs[key], mine[key])
+        else:
+            out.append(f"{key}: {theirs.get(key)!r} there, {mine[key]!r} here")
+    return "; ".join(out)
+
+
+def _changed_files(theirs: dict, mine: dict) -> list[str]:
+    out = []
+    for split in sorted(set(theirs) | set(mine)):
+        before, now = theirs.get(split, {}), mine.get(split, {})
+        for name in sorted(set(before) | set(now)):
+            if name not in now:
+                out.append(f"finetune.data.{split}: {name} was read there, not here")
+            elif name not in before:
+                out.append(f"finetune.data.{split}: {name} is new here")
+            elif before[name] != now[name]:
+                out.append(f"finetune.data.{split}: {name} changed since that run started "
+                           f"({before[name]['bytes']} bytes there, {now[name]['bytes']} here; its SHA-256 differs)")
+    return out
+
+
+def _check_deletable(cfg, run_dir: Path, theirs: dict | None) -> None:
+    """`overwrite` deletes a fine-tune's own folder only, never what this run reads."""
+    keep = "; give this fine-tune its own run_dir"
+    start = cfg.finetune.init_from
+    if start and _inside(Path(start).expanduser().resolve(), run_dir.resolve()):
+        raise ConfigError(f"finetune.overwrite: run_dir {run_dir} holds finetune.init_from={start}, the checkpoint "
+                          f"this run starts from; deleting it would lose the start point{keep}")
+    if theirs is None:
+        raise ConfigError(f"finetune.overwrite: run_dir {run_dir} holds no fine-tune record ({RUN_FILE}), so it "
+                          f"is not deleted: overwrite deletes only a fine-tune's own run_dir{keep}")
+    for config in sorted(run_dir.rglob("iter_*/config.yaml")):
+        saved = yaml.safe_load(config.read_text()) or {}
+        if not (saved.get("finetune") or {}).get("task"):
+            raise ConfigError(f"finetune.overwrite: run_dir {run_dir} holds a pretraining checkpoint "
+                              f"({config.parent}); it is not deleted{keep}")
+
+
+def _inside(path: Path, folder: Path) -> bool:
+    return path == folder or folder in path.parents
