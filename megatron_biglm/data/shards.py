@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
+from megatron_biglm.common.file_content import file_content, sha256_file
 from megatron_biglm.data.preprocess import output_prefix_for, preprocess
 from megatron_biglm.data.readers import SkipReport, expand_inputs
 
@@ -197,13 +198,6 @@ def manifest_path(out_dir, k: int) -> Path:
     return Path(out_dir) / (shard_name(k) + MANIFEST_SUFFIX)
 
 
-def _sha256(path) -> str:
-    with open(path, "rb") as fh:
-        return hashlib.file_digest(fh, "sha256").hexdigest()
-
-
-def _file_record(path) -> dict:
-    return {"bytes": os.path.getsize(path), "sha256": _sha256(path)}
 
 
 def read_manifest(path) -> dict | None:
@@ -229,7 +223,7 @@ def output_problems(out_dir, manifest: dict) -> list[str]:
             elif os.path.getsize(path) != expected["bytes"]:
                 problems.append(f"{path} has {os.path.getsize(path):,} bytes, its manifest "
                                 f"says {expected['bytes']:,}")
-            elif _sha256(path) != expected["sha256"]:
+            elif sha256_file(path) != expected["sha256"]:
                 problems.append(f"{path} does not match its manifest's sha256")
     if not manifest.get("outputs"):
         problems.append("the manifest lists no outputs")
@@ -315,8 +309,8 @@ def run_shard(plan: ShardPlan, k: int, out_dir, settings: ShardSettings, tokeniz
     for key, out in summary["outputs"].items():
         prefix = os.path.basename(out["prefix"])
         outputs[key] = {"prefix": prefix, "documents": out["documents"], "tokens": out["tokens"],
-                        "bin": _file_record(out_dir / f"{prefix}.bin"),
-                        "idx": _file_record(out_dir / f"{prefix}.idx")}
+                        "bin": file_content(out_dir / f"{prefix}.bin"),
+                        "idx": file_content(out_dir / f"{prefix}.idx")}
     manifest = {
         "format": MANIFEST_FORMAT, "shard": k, "shards": plan.shards,
         "settings": fingerprint, "tokenizer": str(settings.tokenizer),

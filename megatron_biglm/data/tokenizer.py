@@ -16,6 +16,8 @@ import re
 from pathlib import Path
 from typing import Iterable, Mapping, Sequence
 
+from megatron_biglm.common.file_content import sha256_file
+
 logger = logging.getLogger(__name__)
 
 #: role -> token text of the tokenizers we train. Ids follow this order (0..4).
@@ -73,8 +75,7 @@ def tokenizer_digest(directory) -> str:
     for path in sorted(p for p in Path(directory).expanduser().iterdir()
                        if p.is_file() and p.suffix in (".json", ".txt", ".model")):
         digest.update(path.name.encode() + b"\0")
-        with open(path, "rb") as handle:
-            digest.update(hashlib.file_digest(handle, "sha256").digest())
+        digest.update(bytes.fromhex(sha256_file(path)))
     return digest.hexdigest()
 
 

@@ -14,24 +14,17 @@ checkpoint (an `iter_N` folder whose saved config has no `finetune.task`), is re
 """
 from __future__ import annotations
 
-import hashlib
 import json
 import shutil
 from pathlib import Path
 
 import yaml
 
+from megatron_biglm.common.file_content import file_content
 from megatron_biglm.config import ConfigError
 
 #: the run_dir file that says which fine-tune the folder holds
 RUN_FILE = "finetune_run.json"
-
-
-def file_content(path) -> dict:
-    """A file's size and SHA-256: what identifies its content."""
-    with open(path, "rb") as handle:
-        digest = hashlib.file_digest(handle, "sha256").hexdigest()
-    return {"bytes": Path(path).stat().st_size, "sha256": digest}
 
 
 def data_content(data: dict) -> dict:
