@@ -22,6 +22,7 @@ import sys
 from pathlib import Path
 
 from megatron_biglm.checkpoint.dirs import CheckpointError
+from megatron_biglm.common.config_flags import parse_flags
 from megatron_biglm.evaluation.mmlu import SMOKE, MMLUDataUnavailable
 from megatron_biglm.evaluation.task_data_check import BadTaskData
 from megatron_biglm.cli.generate import BadInput, add_decoding_args, config_from_args
@@ -143,7 +144,7 @@ def run_multitask(args) -> dict:
 
 def main(argv: list[str] | None = None, *, stdout=None, stderr=None) -> int:
     stdout, stderr = stdout or sys.stdout, stderr or sys.stderr
-    args = build_parser().parse_args(argv)  # argparse exits with status 2 on bad flags
+    args = parse_flags(build_parser(), argv)  # exits with status 2 on bad flags
     try:
         if not (args.mmlu_shots or args.superglue_data or args.genset):
             raise BadInput("nothing to evaluate: give --mmlu-shots, --superglue-data and/or --genset")
