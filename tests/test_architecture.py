@@ -23,7 +23,8 @@ FLOORS = {
     "inference": 3, "training": 3,
     "export": 4, "evaluation": 4, "generation": 4,
     "finetune": 5,
-    "cli": 6,
+    "experiments": 6,
+    "cli": 7,
 }
 TOP = max(FLOORS.values())
 SAME_FLOOR = {
