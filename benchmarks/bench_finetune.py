@@ -199,24 +199,6 @@ def trainer_clock(start: float):
             self.mark = CLOCK()
             self.totals["setup"] = self.mark - start
 
-        def on_step_begin(self, args, state, control, **kwargs):
-            self._to("data")
-
-        def on_pre_optimizer_step(self, args, state, control, **kwargs):
-            self._to("fwd/bwd")
-
-        def on_step_end(self, args, state, control, **kwargs):
-            self._to("optimizer")
-
-        def on_epoch_end(self, args, state, control, **kwargs):
-            self._to("other")
-
-        def on_evaluate(self, args, state, control, **kwargs):
-            self._to("evaluation")
-
-        def on_save(self, args, state, control, **kwargs):
-            self._to("saving")
-
         def breakdown(self, wall: float, after: dict | None = None) -> dict:
             out = {phase: self.totals.get(phase, 0.0) for phase in PHASES if phase != "other"}
             for phase, seconds in (after or {}).items():
@@ -224,6 +206,12 @@ def trainer_clock(start: float):
             out["other"] = wall - sum(out.values())
             return out
 
+    # each event ends the phase that ran up to it (the Trainer's order: fetch the batch, step
+    # begin, forward/backward, pre-optimizer, optimizer, step end; at an epoch's end evaluate, save)
+    for event, phase in (("on_step_begin", "data"), ("on_pre_optimizer_step", "fwd/bwd"),
+                         ("on_step_end", "optimizer"), ("on_epoch_end", "other"),
+                         ("on_evaluate", "evaluation"), ("on_save", "saving")):
+        setattr(Clock, event, lambda self, args, state, control, _phase=phase, **kwargs: self._to(_phase))
     return Clock()
 
 
