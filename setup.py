@@ -37,7 +37,7 @@ setup(
         # retrieval: the sentence-transformers export and BEIR metrics (trec_eval through pytrec_eval)
         "retrieval": ["sentence-transformers>=5", "pytrec-eval-terrier>=0.5.6"],
         # benchmarks/bench_finetune.py: transformers' Trainer needs accelerate
-        "bench": ["accelerate>=1.0"],
+        "bench": ["accelerate>=1.1.0"],
         "dev": ["pytest", "pytest-timeout", "pytest-xdist", "hypothesis", "scipy", "matplotlib", "tensorboard"],
     },
     entry_points={

@@ -23,7 +23,8 @@ FLOORS = {
     "inference": 3, "training": 3,
     "export": 4, "evaluation": 4, "generation": 4,
     "finetune": 5,
-    "cli": 6,
+    "experiments": 6,
+    "cli": 7,
 }
 TOP = max(FLOORS.values())
 SAME_FLOOR = {
@@ -197,3 +198,20 @@ def test_every_command_lives_in_cli_with_a_console_script():
     documented = (PACKAGE / "cli" / "__init__.py").read_text(encoding="utf-8")
     for script, target in scripts.items():
         assert re.search(rf"\b{target.split(':')[0].rpartition('.')[2]}\s.*\b{script}\b", documented), script
+
+
+def test_tools_scripts_only_run_cli_commands():
+    """tools/ holds Megatron-LM's script names for a checkout; each one imports a `cli/` module
+    and nothing else of ours (cli/ stays the one home of every command), and runs its main."""
+    scripts = sorted((PACKAGE.parent / "tools").glob("*.py"))
+    assert {p.stem for p in scripts} >= {"preprocess_data", "convert_checkpoint", "merge_datasets"}
+    for script in scripts:
+        tree = ast.parse(script.read_text(encoding="utf-8"))
+        ours = [node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)
+                and (node.module or "").startswith("megatron_biglm")]
+        ours += [alias.name for node in ast.walk(tree) if isinstance(node, ast.Import)
+                 for alias in node.names if alias.name.startswith("megatron_biglm")]
+        assert len(ours) == 1 and ours[0].startswith("megatron_biglm.cli.") \
+            and (PACKAGE / "cli" / f"{ours[0].rpartition('.')[2]}.py").exists(), (script.name, ours)
+        guards = [node for node in tree.body if isinstance(node, ast.If) and "__main__" in ast.unparse(node.test)]
+        assert guards and "main(" in ast.unparse(guards[-1]), f"tools/{script.name} never runs main"

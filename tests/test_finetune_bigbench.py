@@ -3,7 +3,7 @@ PyPI sdist, read back through the fine-tuning data path (slow: a 358 MB download
 import pytest
 
 from megatron_biglm.data.sample_corpus import CorpusUnavailable
-from megatron_biglm.finetune import bigbench_data
+from megatron_biglm.experiments import bigbench_data
 from megatron_biglm.finetune.data_files import read_rows
 from megatron_biglm.finetune.metrics import rouge
 from megatron_biglm.finetune.row_report import RowReport

@@ -6,7 +6,7 @@ import pytest
 
 from megatron_biglm.finetune.metrics import (accuracy, bleu, exact_match_score, f1_score, macro_f1,
                                              meteor, normalize_answer, rouge, squad_scores)
-from megatron_biglm.finetune.wordnet_setup import WordNetUnavailable, wordnet_reader
+from megatron_biglm.finetune.metrics.wordnet import WordNetUnavailable, wordnet_reader
 
 
 # ---- SQuAD --------------------------------------------------------------------------------
@@ -127,7 +127,7 @@ def test_meteor_without_wordnet_names_the_fix(tmp_path, monkeypatch):
 def test_wordnet_layout_built_from_debian_files(tmp_path, monkeypatch):
     from pathlib import Path
 
-    from megatron_biglm.finetune.wordnet_setup import DEBIAN_WORDNET, build_wordnet_dir
+    from megatron_biglm.finetune.metrics.wordnet import DEBIAN_WORDNET, build_wordnet_dir
 
     with pytest.raises(WordNetUnavailable, match="wordnet-sense-index"):
         build_wordnet_dir(tmp_path / "x", source=tmp_path)   # no WordNet files there

@@ -7,7 +7,7 @@ import csv
 
 import pytest
 
-from megatron_biglm.finetune.lowdata import Grid, run_sweep
+from megatron_biglm.experiments.lowdata import Grid, run_sweep
 from megatron_biglm.cli.lowdata import main
 
 BASE = {"head": 0.5, "prompted": 0.6, "instruct": 0.66}

@@ -11,8 +11,8 @@ import pytest
 
 from finetune_entry_fixtures import finetune_overrides, write_task
 from megatron_biglm.config import ConfigError
-from megatron_biglm.finetune.lowdata import Cell
-from megatron_biglm.finetune.lowdata.cells import FinetuneCells
+from megatron_biglm.experiments.lowdata import Cell
+from megatron_biglm.experiments.lowdata.cells import FinetuneCells
 from megatron_biglm.finetune.plan import plan_finetune
 
 

@@ -7,7 +7,7 @@ import tarfile
 import pytest
 
 from megatron_biglm.data.sample_corpus import CorpusUnavailable
-from megatron_biglm.finetune import bigbench_data
+from megatron_biglm.experiments import bigbench_data
 from megatron_biglm.finetune.row_report import RowReport
 from megatron_biglm.data.sdist_fetch import fetch_members
 

@@ -22,13 +22,14 @@ import sys
 from pathlib import Path
 
 from megatron_biglm.checkpoint.dirs import CheckpointError
+from megatron_biglm.common.config_flags import parse_flags
 from megatron_biglm.evaluation.mmlu import SMOKE, MMLUDataUnavailable
 from megatron_biglm.evaluation.task_data_check import BadTaskData
 from megatron_biglm.cli.generate import BadInput, add_decoding_args, config_from_args
 from megatron_biglm.generation.config import GenerationConfigError
 
-from megatron_biglm.finetune.multitask.genset import BadGensetData
-from megatron_biglm.finetune.multitask.superglue import BadSuperGLUEData
+from megatron_biglm.experiments.multitask.genset import BadGensetData
+from megatron_biglm.experiments.multitask.superglue import BadSuperGLUEData
 
 EXIT_BAD_INPUT = 2
 BAD_INPUT = (BadInput, BadGensetData, BadSuperGLUEData, BadTaskData, MMLUDataUnavailable,
@@ -84,11 +85,11 @@ def check_inputs(args) -> None:
         with tempfile.TemporaryDirectory() as tmp:
             write_local_yamls(args.mmlu_data, tmp, max(args.mmlu_shots), args.mmlu_subjects)
     if args.superglue_data is not None:
-        from megatron_biglm.finetune.multitask.superglue import check_superglue_dir
+        from megatron_biglm.experiments.multitask.superglue import check_superglue_dir
 
         check_superglue_dir(args.superglue_data)
     if args.genset is not None:
-        from megatron_biglm.finetune.multitask.genset import read_pairs
+        from megatron_biglm.experiments.multitask.genset import read_pairs
 
         read_pairs(args.genset)
         config_from_args(args)
@@ -101,9 +102,9 @@ def run_multitask(args) -> dict:
     from megatron_biglm.generation import MaskPredictGenerator
     from megatron_biglm.inference.loading import load_adapter
 
-    from megatron_biglm.finetune.multitask.genset import evaluate_genset
-    from megatron_biglm.finetune.multitask.superglue import evaluate_superglue
-    from megatron_biglm.finetune.multitask.table import format_row
+    from megatron_biglm.experiments.multitask.genset import evaluate_genset
+    from megatron_biglm.experiments.multitask.superglue import evaluate_superglue
+    from megatron_biglm.experiments.multitask.table import format_row
 
     loaded = load_adapter(args.model, device=args.device, dtype=args.dtype,
                           split_attention=args.split_attention)
@@ -143,7 +144,7 @@ def run_multitask(args) -> dict:
 
 def main(argv: list[str] | None = None, *, stdout=None, stderr=None) -> int:
     stdout, stderr = stdout or sys.stdout, stderr or sys.stderr
-    args = build_parser().parse_args(argv)  # argparse exits with status 2 on bad flags
+    args = parse_flags(build_parser(), argv)  # exits with status 2 on bad flags
     try:
         if not (args.mmlu_shots or args.superglue_data or args.genset):
             raise BadInput("nothing to evaluate: give --mmlu-shots, --superglue-data and/or --genset")

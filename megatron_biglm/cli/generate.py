@@ -6,22 +6,23 @@
 PATH is an HF export or a megatron checkpoint (`MaskPredictGenerator.from_pretrained`).
 `--input` holds one prompt per line, as `{"prompt": "..."}` or a JSON string; `--output` gets one
 JSON row per prompt, in input order (prompt, text, ids, confidence, iterations, finish_reason,
-length, candidates, prompt_tokens_dropped; `steps` with --show-steps). Options not given a flag
-here go through `--set KEY=VALUE` (any `GenerationConfig` field, value parsed as JSON when it
-parses). Bad input (an empty prompt, an over-long prompt without `--overflow truncate_left`,
+length, candidates, prompt_tokens_dropped; `steps` with --show-steps). Every `GenerationConfig`
+field is a flag (`--top-k`, `--min-length`, ...), generated from the dataclass with its default;
+`--set KEY=VALUE` names a field as the dataclass does (value parsed as JSON when it parses). Bad input (an empty prompt, an over-long prompt without `--overflow truncate_left`,
 length 0, steps < 1, a tokenizer without a mask token, a length beam without a length, an
 unknown option) prints `error: ...` saying what to do and exits with status 2.
 """
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
 from pathlib import Path
 
+from megatron_biglm.common.config_flags import add_dataclass_flags, flag_values, parse_flags
 from megatron_biglm.data.rows import json_lines
-
-from megatron_biglm.generation.config import BLOCK_MODES, GenerationConfig, GenerationConfigError
+from megatron_biglm.generation.config import GenerationConfig, GenerationConfigError
 from megatron_biglm.generation.output import render_canvas
 
 EXIT_BAD_INPUT = 2
@@ -50,34 +51,30 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+# Every GenerationConfig field is a flag (the dataclass declares names, types, choices and
+# defaults once); `return_steps` is this command's --show-steps.
+DECODING_FIELDS = tuple(f.name for f in dataclasses.fields(GenerationConfig) if f.name != "return_steps")
+_DECODING_HELP = {
+    "length": "exactly N tokens (no EOS cut)", "max_new_tokens": "decode N slots, cut at the first EOS",
+    "steps": "Mask-Predict iterations T per block", "temperature": "0: greedy argmax",
+    "until": "stop string (repeatable)", "confidence_threshold": "commit every slot at least this likely",
+    "overflow": "a prompt too long for the model: refuse, or drop tokens from the left",
+    "batch_invariant": "the same ids for a prompt alone or in any batch (slower)",
+}
+
+
 def add_decoding_args(p: argparse.ArgumentParser) -> None:
-    """The Mask-Predict options (`config_from_args` reads them): shared by every command
-    that generates, so they are spelled and checked the same everywhere."""
-    size = p.add_mutually_exclusive_group()
-    size.add_argument("--length", type=int, help="exactly N tokens (no EOS cut)")
-    size.add_argument("--max-new-tokens", type=int, help="decode N slots, cut at the first EOS")
-    p.add_argument("--steps", type=int, default=10, help="Mask-Predict iterations T per block")
-    p.add_argument("--length-beam", type=int, default=1)
-    p.add_argument("--block-size", type=int)
-    p.add_argument("--blocks", choices=BLOCK_MODES, default="refresh")
-    p.add_argument("--remask", choices=("low_confidence", "random", "none"), default="low_confidence")
-    p.add_argument("--temperature", type=float, default=0.0, help="0: greedy argmax")
-    p.add_argument("--top-k", type=int)
-    p.add_argument("--top-p", type=float)
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--until", action="append", default=[], help="stop string (repeatable)")
-    p.add_argument("--overflow", choices=("error", "truncate_left"), default="error",
-                   help="a prompt too long for the model: refuse, or drop tokens from the left")
+    """The Mask-Predict options (`config_from_args` reads them), generated from
+    `GenerationConfig`: shared by every command that generates, so they are spelled, defaulted
+    and checked the same everywhere."""
+    add_dataclass_flags(p, GenerationConfig, DECODING_FIELDS, helps=_DECODING_HELP,
+                        exclusive=[("length", "max_new_tokens")])
     p.add_argument("--set", dest="extra", action="append", default=[], metavar="KEY=VALUE",
-                   help="any other GenerationConfig field (repeatable)")
+                   help="a GenerationConfig field by name (repeatable; the value parsed as JSON when it parses)")
 
 
 def config_from_args(args) -> GenerationConfig:
-    values = {"steps": args.steps, "length": args.length, "max_new_tokens": args.max_new_tokens,
-              "length_beam": args.length_beam, "block_size": args.block_size, "blocks": args.blocks,
-              "remask": args.remask, "temperature": args.temperature, "top_k": args.top_k,
-              "top_p": args.top_p, "seed": args.seed, "until": tuple(args.until),
-              "overflow": args.overflow, "return_steps": bool(getattr(args, "show_steps", False))}
+    values = {**flag_values(args, DECODING_FIELDS), "return_steps": bool(getattr(args, "show_steps", False))}
     for item in args.extra:
         key, sep, raw = item.partition("=")
         if not sep or not key:
@@ -106,7 +103,7 @@ def read_prompts(path: Path) -> list[str]:
 
 def main(argv: list[str] | None = None, *, stdout=None, stderr=None) -> int:
     stdout, stderr = stdout or sys.stdout, stderr or sys.stderr
-    args = build_parser().parse_args(argv)  # argparse exits with status 2 on bad flags
+    args = parse_flags(build_parser(), argv)  # exits with status 2 on bad flags
     try:
         if args.input is not None and args.output is None:
             raise BadInput("--input needs --output out.jsonl (one JSON row per prompt)")

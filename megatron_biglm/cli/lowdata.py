@@ -7,7 +7,7 @@
         [--steps 300] [--lr 1e-5] [key=value ...]
 
 Every cell (task × paradigm × N × seed) is one fine-tune through `cli.finetune.finetune`
-(finetune/lowdata/cells.py says which task, start point and overrides), one after the
+(experiments/lowdata/cells.py says which task, start point and overrides), one after the
 other in this process; `key=value` overrides apply to every cell (put them before the list
 options --tasks/--ns/--seeds, or after `--`). `--runner PARADIGM=MODULE:CALLABLE` plugs in any
 `callable(cell) -> score` instead (and is the only way without `--config`). Writes
@@ -25,9 +25,9 @@ import sys
 
 
 def main(argv=None) -> int:
-    from megatron_biglm.finetune.lowdata import PARADIGMS, Grid, load_runner, run_sweep
-    from megatron_biglm.finetune.lowdata.cells import SEED001_LR, SEED001_STEPS, FinetuneCells
-    from megatron_biglm.finetune.lowdata.grid import SEED001_NS, SEED001_SEEDS, SEED001_TASKS
+    from megatron_biglm.experiments.lowdata import PARADIGMS, Grid, load_runner, run_sweep
+    from megatron_biglm.experiments.lowdata.cells import SEED001_LR, SEED001_STEPS, FinetuneCells
+    from megatron_biglm.experiments.lowdata.grid import SEED001_NS, SEED001_SEEDS, SEED001_TASKS
     from megatron_biglm.cli.finetune import finetune
 
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)

@@ -52,16 +52,21 @@ def unknown_key_error(section: str, unknown: Sequence, valid: Sequence[str], *, 
     `headline` may use `{first}` (the first unknown key, qualified) and `{keys}` (the sorted
     list of unknown names); classes whose wording users already match on keep theirs."""
     names = [str(k) for k in unknown]
+    head = headline.format(first=qualify(section, names[0]), keys=sorted(names))
+    return error(f"{head}{did_you_mean(names, valid)}; valid keys in {section or 'the top level'}: "
+                 f"{', '.join(valid)}")
+
+
+def did_you_mean(names: Sequence[str], valid: Sequence[str]) -> str:
+    """` (did you mean 'x'?)` for the closest valid name to each unknown one; '' when none is close.
+    The one hint of every config key and command-line flag."""
     close = {name: difflib.get_close_matches(name, list(valid), n=1) for name in names}
     close = {name: match[0] for name, match in close.items() if match}
     if len(names) == 1 and close:
-        hint = f" (did you mean '{close[names[0]]}'?)"
-    elif close:
-        hint = " (did you mean " + ", ".join(f"'{m}' for '{n}'" for n, m in close.items()) + "?)"
-    else:
-        hint = ""
-    head = headline.format(first=qualify(section, names[0]), keys=sorted(names))
-    return error(f"{head}{hint}; valid keys in {section or 'the top level'}: {', '.join(valid)}")
+        return f" (did you mean '{close[names[0]]}'?)"
+    if close:
+        return " (did you mean " + ", ".join(f"'{m}' for '{n}'" for n, m in close.items()) + "?)"
+    return ""
 
 
 def _type_name(tp) -> str:
@@ -169,4 +174,4 @@ def build_dataclass(cls, data, section: str = "", *, error=ConfigError,
     return cls(**{k: coerce(v, hints[k], qualify(section, k), error=error) for k, v in data.items()})
 
 
-__all__ = ["ConfigError", "build_dataclass", "coerce", "qualify", "unknown_key_error"]
+__all__ = ["ConfigError", "build_dataclass", "coerce", "did_you_mean", "qualify", "unknown_key_error"]

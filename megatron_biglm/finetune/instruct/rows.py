@@ -2,7 +2,7 @@
 
 Two schemas are read (per row, whichever it has):
   * FLAN / xP3: `inputs` (the whole prompt) and `targets`;
-  * Alpaca / natural_instructions (`bigbench_data.instruction_rows`): `instruction`, an
+  * Alpaca / natural_instructions (`experiments.bigbench_data.instruction_rows`): `instruction`, an
     optional `input`, and `output`.
 Filters (seed 001: "only samples where the target consists of at most three tokens", "the
 English split"): `languages` keeps rows whose `language` / `lang` field names one of them

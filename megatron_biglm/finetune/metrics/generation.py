@@ -8,7 +8,7 @@ Conventions (stated because papers differ):
     acts when some n-gram order has no match), `max_order=4` for BLEU-4, 2 for BLEU-2.
   * METEOR: `nltk.translate.meteor_score` per example (whitespace tokens, lowercased,
     alpha=0.9, beta=3, gamma=0.5: nltk's defaults), mean over examples. It needs WordNet:
-    see `megatron_biglm.finetune.wordnet_setup`.
+    see `megatron_biglm.finetune.metrics.wordnet`.
 Each reference argument is one reference per prediction (a string) or several (a list).
 """
 from __future__ import annotations
@@ -55,13 +55,13 @@ def bleu(predictions: Sequence[str], references: Sequence[Reference], max_order:
 
 
 def meteor(predictions: Sequence[str], references: Sequence[Reference], *, wordnet=None) -> float:
-    """Mean sentence METEOR. `wordnet` defaults to `wordnet_setup.wordnet_reader()`, which
+    """Mean sentence METEOR. `wordnet` defaults to `wordnet.wordnet_reader()`, which
     raises WordNetUnavailable (naming the apt-get fix) when no WordNet exists."""
     from nltk.translate.meteor_score import meteor_score
 
     refs = _as_lists(predictions, references)
     if wordnet is None:
-        from ..wordnet_setup import wordnet_reader
+        from .wordnet import wordnet_reader
 
         wordnet = wordnet_reader()
     total = sum(meteor_score([g.split() for g in golds], pred.split(), wordnet=wordnet)

@@ -15,8 +15,8 @@ from pathlib import Path
 
 from megatron_biglm.data.rows import json_lines
 
-from ..instruct.chat_template import get_template
-from ..metrics.generation import genset_scores
+from megatron_biglm.finetune.instruct.chat_template import get_template
+from megatron_biglm.finetune.metrics.generation import genset_scores
 
 
 class BadGensetData(ValueError):

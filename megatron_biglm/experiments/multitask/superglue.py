@@ -24,10 +24,10 @@ import torch
 
 from megatron_biglm.inference.engine import pad
 
-from ..data_files import read_rows
-from ..metrics import task_scores
-from ..row_report import RowReport
-from ..tasks import VerbalizerEncoder, get_task, label_scores
+from megatron_biglm.finetune.data_files import read_rows
+from megatron_biglm.finetune.metrics import task_scores
+from megatron_biglm.finetune.row_report import RowReport
+from megatron_biglm.finetune.tasks import VerbalizerEncoder, get_task, label_scores
 
 SUPERGLUE_TASKS = ("boolq", "cb", "copa", "rte", "wic")
 

@@ -21,7 +21,7 @@ from .results import append_result, curves, finished, ipr_table, plot_task, read
 
 def task_metric(task: str) -> str:
     try:
-        from ..tasks.prompts import get_task
+        from megatron_biglm.finetune.tasks.prompts import get_task
 
         return get_task(task).select
     except ValueError:

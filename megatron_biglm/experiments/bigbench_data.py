@@ -25,7 +25,7 @@ import os
 from pathlib import Path
 from typing import Iterator, Sequence
 
-from .row_report import EMPTY_TARGET, MISSING_FIELD, RowReport
+from megatron_biglm.finetune.row_report import EMPTY_TARGET, MISSING_FIELD, RowReport
 from megatron_biglm.data.sdist_fetch import FALLBACK_PIP, cache_root, fetch_members
 
 PACKAGE = "bigbench==1.0.0"

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..metrics.ipr import ipr_over_seeds
+from megatron_biglm.finetune.metrics.ipr import ipr_over_seeds
 from .grid import Cell
 
 FIELDS = ("task", "paradigm", "n", "seed", "score", "metric", "seconds")
