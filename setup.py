@@ -40,6 +40,8 @@ setup(
         "bench": ["accelerate>=1.1.0"],
         "dev": ["pytest", "pytest-timeout", "pytest-xdist", "hypothesis", "scipy", "matplotlib", "tensorboard"],
     },
+    # The naming rule: `python -m megatron_biglm.cli.NAME` is the console script `biglm-NAME`,
+    # underscores as hyphens (tests/test_architecture.py checks it).
     entry_points={
         "console_scripts": [
             "biglm-quickstart=megatron_biglm.cli.quickstart:main",
@@ -49,10 +51,10 @@ setup(
             "biglm-instruct-data=megatron_biglm.cli.instruct_data:main",
             "biglm-lowdata=megatron_biglm.cli.lowdata:main",
             "biglm-generate=megatron_biglm.cli.generate:main",
-            "biglm-eval=megatron_biglm.cli.eval_zero_shot:main",
+            "biglm-eval-zero-shot=megatron_biglm.cli.eval_zero_shot:main",
             "biglm-eval-multitask=megatron_biglm.cli.eval_multitask:main",
             "biglm-eval-retrieval=megatron_biglm.cli.eval_retrieval:main",
-            "biglm-export=megatron_biglm.cli.convert:main",
+            "biglm-convert=megatron_biglm.cli.convert:main",
             "biglm-preprocess=megatron_biglm.cli.preprocess:main",
             "biglm-preprocess-shards=megatron_biglm.cli.preprocess_shards:main",
             "biglm-merge-datasets=megatron_biglm.cli.merge_datasets:main",
@@ -63,6 +65,9 @@ setup(
             "biglm-plot-curves=megatron_biglm.cli.plot_curves:main",
             "biglm-fetch-data=megatron_biglm.cli.fetch_data:main",
             "biglm-lm-eval=megatron_biglm.cli.lm_eval:main",
+            # aliases (users' scripts may name them); cli/__init__.py lists them
+            "biglm-eval=megatron_biglm.cli.eval_zero_shot:main",
+            "biglm-export=megatron_biglm.cli.convert:main",
         ]
     },
 )

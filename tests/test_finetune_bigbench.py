@@ -102,3 +102,28 @@ def test_seq2seq_fine_tune_on_real_gem_xsum_pairs_reports_rouge(bigbench_root, t
     assert f"source {long_docs}" in results["data"]["train"], results["data"]["train"]
     records = train_records(run)
     assert records[32]["loss"] < records[16]["loss"]
+
+
+def test_fetched_pairs_land_in_the_files_the_xsum_config_reads(tmp_path, monkeypatch):
+    """`fetch_data bigbench --xsum DIR` writes DIR/train.jsonl and DIR/validation.jsonl, the
+    last `validation` rows held out, every row kept once and in order: the files xsum.yaml
+    reads (under FT_DATA), read back through the xsum schema."""
+    import json
+    from pathlib import Path
+
+    from megatron_biglm.config import load_config
+
+    rows = [{"id": f"x{i}", "document": f"document {i} words", "summary": f"summary {i}"} for i in range(23)]
+    counts = bigbench_data.write_splits(iter(rows), tmp_path / "xsum", validation=5)
+    assert counts == {"train": 18, "validation": 5}
+    back = [json.loads(line) for name in ("train", "validation")
+            for line in (tmp_path / "xsum" / f"{name}.jsonl").read_text().splitlines()]
+    assert back == rows
+    monkeypatch.setenv("FT_DATA", str(tmp_path))
+    cfg = load_config(str(Path(__file__).resolve().parents[1] / "examples/configs/finetune/xsum.yaml"))
+    assert {k: Path(v) for k, v in cfg.finetune.data.items()} == \
+        {"train": tmp_path / "xsum" / "train.jsonl", "validation": tmp_path / "xsum" / "validation.jsonl"}
+    read, report = read_rows(cfg.finetune.data["validation"], "xsum", require_labels=False)
+    assert [r["summary"] for r in read] == [r["summary"] for r in rows[18:]] and report.rows_kept == 5
+    with pytest.raises(ValueError, match="raise --limit or lower --validation"):
+        bigbench_data.write_splits(rows[:3], tmp_path / "small", validation=3)

@@ -190,6 +190,22 @@ def test_starts_from_the_weights_of_another_run(straight, task, tmp_path):
     assert results["validations"][0]["valid"]["validation"]["accuracy"] >= ACC_BAR
 
 
+def test_another_runs_checkpoint_as_checkpoint_load_is_refused_naming_init_from(straight, task, tmp_path, capsys):
+    """`checkpoint.load` of another (non weights-only) run would be resumed as this fine-tune,
+    with that run's step and schedule: refused before anything is built, and the message
+    names `finetune.init_from`, which takes its weights instead."""
+    from megatron_biglm.cli.finetune import main
+
+    run = tmp_path / "wrong_start"
+    config = tmp_path / "ft.yaml"
+    config.write_text("finetune: {task: rte}\n")
+    load = straight[0] / "checkpoints"
+    assert main(["--config", str(config), *finetune_overrides(task, run), f"checkpoint.load={load}"]) == 2
+    err = capsys.readouterr().err
+    assert f"pass finetune.init_from={load} instead of checkpoint.load" in err and "Traceback" not in err
+    assert not (run / "checkpoints").exists()
+
+
 def test_multi_token_label_words_are_scored_by_their_summed_log_probs(task):
     recipe = _recipe(task)  # "yes" / "no": one slot
     two = _recipe(task, label_words=["yes", "no no"])

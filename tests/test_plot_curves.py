@@ -31,3 +31,14 @@ def test_plot_runs_writes_png(tmp_path):
     import matplotlib.image as mpimg
     img = mpimg.imread(out)
     assert img.shape[0] > 400 and img[..., :3].std() > 0.05
+
+
+def test_the_command_takes_output_as_the_same_flag_as_out(tmp_path):
+    """`--out` and `--output` name one flag: each writes the PNG it names."""
+    from megatron_biglm.cli.plot_curves import main
+
+    run = _run(tmp_path / "a", [{"step": s, "loss": 5.0 / s, "consumed_tokens": 64 * s} for s in range(1, 6)])
+    for flag in ("--out", "--output"):
+        png = tmp_path / f"{flag.strip('-')}.png"
+        assert main([str(run), flag, str(png)]) == 0
+        assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

@@ -1,8 +1,9 @@
 """Every command of megatron-biglm, one module each (top floor: may import any package).
 
 Each module has a `main(argv=None) -> int`; run it as `python -m megatron_biglm.cli.NAME` or
-through its console script (setup.py: `biglm-NAME`, installed with the package). The two
-drivers that wire the floors together are here too, because they are what the commands run:
+through its console script `biglm-NAME` with underscores as hyphens (setup.py; e.g. `cli.eval_zero_shot`
+is `biglm-eval-zero-shot`), installed with the package; `biglm-eval` and `biglm-export` are
+aliases of the two commands marked below. The two drivers that wire the floors together are here too, because they are what the commands run:
 `train.train` (the one loop with the run's callbacks) and `finetune.finetune` (a recipe on it).
 
   quickstart         the README's main job end to end           biglm-quickstart
@@ -12,10 +13,10 @@ drivers that wire the floors together are here too, because they are what the co
   instruct_data      FLAN/xP3 rows -> tokenized instruction data  biglm-instruct-data
   lowdata            the low-data sweep (IPR)                     biglm-lowdata
   generate           Mask-Predict generation                      biglm-generate
-  eval_zero_shot     lm-eval suites with a masked LM              biglm-eval
+  eval_zero_shot     lm-eval suites with a masked LM              biglm-eval-zero-shot (alias biglm-eval)
   eval_multitask     the Table 5 row (MMLU, SuperGLUE, Genset)    biglm-eval-multitask
   eval_retrieval     BEIR-format nDCG/Recall/MRR                  biglm-eval-retrieval
-  convert            to-hf, from-hf, to-st                        biglm-export
+  convert            to-hf, from-hf, to-st                        biglm-convert (alias biglm-export)
   preprocess         corpora -> Megatron .bin/.idx                biglm-preprocess
   preprocess_shards  one SLURM array task of a sharded preprocess biglm-preprocess-shards
   merge_datasets     concatenate datasets or merge shards         biglm-merge-datasets

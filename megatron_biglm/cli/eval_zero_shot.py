@@ -4,8 +4,11 @@ table, write lm-eval's results JSON.
     python -m megatron_biglm.cli.eval_zero_shot --model biglm --model-args path=DIR,scoring=beam \
         --suite paper --data-dir DATA --output results.json
 
-`--data-dir` holds `<task>.jsonl` (or `<task>/<split>.jsonl`) in each task's HF schema; without
-it the built-in tasks load their data from the HF hub as usual.
+`--data-dir` holds `<task>.jsonl` (or `<task>/<split>.jsonl`) in each task's HF schema
+(`--skip-missing` runs the tasks that have files and lists the rest); without it the built-in
+tasks load their data from the HF hub as usual, and a machine without the hub stops with one
+line naming `--data-dir`. `--model-args path=` takes a local directory (an HF export or a
+megatron checkpoint), never a hub name.
 """
 from __future__ import annotations
 
@@ -15,6 +18,7 @@ import sys
 import tempfile
 from pathlib import Path
 
+from megatron_biglm.common.hub import HubUnavailable, hub_access
 from megatron_biglm.evaluation import register_lm_eval_models
 from megatron_biglm.evaluation.tasks import (MissingTaskData, SuiteTask, average, format_table, local_task_manager, resolve_tasks,
                     suite_scores, write_local_task_yamls)
@@ -56,9 +60,12 @@ def run_zero_shot(model: str, model_args: str | dict, tasks: list[SuiteTask], *,
             if not names:
                 raise SystemExit("no task has local data; nothing to run")
             manager = local_task_manager(task_dir or tmp)
-        results = lm_eval.simple_evaluate(
-            model=model, model_args=model_args, tasks=names, task_manager=manager,
-            limit=limit, batch_size=batch_size, device=device, log_samples=log_samples)
+        instead = ("--data-dir DIR (each task's <task>.jsonl in its HF schema; --skip-missing runs "
+                   "the tasks that have files)")
+        with hub_access(f"the data of {', '.join(names)}", instead):
+            results = lm_eval.simple_evaluate(
+                model=model, model_args=model_args, tasks=names, task_manager=manager,
+                limit=limit, batch_size=batch_size, device=device, log_samples=log_samples)
     return results, skipped
 
 
@@ -83,7 +90,8 @@ def main(argv: list[str] | None = None) -> int:
             args.model, args.model_args, tasks, data_dir=args.data_dir, task_dir=args.task_dir,
             skip_missing=args.skip_missing, limit=args.limit, batch_size=args.batch_size,
             device=args.device, log_samples=args.log_samples)
-    except (BadTaskData, MissingTaskData, CheckpointError) as exc:  # bad input: the message, exit 1
+    except (BadTaskData, MissingTaskData, CheckpointError, HubUnavailable, FileNotFoundError) as exc:
+        # bad input or no hub: the message, exit 1
         print(f"error: {exc}", file=sys.stderr, flush=True)
         return 1
     label = args.label or _model_label(args.model, args.model_args)

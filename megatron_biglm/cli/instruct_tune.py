@@ -26,6 +26,20 @@ def main(argv=None) -> int:
     parser.add_argument("overrides", nargs="*", help="section.key=value overrides")
     args = parser.parse_args(argv)
 
+    from megatron_biglm.checkpoint.dirs import CheckpointError
+    from megatron_biglm.common.hub import HubUnavailable
+    from megatron_biglm.config import ConfigError
+
+    try:
+        result = _instruct_tune(args)
+    except (ConfigError, CheckpointError, HubUnavailable) as exc:
+        print(f"error: {exc}", file=sys.stderr, flush=True)
+        return 2
+    print(json.dumps({"result": result["train"]}), flush=True)
+    return 0
+
+
+def _instruct_tune(args) -> dict:
     from megatron_biglm.cli.finetune import finetune
     from megatron_biglm.config import load_config
     from megatron_biglm.finetune.epochs import train_steps
@@ -40,9 +54,7 @@ def main(argv=None) -> int:
                  f"finetune.warmup_fraction={min(cfg.schedule.warmup_steps, steps - 1) / steps}"]
     if args.valid_data:
         overrides.append(f"finetune.data.validation={args.valid_data}")
-    result = finetune(args.config, [*overrides, *args.overrides])
-    print(json.dumps({"result": result["train"]}), flush=True)
-    return 0
+    return finetune(args.config, [*overrides, *args.overrides])
 
 
 if __name__ == "__main__":

@@ -15,7 +15,8 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("runs", nargs="+", help="run directories (or metrics.jsonl files)")
     parser.add_argument("--labels", nargs="*", help="one label per run (default: directory names)")
-    parser.add_argument("--out", default="curves.png")
+    parser.add_argument("--out", "--output", dest="out", default="curves.png",
+                        help="the PNG to write (--output is the same flag)")
     parser.add_argument("--title", default=None)
     args = parser.parse_args(argv)
     labels = args.labels or [Path(r).name if Path(r).is_dir() else Path(r).parent.name for r in args.runs]

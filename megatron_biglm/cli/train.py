@@ -306,11 +306,12 @@ def cli_main(argv, *, description: str, config_help: str, overrides_help: str, r
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s: %(message)s")
     warnings.filterwarnings("ignore", message="Transformer Engine and Apex are not installed")
     from megatron_biglm.checkpoint.dirs import CheckpointError
+    from megatron_biglm.common.hub import HubUnavailable
     from megatron_biglm.config import ConfigError
     from megatron_biglm.training.nonfinite import TooManyNonFinite
     try:
         result = run(args.config, args.overrides)
-    except (ConfigError, CheckpointError, TooManyNonFinite) as exc:
+    except (ConfigError, CheckpointError, HubUnavailable, TooManyNonFinite) as exc:
         print(f"error: {exc}", file=sys.stderr, flush=True)
         return 2 if not isinstance(exc, TooManyNonFinite) else 3
     print(json.dumps(summary(result)), flush=True)

@@ -25,6 +25,7 @@ from __future__ import annotations
 import tempfile
 from typing import Any, Callable
 
+from megatron_biglm.common.hub import hub_access
 from megatron_biglm.config.zero_shot_eval import ZeroShotEvalConfig
 from megatron_biglm.inference.protocol import MaskedLMAdapter, inference_token_ids
 
@@ -85,9 +86,11 @@ class ZeroShotTrainingHook:
                                         split_attention="on")
         lm = MaskedLMEvalLM(adapter, self.tokenizer, scoring=cfg.scoring, beam=cfg.beam,
                             batch_size=cfg.batch_size, progress=False)
-        return lm_eval.simple_evaluate(model=lm, tasks=[t.name for t in self.suite],
-                                       task_manager=self._task_manager(), limit=cfg.limit,
-                                       log_samples=False, bootstrap_iters=0)
+        names = [t.name for t in self.suite]
+        with hub_access(f"the zero-shot tasks {', '.join(names)}",
+                        "zero_shot_eval.data_dir=DIR (each task's <task>.jsonl in its HF schema)"):
+            return lm_eval.simple_evaluate(model=lm, tasks=names, task_manager=self._task_manager(),
+                                           limit=cfg.limit, log_samples=False, bootstrap_iters=0)
 
     def _task_manager(self):
         """Built once: local YAMLs (offline) or lm-eval's default index."""

@@ -135,3 +135,15 @@ def write_jsonl(rows, path: Path) -> int:
             f.write(json.dumps(row, ensure_ascii=False) + "\n")
             count += 1
     return count
+
+
+def write_splits(rows, folder: Path, validation: int) -> dict[str, int]:
+    """`folder/train.jsonl` and `folder/validation.jsonl` (the files a fine-tune config reads):
+    the last `validation` rows are held out, the rest train. Returns the count per file."""
+    rows = list(rows)
+    if not 0 < validation < len(rows):
+        raise ValueError(f"--validation {validation} must be between 1 and {len(rows) - 1} "
+                         f"(the pairs fetched: {len(rows)}); raise --limit or lower --validation")
+    cut = len(rows) - validation
+    return {name: write_jsonl(part, Path(folder) / f"{name}.jsonl")
+            for name, part in (("train", rows[:cut]), ("validation", rows[cut:]))}

@@ -325,9 +325,13 @@ def hub_rows(schema: str | DatasetSchema, split: str, *, report: RowReport | Non
     hub, or a local `datasets` cache); checked exactly like local files."""
     import datasets
 
+    from megatron_biglm.common.hub import hub_access
+
     schema = get_schema(schema)
     report = report if report is not None else RowReport(strict=strict)
-    data = datasets.load_dataset(schema.hub_path, schema.hub_config, split=split, **load_kwargs)
+    with hub_access(f"{schema.hub_path} ({split})",
+                    f"finetune.data.{split}=FILE (jsonl/csv/tsv/parquet in the {schema.name} schema)"):
+        data = datasets.load_dataset(schema.hub_path, schema.hub_config, split=split, **load_kwargs)
     rows = _checked(enumerate(data, start=1), schema, report, f"{schema.name}[{split}]", require_labels)
     return rows, report
 

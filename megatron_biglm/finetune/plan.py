@@ -126,10 +126,35 @@ def check_metrics(recipe) -> None:
                                          f"task {recipe.task.name}")
 
 
+def refuse_foreign_resume(cfg) -> None:
+    """A fine-tune's `checkpoint.load` may name a weights-only import (a start: fresh optimizer,
+    step 0) or this run's own checkpoints (a resume). Another run's full checkpoint, e.g. the
+    pretraining run, would be resumed as if it were this fine-tune: its step, its consumed
+    samples and its schedule, on the fine-tune's data. Refused before anything is built, naming
+    `finetune.init_from`, which takes that checkpoint's weights."""
+    from pathlib import Path
+
+    from megatron_biglm.checkpoint.dirs import is_weights_only, read_train_state_file
+    from megatron_biglm.checkpoint.run_checkpoint import locate
+
+    load = cfg.checkpoint.load
+    if load in ("auto", "none"):
+        return
+    folder = locate(load)
+    own = Path(cfg.checkpoint_dir).resolve()
+    if is_weights_only(read_train_state_file(folder)) or own in folder.resolve().parents:
+        return
+    raise ConfigError(
+        f"checkpoint.load={load} is another run's checkpoint ({folder}, with its own step and schedule); a "
+        f"fine-tune resumes only its own checkpoints (under {cfg.checkpoint_dir}). To start from its weights, "
+        f"pass finetune.init_from={load} instead of checkpoint.load")
+
+
 def plan_finetune(config_or_path, overrides=()) -> FinetunePlan:
     from megatron_biglm.data.tokenizer import TokenizerLoadError, load_tokenizer
 
     cfg = load_config(config_or_path, list(overrides))
+    refuse_foreign_resume(cfg)
     start_note = None
     # a run that trains builds the start's model; scoring it (train_examples=0) loads it as
     # saved, and needs only its tokenizer when the run names none
