@@ -16,8 +16,10 @@ Three decoders on the same model, prompts, blocks, steps per block and re-maskin
   (c) canvas    LLaDA-style: the whole canvas (prompt and every slot, later blocks masked) is
                 re-run at every step under full bidirectional attention (`blocks="canvas"`).
 
-Speed: generated tokens/s of each decoder at each batch size (one timed call after a short
-warm-up, decoders interleaved per batch size), and the ratios (a)/(b) and (a)/(c).
+Speed, measured only after the tokens are checked (every output `--new-tokens` long, (a)'s
+equal to (b)'s): generated tokens/s of each decoder at each batch size, the median of
+`--reps` timed calls after a short warm-up, decoders interleaved within each repetition, and
+the ratios (a)/(b) and (a)/(c).
 
 Quality of (a) and (c) (with `--model`, a trained HF export; random weights give no meaningful
 text): the NLL of the generated text scored with full context by the same model (8 passes,
@@ -32,6 +34,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import statistics
 import sys
 import time
 from pathlib import Path
@@ -129,35 +132,57 @@ def run(args) -> dict:
                              prompt_tokens=args.prompt_tokens, new_tokens=args.new_tokens, block=args.block,
                              steps_per_block=args.steps, torch=torch.__version__, **source),
                    runs=[])
+    reps = getattr(args, "reps", 1)
     for batch in args.batches:
         batch_prompts = prompts[:batch]
         for name in args.decoders:  # warm-up: kernels, allocator, caches
             gens[name].generate_ids(batch_prompts[:1], warm.replace(blocks=configs[name].blocks), batch_size=1)
         row = dict(batch=batch)
-        outputs = {}
-        for name in args.decoders:
-            _sync(device)
-            t0 = time.perf_counter()
-            outs = gens[name].generate_ids(batch_prompts, configs[name], batch_size=batch)
-            _sync(device)
-            seconds = time.perf_counter() - t0
-            outputs[name] = [list(o.ids) for o in outs]
-            row[name] = dict(seconds=seconds, tokens_per_s=batch * args.new_tokens / seconds)
-            print(f"batch {batch} {name}: {seconds:.1f} s, {row[name]['tokens_per_s']:.1f} tok/s", flush=True)
+        # the tokens first: every output at full length, and the cache's equal to the
+        # uncached reference's, before any speed is measured or printed
+        outputs = {name: [list(o.ids) for o in gens[name].generate_ids(batch_prompts, configs[name], batch_size=batch)]
+                   for name in args.decoders}
+        row["lengths_ok"] = all(len(ids) == args.new_tokens for outs in outputs.values() for ids in outs)
         if "cached" in outputs and "uncached" in outputs:
-            diffs = [next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), None)
-                     for a, b in zip(outputs["cached"], outputs["uncached"])]
-            row["identical"] = all(d is None for d in diffs)
+            diffs = [first_difference(a, b) for a, b in zip(outputs["cached"], outputs["uncached"])]
+            row["identical"] = row["lengths_ok"] and all(d is None for d in diffs)
             row["first_difference"] = diffs
+        seconds = {name: [] for name in args.decoders}
+        for _ in range(reps):  # interleaved, so a load change hits every decoder alike
+            for name in args.decoders:
+                _sync(device)
+                t0 = time.perf_counter()
+                gens[name].generate_ids(batch_prompts, configs[name], batch_size=batch)
+                _sync(device)
+                seconds[name].append(time.perf_counter() - t0)
+        for name in args.decoders:
+            sec = statistics.median(seconds[name])
+            row[name] = dict(seconds=sec, tokens_per_s=batch * args.new_tokens / sec, reps=reps)
+        if "cached" in outputs and "uncached" in outputs:
             row["cached_vs_uncached"] = row["uncached"]["seconds"] / row["cached"]["seconds"]
         if "cached" in outputs and "canvas" in outputs:
             row["cached_vs_canvas"] = row["canvas"]["seconds"] / row["cached"]["seconds"]
+        if row.get("identical", True):
+            for name in args.decoders:
+                print(f"batch {batch} {name}: {row[name]['seconds']:.2f} s, {row[name]['tokens_per_s']:.1f} tok/s",
+                      flush=True)
+        else:
+            print(f"batch {batch}: the cached tokens differ from the uncached reference's (first difference "
+                  f"{row['first_difference']}, lengths ok: {row['lengths_ok']}); speeds not printed", flush=True)
         if args.model:
             row["quality"] = {name: dict(nll=full_context_nll(adapter, batch_prompts, outs),
                                          distinct_2=distinct_2(outs), repeated_4grams=repeated_4gram_rate(outs))
                               for name, outs in outputs.items() if name != "uncached"}
         results["runs"].append(row)
     return results
+
+
+def first_difference(a: list, b: list) -> int | None:
+    """The first position where two id lists differ (a length difference counts), or None."""
+    for i, (x, y) in enumerate(zip(a, b)):
+        if x != y:
+            return i
+    return None if len(a) == len(b) else min(len(a), len(b))
 
 
 def _sync(device: torch.device) -> None:
@@ -203,6 +228,7 @@ def parse_args(argv):
     p.add_argument("--decoders", nargs="+", choices=DECODERS, default=list(DECODERS))
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     p.add_argument("--dtype", choices=("fp32", "bf16"), default=None, help="default: bf16 on CUDA, fp32 on CPU")
+    p.add_argument("--reps", type=int, default=3, help="timed runs per decoder (interleaved; median)")
     p.add_argument("--out", type=Path, default=None, help="write the results JSON here")
     args = p.parse_args(argv)
     args.dtype = args.dtype or ("bf16" if args.device.startswith("cuda") else "fp32")
@@ -217,8 +243,9 @@ def main(argv=None) -> int:
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(json.dumps(results, indent=2) + "\n")
-    if any(row.get("identical") is False for row in results["runs"]):
-        print("error: the cached decoder's tokens differ from the uncached reference's", file=sys.stderr)
+    if any(row.get("identical") is False or not row["lengths_ok"] for row in results["runs"]):
+        print("error: the cached decoder's tokens differ from the uncached reference's, or an output is "
+              "short", file=sys.stderr)
         return 1
     return 0
 
