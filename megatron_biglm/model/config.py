@@ -27,7 +27,7 @@ from megatron_biglm.common.config_fields import ConfigError, build_dataclass
 from megatron_biglm.model.shape import check_positive_ints
 
 #: Attention backends a config may name (see `megatron_biglm.model.attention_backends`).
-ATTENTION_BACKENDS = ("auto", "sdpa", "local", "flex", "flash")
+ATTENTION_BACKENDS = ("auto", "sdpa", "local", "flex", "flash", "sdpa_split", "varlen")
 #: `attention_compile` values: compile the flex kernel with torch.compile always, never, or
 #: `auto` (on CUDA only; see `attention_params.resolve_compile`).
 ATTENTION_COMPILE = ("auto", True, False)
