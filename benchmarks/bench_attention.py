@@ -81,11 +81,12 @@ def make_core_attention(heads: int, groups: int, head_dim: int, dtype: torch.dty
 
 
 def available_backends(cuda: bool) -> list[str]:
-    from megatron_biglm.model.attention_params import flash_attn_available
+    from megatron_biglm.model.attention_params import flash_attn_available, torch_varlen_available
 
     if cuda:
-        return ["full", "sdpa", "flex"] + (["flash"] if flash_attn_available() else [])
-    return ["full", "sdpa", "local", "flex"]
+        return (["full", "sdpa", "flex", "sdpa_split"] + (["varlen"] if torch_varlen_available() else [])
+                + (["flash"] if flash_attn_available() else []))
+    return ["full", "sdpa", "local", "flex", "sdpa_split"]
 
 
 def measure(core, backend: str, s: int, args, device, dtype) -> dict:

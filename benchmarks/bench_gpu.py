@@ -189,14 +189,16 @@ def split_vs_full_attention(args, device: torch.device, dtype: torch.dtype) -> d
     from megatron_biglm.model.attention_params import resolve_backend
 
     cuda = device.type == "cuda"
-    backends = available_backends(cuda) if cuda else ["full", "sdpa"]  # CPU: no flex backward
+    backends = available_backends(cuda) if cuda else ["full", "sdpa", "sdpa_split"]  # CPU: no flex backward
     best = resolve_backend("auto", dtype)
     opts = SimpleNamespace(batch=args.attn_batch, heads=args.heads, groups=args.groups,
                            head_dim=args.head_dim, reps=args.attn_reps, mask_reps=1, mask_baseline=False)
     core = make_core_attention(args.heads, args.groups, args.head_dim, dtype).to(device)
     rows = {b: measure(core, b, args.attn_seq, opts, device, dtype) for b in backends}
     full = rows.pop("full")
-    return dict(seq=args.attn_seq, batch=args.attn_batch, heads=args.heads, groups=args.groups,
+    fastest = min((b for b in rows if rows[b]["fwdbwd_ms"] is not None), key=lambda b: rows[b]["fwdbwd_ms"])
+    return dict(fastest_split_kernel=fastest, fastest_split_vs_full_fwdbwd=full["fwdbwd_ms"] / rows[fastest]["fwdbwd_ms"],
+                seq=args.attn_seq, batch=args.attn_batch, heads=args.heads, groups=args.groups,
                 head_dim=args.head_dim, best_split_kernel=best, reps=full["reps"],
                 timer="CUDA events, median" if cuda else "wall clock, median",
                 full=dict(fwd_ms=full["fwd_ms"], fwdbwd_ms=full["fwdbwd_ms"]),
@@ -330,7 +332,10 @@ def markdown(results: dict) -> str:
             f"{a['full']['fwd_ms']:.2f} / {a['full']['fwdbwd_ms']:.2f} ms")
         for kernel, r in a["split"].items():
             bwd = "n/a" if r["fwdbwd_ms"] is None else f"{r['fwdbwd_ms']:.2f}"
-            row("attention", f"split {kernel} fwd / fwd+bwd", f"{r['fwd_ms']:.2f} / {bwd} ms")
+            row("attention", f"split {kernel} fwd / fwd+bwd" + (" (auto's pick)" if kernel == a["best_split_kernel"] else ""),
+                f"{r['fwd_ms']:.2f} / {bwd} ms")
+        row("attention", f"fastest split kernel ({a['fastest_split_kernel']}) / plain, fwd+bwd",
+            f"{a['fastest_split_vs_full_fwdbwd']:.2f}x")
     for r in results.get("longform", {}).get("runs", []):
         same = "identical" if r.get("identical") else f"DIFFERENT {r.get('first_difference')}"
         row("longform", f"batch {r['batch']}: cached / uncached / canvas tok/s ({same}, lengths "

@@ -9,6 +9,8 @@ from __future__ import annotations
 import json
 import math
 
+import pytest
+
 from benchmarks import bench_gpu
 
 
@@ -24,6 +26,7 @@ HEADLINES = ("train_step_mfu", "train_loop_vs_bare", "split_vs_plain", "longform
              "longform_identical", "eval_cache_speedup")
 
 
+@pytest.mark.slow
 def test_bench_gpu_dry_run_writes_every_section(tmp_path, capsys):
     assert bench_gpu.main(["--dry-run", "--out", str(tmp_path)]) == 0
     results = json.loads((tmp_path / bench_gpu.JSON_NAME).read_text())
@@ -43,7 +46,10 @@ def test_bench_gpu_dry_run_writes_every_section(tmp_path, capsys):
     assert results["train_loop_vs_bare"] == train["loop"]["tokens_per_s"] / train["bare"]["tokens_per_s"]
     assert results["train_step_mfu"] == train["loop"]["mfu"] > 0
     assert results["split_vs_plain"] == results["attention"]["split_vs_full_fwdbwd"] > 0
-    assert results["attention"]["reps"] == 2
+    assert results["attention"]["reps"] == 2 and "sdpa_split" in results["attention"]["split"]
+    fastest = results["attention"]["fastest_split_kernel"]
+    assert results["attention"]["split"][fastest]["fwdbwd_ms"] == min(
+        r["fwdbwd_ms"] for r in results["attention"]["split"].values() if r["fwdbwd_ms"] is not None)
     for run in results["longform"]["runs"]:
         assert run["identical"] and run["lengths_ok"] and run["first_difference"] == [None] * run["batch"]
     assert results["longform_cached_vs_canvas"] == min(r["cached_vs_canvas"] for r in results["longform"]["runs"])
