@@ -78,6 +78,9 @@ class BiGLMModel(GPTModel):
             model_config.attention_backend, config.params_dtype, model_config.attention_dropout)
         # `auto`, True or False; resolved per forward against the device the weights are on.
         self.attention_compile = model_config.attention_compile
+        if compile_layers_on(model_config.compile_layers):
+            for layer in self.decoder.layers:
+                layer.compile()  # in place: same module, same parameters and state dict keys
         if self.post_process:
             # Under sequence parallelism we all-gather the hidden states ourselves before
             # picking the predicted rows, so the output layer must not gather again.
@@ -183,3 +186,9 @@ class BiGLMModel(GPTModel):
 
     def _device(self) -> torch.device:
         return next(self.parameters()).device
+
+
+def compile_layers_on(setting: "bool | str") -> bool:
+    """Whether `model.compile_layers` compiles the transformer layers here: `auto` where CUDA
+    is available, `True`/`False` as given."""
+    return torch.cuda.is_available() if setting == "auto" else bool(setting)
