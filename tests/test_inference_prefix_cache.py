@@ -13,7 +13,7 @@ from __future__ import annotations
 import pytest
 import torch
 from eval_fixtures import one_torch_thread, tiny_bert, tiny_biglm  # noqa: F401
-from model_fixtures import build_model, init_megatron, tiny_config
+from model_fixtures import build_model, init_megatron, spread_weights, tiny_config
 
 from megatron_biglm.model.attention_masks import additive_mask
 from megatron_biglm.evaluation.runner import score_requests
@@ -33,11 +33,7 @@ SPECIAL = TokenIds(bos_id=1, mask_id=3, pad_id=0, eos_id=2)
 @pytest.fixture(scope="module")
 def megatron_adapter():
     init_megatron(1, 1)
-    model = build_model(tiny_config(vocab_size=VOCAB), seed=4)
-    with torch.no_grad():  # a wider spread than the init: logits O(1..10), attention not uniform
-        for p in model.parameters():
-            if p.dim() > 1:
-                p.normal_(0.0, 0.15)
+    model = spread_weights(build_model(tiny_config(vocab_size=VOCAB), seed=4), 0.15)
     return MegatronMaskedLMAdapter(model, SPECIAL, vocab_size=VOCAB, max_length=128)
 
 

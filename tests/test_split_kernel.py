@@ -15,7 +15,7 @@ import torch
 
 from megatron_biglm.model.attention_masks import sdpa_varlen_attention, varlen_split_attention
 from megatron_biglm.model.attention_params import build_attention_params, resolve_backend, torch_varlen_available
-from model_fixtures import init_megatron, tiny_config
+from model_fixtures import core_attention_and_qkv, init_megatron, tiny_config
 
 DEVICE = torch.device("cpu")
 ATOL = RTOL = 2e-5
@@ -37,20 +37,9 @@ def _megatron():
     tensor_parallel.model_parallel_cuda_manual_seed(0)  # megatron's `local` kernel forks this RNG
 
 
-def _core(heads: int, groups: int, device=DEVICE):
-    from megatron.core.transformer.enums import AttnMaskType
-
-    from megatron_biglm.model.core_attention import BiGLMCoreAttention
-
-    cfg = tiny_config(hidden_size=heads * HEAD_DIM, num_attention_heads=heads, num_query_groups=groups)
-    return BiGLMCoreAttention(cfg.to_transformer_config(), layer_number=1,
-                              attn_mask_type=AttnMaskType.arbitrary, attention_type="self").to(device)
-
-
-def _qkv(heads, groups, s, b, seed, device=DEVICE, dtype=torch.float32):
-    g = torch.Generator().manual_seed(seed)
-    shapes = [(s, b, heads, HEAD_DIM), (s, b, groups, HEAD_DIM), (s, b, groups, HEAD_DIM)]
-    return [torch.randn(shape, generator=g).to(device, dtype) for shape in shapes]
+def _core_and_qkv(case, seed: int, device=DEVICE, dtype=torch.float32):
+    _, heads, groups, s, splits, _ = case
+    return core_attention_and_qkv(heads, groups, s, len(splits), seed, HEAD_DIM, device, dtype)
 
 
 def _params(case, backend, device=DEVICE):
@@ -90,9 +79,8 @@ def _varlen_emulated_fn(core, params):
 
 @pytest.mark.parametrize("case", CASES, ids=CASE_IDS)
 def test_split_kernel_sdpa_split_matches_local_and_sdpa(case):
-    name, heads, groups, s, splits, _ = case
-    core = _core(heads, groups)
-    qkv = _qkv(heads, groups, s, len(splits), seed=s)
+    name, s = case[0], case[3]
+    core, qkv = _core_and_qkv(case, seed=s)
     params = _params(case, "sdpa_split")
     assert params.groups is not None and params.dense_mask is None  # no s x s mask on this path
     got = _run(_core_fn(core, params), qkv)
@@ -102,9 +90,8 @@ def test_split_kernel_sdpa_split_matches_local_and_sdpa(case):
 
 @pytest.mark.parametrize("case", CASES, ids=CASE_IDS)
 def test_split_kernel_varlen_segments_match_local(case):
-    name, heads, groups, s, splits, _ = case
-    core = _core(heads, groups)
-    qkv = _qkv(heads, groups, s, len(splits), seed=s + 1)
+    name, s = case[0], case[3]
+    core, qkv = _core_and_qkv(case, seed=s + 1)
     params = _params(case, "varlen")
     assert params.segments is not None and params.dense_mask is None
     got = _run(_varlen_emulated_fn(core, params), qkv)
@@ -159,11 +146,10 @@ def test_gpu_split_kernel_matches_local_in_bf16(case, backend):
     on the same bf16 inputs, computed in fp32."""
     if backend == "varlen" and not torch_varlen_available():
         pytest.skip("this torch has no torch.nn.attention.varlen")
-    name, heads, groups, s, splits, _ = case
+    name, s = case[0], case[3]
     cuda = torch.device("cuda")
-    core = _core(heads, groups, cuda).to(torch.bfloat16)
-    ref_core = _core(heads, groups, cuda)
-    qkv = _qkv(heads, groups, s, len(splits), seed=s, device=cuda, dtype=torch.bfloat16)
+    ref_core, qkv = _core_and_qkv(case, seed=s, device=cuda, dtype=torch.bfloat16)
+    core = _core_and_qkv(case, seed=s, device=cuda)[0].to(torch.bfloat16)
     got = _run(_core_fn(core, _params(case, backend, cuda)), qkv)
     want = _run(_core_fn(ref_core, _params(case, "local", cuda)), [t.float() for t in qkv])
     _assert_all_close(got, want, f"{name} {backend} (bf16) vs local (fp32)", atol=3e-2, rtol=3e-2)

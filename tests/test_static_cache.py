@@ -14,7 +14,7 @@ import gc
 
 import pytest
 import torch
-from model_fixtures import build_model, init_megatron, tiny_config
+from model_fixtures import build_model, init_megatron, spread_weights, tiny_config
 
 from benchmarks.bench_generation import IdsTokenizer
 from megatron_biglm.generation import GenerationConfig, MaskPredictGenerator
@@ -29,12 +29,7 @@ SPECIAL = TokenIds(bos_id=1, mask_id=3, pad_id=0, eos_id=2)
 @pytest.fixture(scope="module")
 def model():
     init_megatron(1, 1)
-    m = build_model(tiny_config(vocab_size=VOCAB), seed=4)
-    with torch.no_grad():  # logits O(1..10): greedy choices are not ties
-        for p in m.parameters():
-            if p.dim() > 1:
-                p.normal_(0.0, 0.15)
-    return m
+    return spread_weights(build_model(tiny_config(vocab_size=VOCAB), seed=4), 0.15)
 
 
 def _adapter(model, layout: str) -> MegatronMaskedLMAdapter:

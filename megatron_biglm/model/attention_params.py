@@ -97,19 +97,22 @@ def resolve_backend(name: str, dtype: torch.dtype = torch.bfloat16, attention_dr
         return "flex" if torch.cuda.is_available() and not attention_dropout else "sdpa"
     if name in ("flex", "varlen") and attention_dropout:
         raise ValueError(FLEX_NO_DROPOUT.format(p=attention_dropout).replace("'flex'", f"'{name}'"))
-    if name == "varlen":
-        if not torch_varlen_available():
-            raise ImportError(TORCH_VARLEN_MISSING)
+    if name in _HALF_PRECISION_KERNELS:
+        available, missing, kernel, others = _HALF_PRECISION_KERNELS[name]
+        if not available():
+            raise ImportError(missing)
         if dtype not in FLASH_DTYPES:
-            raise ValueError(f"torch's varlen attention computes in fp16/bf16 only, the model is {dtype}; "
-                             "train in bf16 or use attention_backend sdpa_split, flex or sdpa")
-    if name == "flash":
-        if not flash_attn_available():
-            raise ImportError(FLASH_MISSING)
-        if dtype not in FLASH_DTYPES:
-            raise ValueError(f"flash-attn computes in fp16/bf16 only, the model is {dtype}; "
-                             "train in bf16 or use attention_backend flex or sdpa")
+            raise ValueError(f"{kernel} computes in fp16/bf16 only, the model is {dtype}; "
+                             f"train in bf16 or use attention_backend {others}")
     return name
+
+
+#: backend -> (is it installed here, what to install, the kernel in words, what else to use):
+#: the kernels that run in fp16/bf16 only.
+_HALF_PRECISION_KERNELS = {
+    "flash": (flash_attn_available, FLASH_MISSING, "flash-attn", "flex or sdpa"),
+    "varlen": (torch_varlen_available, TORCH_VARLEN_MISSING, "torch's varlen attention", "sdpa_split, flex or sdpa"),
+}
 
 
 def resolve_compile(setting: "bool | str", device: "torch.device | str") -> bool:
