@@ -22,8 +22,8 @@ is rewritten after each one, so whatever the time allows comes back:
   generation  Mask-Predict (T=10, N=64, exact prefix cache) vs autoregressive decoding with a KV
               cache of a same-shape Llama (`benchmarks.bench_generation`; eager HF `generate`,
               labelled as such), in generated tokens/s.
-  parity      bf16 forward + backward of each split-attention kernel (local, sdpa, flex, and
-              flash when flash-attn imports) on one layer's q/k/v, against sdpa in fp32 on the
+  parity      bf16 forward + backward of each split-attention kernel (local, sdpa, flex,
+              sdpa_split, varlen where torch has it, flash when flash-attn imports) on one layer's q/k/v, against sdpa in fp32 on the
               same (bf16-rounded) inputs: max |diff| / max |reference| of the output and of
               dq, dk, dv. Mixed splits (0, a full prefix, random). Tolerance 2e-2 in bf16.
   throughput  (only when named) fwd+bwd without optimizer of our model vs transformers'
@@ -101,7 +101,8 @@ def peak_flops(device: torch.device, dtype: torch.dtype, override_tflops: float 
 def attention_parity(args, device: torch.device, dtype: torch.dtype) -> dict:
     """Each split kernel in `dtype` against sdpa in fp32: relative max error of out, dq, dk, dv."""
     from benchmarks.bench_attention import make_core_attention
-    from megatron_biglm.model.attention_params import build_attention_params, flash_attn_available, resolve_compile
+    from megatron_biglm.model.attention_params import (build_attention_params, flash_attn_available, resolve_compile,
+                                                       torch_varlen_available)
 
     s, b, heads, groups, d = args.parity_seq, 3, args.heads, args.groups, args.head_dim
     g = torch.Generator().manual_seed(1)
@@ -123,7 +124,9 @@ def attention_parity(args, device: torch.device, dtype: torch.dtype) -> dict:
 
     ref_out, ref_grads = run(make_core_attention(heads, groups, d).to(device), "sdpa", torch.float32)
     core = make_core_attention(heads, groups, d, dtype).to(device)
-    backends = ["local", "sdpa", "flex"] + (["flash"] if flash_attn_available() and dtype != torch.float32 else [])
+    half = dtype != torch.float32
+    backends = (["local", "sdpa", "flex", "sdpa_split"] + (["varlen"] if torch_varlen_available() and half else [])
+                + (["flash"] if flash_attn_available() and half else []))
     tol = PARITY_TOL[dtype]
     rows = {}
     for backend in backends:

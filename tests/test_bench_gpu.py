@@ -56,7 +56,7 @@ def test_bench_gpu_dry_run_writes_every_section(tmp_path, capsys):
     assert results["eval_cache_speedup"] == min(r["speedup"] for r in results["eval"]["rules"].values())
 
     kernels = results["parity"]["kernels"]
-    assert {"local", "sdpa", "flex"} <= set(kernels) and all(k["ok"] for k in kernels.values())
+    assert {"local", "sdpa", "flex", "sdpa_split"} <= set(kernels) and all(k["ok"] for k in kernels.values())
     assert all(k["out_rel_err"] <= results["parity"]["tolerance"] for k in kernels.values())
     assert "dq_rel_err" in kernels["sdpa"] and "dq_rel_err" in kernels["local"]
     # each kernel gets its own gradients: the explicit-softmax kernel rounds differently from
