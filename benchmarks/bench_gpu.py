@@ -15,9 +15,11 @@ is rewritten after each one, so whatever the time allows comes back:
               s = 2048, the 1.3B preset's heads, batch 8, forward and forward + backward, each the
               median of >= 20 repetitions timed with CUDA events (`bench_attention.measure`).
   longform    1,024 tokens in blocks of 32 after a 128-token prompt, 136M preset shape, bf16, at
-              batch 1 and 8: the exact cache vs its uncached reference vs LLaDA's canvas re-run
-              (`bench_longform.run`). Identity with the reference and every output's length are
-              checked before any speed; repetitions are interleaved.
+              batch 1 and 8: the exact cache vs its reference vs LLaDA's canvas re-run
+              (`bench_longform.run`). `--longform-backend megatron` (default): our model with the
+              slot-pool cache, the growing cache as reference; `hf`: EuroBERT's growing cache, the
+              uncached block-causal forward as reference. Identity with the reference and every
+              output's length are checked before any speed; repetitions are interleaved.
   eval        zero-shot scoring with eval's prefix cache on vs off (`benchmarks.bench_eval`).
   generation  Mask-Predict (T=10, N=64, exact prefix cache) vs autoregressive decoding with a KV
               cache of a same-shape Llama (`benchmarks.bench_generation`; eager HF `generate`,
@@ -280,8 +282,9 @@ def longform(args, device: torch.device, dtype: torch.dtype) -> dict:
     opts = SimpleNamespace(model=None, preset=args.presets[0], prompt_tokens=args.lf_prompt,
                            new_tokens=args.lf_new, block=args.lf_block, steps=args.lf_steps,
                            batches=args.lf_batches, decoders=list(DECODERS), device=str(device),
-                           dtype={torch.float32: "fp32", torch.bfloat16: "bf16"}[dtype], reps=args.reps)
-    return run(opts)
+                           dtype={torch.float32: "fp32", torch.bfloat16: "bf16"}[dtype], reps=args.reps,
+                           backend=args.longform_backend)
+    return dict(run(opts), backend=args.longform_backend)
 
 
 # ------------------------------------------------------------------ report
@@ -341,8 +344,8 @@ def markdown(results: dict) -> str:
             f"{a['fastest_split_vs_full_fwdbwd']:.2f}x")
     for r in results.get("longform", {}).get("runs", []):
         same = "identical" if r.get("identical") else f"DIFFERENT {r.get('first_difference')}"
-        row("longform", f"batch {r['batch']}: cached / uncached / canvas tok/s ({same}, lengths "
-            f"{'ok' if r['lengths_ok'] else 'SHORT'})",
+        row("longform", f"{results['longform']['backend']} batch {r['batch']}: cached / reference / canvas tok/s "
+            f"({same}, lengths {'ok' if r['lengths_ok'] else 'SHORT'})",
             " / ".join(f"{r[n]['tokens_per_s']:,.1f}" for n in ("cached", "uncached", "canvas")))
     for rule, r in results.get("eval", {}).get("rules", {}).items():
         row("eval", f"prefix cache speed-up, rule {rule}",
@@ -390,6 +393,9 @@ def parse_args(argv):
     p.add_argument("--peak-tflops", type=float, default=None, help="override the device's peak bf16 TFLOP/s")
     p.add_argument("--steps", type=int, default=10, help="timed steps per model (train: per logging window)")
     p.add_argument("--reps", type=int, default=2, help="timed repetitions (longform, generation, eval)")
+    p.add_argument("--longform-backend", choices=("megatron", "hf"), default="megatron",
+                   help="long-form model: our BiGLMModel with the slot-pool cache (checked against the growing "
+                        "cache), or transformers' EuroBERT with the growing cache (checked against uncached)")
     args = p.parse_args(argv)
     args.sections = [name for name in SECTIONS + OPTIONAL_SECTIONS if name in args.sections]
     if args.dry_run:

@@ -66,6 +66,23 @@ def random_model(preset: str, positions: int, device, dtype):
     return HFMaskedLMAdapter(model, SPECIAL, prefix_cache="on"), IdsTokenizer(), p.vocab_size
 
 
+def random_megatron_model(preset: str, positions: int, device, dtype, cache_layout: str):
+    """(adapter, tokenizer, vocab): our own BiGLMModel of the preset's shape, random weights,
+    behind the megatron adapter with the given K/V cache layout ("pool" or "grow")."""
+    from benchmarks.bench_generation import SPECIAL, IdsTokenizer
+    from megatron_biglm.inference.megatron_adapter import MegatronMaskedLMAdapter
+    from megatron_biglm.model import load_preset, model_provider
+    from megatron_biglm.model.standalone import init_single_process
+
+    init_single_process(seed=0)
+    cfg = load_preset(preset, {"seq_length": max(positions, load_preset(preset).seq_length)})
+    params_dtype = {torch.float32: "fp32", torch.bfloat16: "bf16"}[dtype]
+    model = model_provider(True, True, cfg, params_dtype=params_dtype).to(device)
+    adapter = MegatronMaskedLMAdapter(model, SPECIAL, vocab_size=cfg.vocab_size, max_length=cfg.seq_length,
+                                      cache_layout=cache_layout)
+    return adapter, IdsTokenizer(), cfg.vocab_size
+
+
 def export_model(folder: Path, positions: int, device, dtype):
     """(adapter, tokenizer): a trained HF export, its position limit raised to `positions`."""
     from transformers import AutoConfig, AutoModelForMaskedLM, AutoTokenizer
@@ -106,7 +123,8 @@ def generators(adapter, tokenizer):
 
 
 def run(args) -> dict:
-    from megatron_biglm.generation import GenerationConfig
+    from megatron_biglm.generation import GenerationConfig, MaskPredictGenerator
+    from megatron_biglm.inference.megatron_adapter import MegatronMaskedLMAdapter
 
     device = torch.device(args.device)
     dtype = {"fp32": torch.float32, "bf16": torch.bfloat16}[args.dtype]
@@ -115,6 +133,11 @@ def run(args) -> dict:
         adapter, tokenizer, trained = export_model(Path(args.model), positions, device, dtype)
         prompts = corpus_prompts(tokenizer, max(args.batches), args.prompt_tokens)
         source = dict(model=str(args.model), trained_positions=trained, prompts="sample corpus, last plays")
+    elif getattr(args, "backend", "hf") == "megatron":
+        adapter, tokenizer, vocab = random_megatron_model(args.preset, positions, device, dtype, "pool")
+        g = torch.Generator().manual_seed(0)
+        prompts = torch.randint(4, vocab, (max(args.batches), args.prompt_tokens), generator=g).tolist()
+        source = dict(model=f"random {args.preset} shape (our BiGLMModel)", prompts="random ids")
     else:
         adapter, tokenizer, vocab = random_model(args.preset, positions, device, dtype)
         g = torch.Generator().manual_seed(0)
@@ -122,6 +145,15 @@ def run(args) -> dict:
         source = dict(model=f"random {args.preset} shape", prompts="random ids")
     params = sum(p.numel() for p in adapter.model.parameters())
     gens = generators(adapter, tokenizer)
+    if getattr(args, "backend", "hf") == "megatron":
+        # our model has no uncached block-causal forward: the reference is the growing cache,
+        # held exact to that forward by tests/test_inference_prefix_cache.py
+        reference = MaskPredictGenerator(MegatronMaskedLMAdapter(adapter.model, adapter.special, vocab_size=vocab,
+                                                                 max_length=adapter.max_length, cache_layout="grow"),
+                                         tokenizer, use_cache=True)
+        gens["uncached"] = reference
+        source["reference"] = "growing K/V cache (exact), not an uncached forward"
+        source["cache"] = "slot pool (megatron adapter, cache_layout=pool)"
     base = dict(length=args.new_tokens, steps=args.steps, block_size=args.block)  # fixed length: no EOS cut
     configs = {"cached": GenerationConfig(**base, blocks="cached"),
                "uncached": GenerationConfig(**base, blocks="cached"),
@@ -220,6 +252,9 @@ def parse_args(argv):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--preset", default="136m", help="random-weight model of this preset's shape (speed only)")
     p.add_argument("--model", default=None, help="a trained HF export: speed and quality")
+    p.add_argument("--backend", choices=("hf", "megatron"), default="hf",
+                   help="random-weight model: transformers' EuroBERT (growing cache) or our BiGLMModel with the "
+                        "slot-pool cache, checked against the growing cache")
     p.add_argument("--prompt-tokens", type=int, default=128)
     p.add_argument("--new-tokens", type=int, default=1024)
     p.add_argument("--block", type=int, default=32)

@@ -52,6 +52,7 @@ def test_bench_gpu_dry_run_writes_every_section(tmp_path, capsys):
         r["fwdbwd_ms"] for r in results["attention"]["split"].values() if r["fwdbwd_ms"] is not None)
     for run in results["longform"]["runs"]:
         assert run["identical"] and run["lengths_ok"] and run["first_difference"] == [None] * run["batch"]
+    assert results["longform"]["backend"] == "megatron" and "slot pool" in results["longform"]["meta"]["cache"]
     assert results["longform_cached_vs_canvas"] == min(r["cached_vs_canvas"] for r in results["longform"]["runs"])
     assert results["eval_cache_speedup"] == min(r["speedup"] for r in results["eval"]["rules"].values())
 
