@@ -81,11 +81,12 @@ def make_core_attention(heads: int, groups: int, head_dim: int, dtype: torch.dty
 
 
 def available_backends(cuda: bool) -> list[str]:
-    from megatron_biglm.model.attention_params import flash_attn_available
+    from megatron_biglm.model.attention_params import flash_attn_available, torch_varlen_available
 
     if cuda:
-        return ["full", "sdpa", "flex"] + (["flash"] if flash_attn_available() else [])
-    return ["full", "sdpa", "local", "flex"]
+        return (["full", "sdpa", "flex", "sdpa_split"] + (["varlen"] if torch_varlen_available() else [])
+                + (["flash"] if flash_attn_available() else []))
+    return ["full", "sdpa", "local", "flex", "sdpa_split"]
 
 
 def measure(core, backend: str, s: int, args, device, dtype) -> dict:
@@ -119,20 +120,14 @@ def measure(core, backend: str, s: int, args, device, dtype) -> dict:
         out = forward(params)
         del out
     del params
-    reps = max(1, args.reps * 512 // s)
+    reps = max(1, args.reps)
     mask_ms = _median_ms(build, args.mask_reps, sync)
     with torch.no_grad():
         params = build()
-    fwd = []
     with torch.no_grad():
-        for _ in range(reps):
-            sync()
-            t0 = time.perf_counter()
-            forward(params)
-            sync()
-            fwd.append(time.perf_counter() - t0)
+        fwd_ms = timed_ms(lambda: forward(params), reps, cuda)
     row = dict(backend=backend, s=s, mask_mb=mask_mem.peak / 2**20, peak_mb=mem.peak / 2**20,
-               fwd_ms=1e3 * statistics.median(fwd), mask_ms=mask_ms)
+               fwd_ms=fwd_ms, mask_ms=mask_ms, reps=reps)
     if backend == "flex" and args.mask_baseline:
         row.update(_create_block_mask_baseline(split, s, device, cuda, sync))
     if backend == "flex" and not cuda:
@@ -142,18 +137,30 @@ def measure(core, backend: str, s: int, args, device, dtype) -> dict:
         t.requires_grad_(True)
     out = forward(params)
     out.float().sum().backward()  # warm-up
-    times = []
-    for _ in range(reps):
-        sync()
-        t0 = time.perf_counter()
-        forward(params).float().sum().backward()
-        sync()
-        times.append(time.perf_counter() - t0)
+    row["fwdbwd_ms"] = timed_ms(lambda: forward(params).float().sum().backward(), reps, cuda)
     for t in (q, k, v):
         t.requires_grad_(False)
         t.grad = None
-    row["fwdbwd_ms"] = 1e3 * statistics.median(times)
     return row
+
+
+def timed_ms(fn, reps: int, cuda: bool) -> float:
+    """Median milliseconds of `fn` over `reps` calls: CUDA events around each call on the
+    device (device time, no host round trip in it), the wall clock with a sync on CPU."""
+    times = []
+    for _ in range(reps):
+        if cuda:
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            fn()
+            end.record()
+            end.synchronize()
+            times.append(start.elapsed_time(end))
+        else:
+            t0 = time.perf_counter()
+            fn()
+            times.append(1e3 * (time.perf_counter() - t0))
+    return statistics.median(times)
 
 
 def _median_ms(fn, reps: int, sync) -> float:
@@ -193,7 +200,7 @@ def main(argv=None) -> int:
     parser.add_argument("--heads", type=int, default=4)
     parser.add_argument("--groups", type=int, default=2)
     parser.add_argument("--head-dim", type=int, default=64)
-    parser.add_argument("--reps", type=int, default=4, help="timing repetitions at s=512 (fewer when longer)")
+    parser.add_argument("--reps", type=int, default=20, help="timed repetitions per kernel and length (median)")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--local-max-seq", type=int, default=2048)
     parser.add_argument("--mask-reps", type=int, default=5, help="timing repetitions of the mask build")

@@ -1,37 +1,49 @@
-"""The one-command GPU acceptance run: kernel parity, training speed/MFU, attention, generation, eval.
+"""The one-command GPU acceptance run, in one 10-minute call: what matters most comes first.
 
-    python -m benchmarks gpu [--out DIR] [--peak-tflops X] [--presets 136m 1p3b]
-    python -m benchmarks gpu --dry-run --out DIR   # the whole script on CPU, tiny shapes
+    python -m benchmarks gpu --out DIR [--sections train attention ...] [--peak-tflops X]
+    python -m benchmarks gpu --dry-run --out DIR   # every section on CPU, tiny shapes (CI runs it)
 
-On one CUDA device, in one process, every comparison timed against its baseline in the same run:
+Sections, in this order (`--sections` picks some; the order stays). `DIR/gpu_acceptance.json`
+is rewritten after each one, so whatever the time allows comes back:
 
-  parity      bf16 forward + backward of each split-attention kernel (local, sdpa, flex, and
-              flash when flash-attn imports) on one layer's q/k/v, against sdpa in fp32 on the
+  train       the real `train()` (cli.train in a subprocess, indexed data and a tokenizer made
+              on the spot, checkpoints off) on the 136M and 1.3B presets at the micro-batch and
+              sequence below, against a bare forward + backward + AdamW step of the same shape
+              over pre-made batches (`benchmarks/gpu_train.py`): steady-state tokens/s,
+              training-step MFU, and `train_loop_vs_bare`.
+  attention   one layer's split attention vs plain non-causal attention (flash, else SDPA) at
+              s = 2048, the 1.3B preset's heads, batch 8, forward and forward + backward, each the
+              median of >= 20 repetitions timed with CUDA events (`bench_attention.measure`).
+  longform    1,024 tokens in blocks of 32 after a 128-token prompt, 136M preset shape, bf16, at
+              batch 1 and 8: the exact cache vs its reference vs LLaDA's canvas re-run
+              (`bench_longform.run`). `--longform-backend megatron` (default): our model with the
+              slot-pool cache, the growing cache as reference; `hf`: EuroBERT's growing cache, the
+              uncached block-causal forward as reference. Identity with the reference and every
+              output's length are checked before any speed; repetitions are interleaved.
+  eval        zero-shot scoring with eval's prefix cache on vs off (`benchmarks.bench_eval`).
+  generation  Mask-Predict (T=10, N=64, exact prefix cache) vs autoregressive decoding with a KV
+              cache of a same-shape Llama (`benchmarks.bench_generation`; eager HF `generate`,
+              labelled as such), in generated tokens/s.
+  parity      bf16 forward + backward of each split-attention kernel (local, sdpa, flex,
+              sdpa_split, varlen where torch has it, flash when flash-attn imports) on one layer's q/k/v, against sdpa in fp32 on the
               same (bf16-rounded) inputs: max |diff| / max |reference| of the output and of
               dq, dk, dv. Mixed splits (0, a full prefix, random). Tolerance 2e-2 in bf16.
-  throughput  fwd+bwd (no optimizer step) of the 136M and 1.3B presets at seq 2048, bf16, with
-              the best split kernel (`attention_backend: auto`: flash > flex > sdpa), against
-              transformers' `EuroBertForMaskedLM` of the same shape holding the same weights
-              (split mask as an additive 4D mask, SDPA; `benchmarks.bench_model`). tokens/s and
-              MFU = model FLOPs (`training.flops`: split-aware attention pairs, sparse output
-              rows; the same count for both models, so it is useful work) / time / peak.
-  attention   one layer's split attention vs plain non-causal attention (flash, else SDPA) at
-              s = 2048, the 1.3B preset's heads (`benchmarks.bench_attention.measure`).
-  generation  Mask-Predict (T=10, N=64, exact prefix cache) vs autoregressive decoding with a KV
-              cache of a same-shape Llama (`benchmarks.bench_generation`), in generated tokens/s.
-  eval        zero-shot scoring with eval's prefix cache on vs off (`benchmarks.bench_eval`).
+  throughput  (only when named) fwd+bwd without optimizer of our model vs transformers'
+              `EuroBertForMaskedLM` holding the same weights (`benchmarks.bench_model`).
 
-Peak bf16 FLOP/s comes from `training.flops.PEAK_TFLOPS_BF16` by device name (H100 SXM and
-H200: 989 TFLOP/s dense), `--peak-tflops` overrides it; on a device in neither (the CPU of a
-dry run) a large matmul is timed in the same run and used as the peak (`peak_source` says
-which). Writes `DIR/gpu_acceptance.json` and `DIR/gpu_acceptance.md` and prints the table and
-the goals: 1.3B >= 50 % MFU, split attention >= 85 % of plain non-causal attention
-(fwd+bwd), Mask-Predict >= 3x autoregressive.
+The JSON's top level holds the headline figures: `train_step_mfu`, `train_loop_vs_bare`,
+`split_vs_plain`, `longform_cached_vs_canvas` (the smaller over batch sizes),
+`longform_identical`, `eval_cache_speedup` (the smallest over rules and backends),
+`mask_predict_vs_ar`. MFU is always labelled by what it counts.
 
-`--dry-run` runs every phase with the same code on CPU with tiny shapes (the `tiny` preset at
-seq 128 stands in for both presets, fp32, one torch thread: steady on a shared machine), in
-well under a minute: it checks the script, not the hardware. Its goals are printed but mean
-nothing.
+Peak bf16 FLOP/s comes from `training.flops.peak_tflops_for` by the device's full name (H100
+SXM and H200: 989, H100 PCIe: 756, H100 NVL: 835 TFLOP/s dense), `--peak-tflops` overrides
+it; on a device in neither (the CPU of a dry run) a large matmul is timed in the same run and
+used as the peak (`peak_source` says which).
+
+`--dry-run` runs every section with the same code on CPU with tiny shapes (the `tiny` preset
+at seq 128 stands in for both presets, fp32, one torch thread): it checks the script, not the
+hardware. Its goals are printed but mean nothing.
 """
 from __future__ import annotations
 
@@ -48,8 +60,10 @@ from types import SimpleNamespace
 import torch
 
 JSON_NAME, MD_NAME = "gpu_acceptance.json", "gpu_acceptance.md"
-SECTIONS = ("parity", "throughput", "attention", "generation", "eval")
-GOALS = {"mfu": 0.50, "split_vs_full_attention": 0.85, "mask_predict_vs_ar": 3.0}
+SECTIONS = ("train", "attention", "longform", "eval", "generation", "parity")
+OPTIONAL_SECTIONS = ("throughput",)
+GOALS = {"train_step_mfu": 0.50, "split_vs_plain": 1.0, "longform_cached_vs_canvas": 3.0,
+         "eval_cache_speedup": 2.0}
 PARITY_TOL = {torch.bfloat16: 2e-2, torch.float16: 5e-3, torch.float32: 1e-4}
 
 
@@ -66,14 +80,14 @@ def device_name(device: torch.device) -> str:
 
 def peak_flops(device: torch.device, dtype: torch.dtype, override_tflops: float | None) -> tuple[float, str]:
     """(peak FLOP/s, where it came from): the override, the device table, or a timed matmul."""
-    from megatron_biglm.training.flops import PEAK_TFLOPS_BF16
+    from megatron_biglm.training.flops import peak_tflops_for
 
     if override_tflops:
         return override_tflops * 1e12, "--peak-tflops"
     name = device_name(device)
-    for key, tflops in PEAK_TFLOPS_BF16.items():
-        if device.type == "cuda" and key in name:
-            return tflops * 1e12, f"table ({key}, bf16 dense)"
+    if device.type == "cuda" and (found := peak_tflops_for(name)) is not None:
+        key, tflops = found
+        return tflops * 1e12, f"table ({key}, bf16 dense)"
     n = 1024 if device.type == "cpu" else 8192
     a = torch.randn(n, n, device=device, dtype=dtype)
     a @ a
@@ -89,7 +103,8 @@ def peak_flops(device: torch.device, dtype: torch.dtype, override_tflops: float 
 def attention_parity(args, device: torch.device, dtype: torch.dtype) -> dict:
     """Each split kernel in `dtype` against sdpa in fp32: relative max error of out, dq, dk, dv."""
     from benchmarks.bench_attention import make_core_attention
-    from megatron_biglm.model.attention_params import build_attention_params, flash_attn_available, resolve_compile
+    from megatron_biglm.model.attention_params import (build_attention_params, flash_attn_available, resolve_compile,
+                                                       torch_varlen_available)
 
     s, b, heads, groups, d = args.parity_seq, 3, args.heads, args.groups, args.head_dim
     g = torch.Generator().manual_seed(1)
@@ -111,7 +126,9 @@ def attention_parity(args, device: torch.device, dtype: torch.dtype) -> dict:
 
     ref_out, ref_grads = run(make_core_attention(heads, groups, d).to(device), "sdpa", torch.float32)
     core = make_core_attention(heads, groups, d, dtype).to(device)
-    backends = ["local", "sdpa", "flex"] + (["flash"] if flash_attn_available() and dtype != torch.float32 else [])
+    half = dtype != torch.float32
+    backends = (["local", "sdpa", "flex", "sdpa_split"] + (["varlen"] if torch_varlen_available() and half else [])
+                + (["flash"] if flash_attn_available() and half else []))
     tol = PARITY_TOL[dtype]
     rows = {}
     for backend in backends:
@@ -177,15 +194,18 @@ def split_vs_full_attention(args, device: torch.device, dtype: torch.dtype) -> d
     from megatron_biglm.model.attention_params import resolve_backend
 
     cuda = device.type == "cuda"
-    backends = available_backends(cuda) if cuda else ["full", "sdpa"]  # CPU: no flex backward
+    backends = available_backends(cuda) if cuda else ["full", "sdpa", "sdpa_split"]  # CPU: no flex backward
     best = resolve_backend("auto", dtype)
     opts = SimpleNamespace(batch=args.attn_batch, heads=args.heads, groups=args.groups,
                            head_dim=args.head_dim, reps=args.attn_reps, mask_reps=1, mask_baseline=False)
     core = make_core_attention(args.heads, args.groups, args.head_dim, dtype).to(device)
     rows = {b: measure(core, b, args.attn_seq, opts, device, dtype) for b in backends}
     full = rows.pop("full")
-    return dict(seq=args.attn_seq, batch=args.attn_batch, heads=args.heads, groups=args.groups,
-                head_dim=args.head_dim, best_split_kernel=best,
+    fastest = min((b for b in rows if rows[b]["fwdbwd_ms"] is not None), key=lambda b: rows[b]["fwdbwd_ms"])
+    return dict(fastest_split_kernel=fastest, fastest_split_vs_full_fwdbwd=full["fwdbwd_ms"] / rows[fastest]["fwdbwd_ms"],
+                seq=args.attn_seq, batch=args.attn_batch, heads=args.heads, groups=args.groups,
+                head_dim=args.head_dim, best_split_kernel=best, reps=full["reps"],
+                timer="CUDA events, median" if cuda else "wall clock, median",
                 full=dict(fwd_ms=full["fwd_ms"], fwdbwd_ms=full["fwdbwd_ms"]),
                 split={b: dict(fwd_ms=r["fwd_ms"], fwdbwd_ms=r["fwdbwd_ms"]) for b, r in rows.items()},
                 split_vs_full_fwd=full["fwd_ms"] / rows[best]["fwd_ms"],
@@ -254,53 +274,99 @@ def eval_prefix_cache(args, device: torch.device) -> dict:
     return dict(requests=len(pairs), context_tokens=args.eval_context, rules=rules)
 
 
+# ------------------------------------------------------------------ longform
+def longform(args, device: torch.device, dtype: torch.dtype) -> dict:
+    """The exact cache vs its uncached reference vs LLaDA's canvas (`bench_longform.run`)."""
+    from benchmarks.bench_longform import DECODERS, run
+
+    opts = SimpleNamespace(model=None, preset=args.presets[0], prompt_tokens=args.lf_prompt,
+                           new_tokens=args.lf_new, block=args.lf_block, steps=args.lf_steps,
+                           batches=args.lf_batches, decoders=list(DECODERS), device=str(device),
+                           dtype={torch.float32: "fp32", torch.bfloat16: "bf16"}[dtype], reps=args.reps,
+                           backend=args.longform_backend)
+    return dict(run(opts), backend=args.longform_backend)
+
+
 # ------------------------------------------------------------------ report
+def summary(results: dict) -> dict:
+    """The headline figures of the sections that ran (each from its own section)."""
+    out = {}
+    if "train" in results:
+        out["train_step_mfu"] = results["train"]["train_step_mfu"]
+        out["train_loop_vs_bare"] = results["train"]["train_loop_vs_bare"]
+    if "attention" in results:
+        out["split_vs_plain"] = results["attention"]["split_vs_full_fwdbwd"]
+    if "longform" in results:
+        runs = results["longform"]["runs"]
+        out["longform_identical"] = all(r.get("identical") is True and r["lengths_ok"] for r in runs)
+        out["longform_cached_vs_canvas"] = min(r["cached_vs_canvas"] for r in runs)
+    if "eval" in results:
+        out["eval_cache_speedup"] = min(r["speedup"] for r in results["eval"]["rules"].values())
+    if "generation" in results:
+        out["mask_predict_vs_ar"] = results["generation"]["mask_predict_vs_ar"]
+    return out
+
+
 def goal_rows(results: dict) -> list[tuple[str, float, float]]:
-    """(goal, measured, target) for the three acceptance goals."""
-    largest = results["throughput"][-1]
-    return [
-        (f"{largest['preset']} MFU (ours)", largest["ours"]["mfu"], GOALS["mfu"]),
-        ("split / plain non-causal attention (fwd+bwd)", results["attention"]["split_vs_full_fwdbwd"],
-         GOALS["split_vs_full_attention"]),
-        ("Mask-Predict / autoregressive (tokens/s)", results["generation"]["mask_predict_vs_ar"],
-         GOALS["mask_predict_vs_ar"]),
-    ]
+    """(goal, measured, target) for each acceptance goal whose section ran."""
+    names = {"train_step_mfu": "training-step MFU, largest preset (fwd+bwd+optimizer+loop)",
+             "split_vs_plain": "split / plain non-causal attention (fwd+bwd)",
+             "longform_cached_vs_canvas": "exact cache / canvas re-run, long-form (smaller batch ratio)",
+             "eval_cache_speedup": "eval prefix cache / no cache (smallest rule)"}
+    return [(names[key], results[key], target) for key, target in GOALS.items() if key in results]
 
 
 def markdown(results: dict) -> str:
     meta = results["meta"]
     lines = [f"# GPU acceptance: {meta['device']}" + (" (dry run: tiny shapes on CPU)" if meta["dry_run"] else ""),
              "", f"dtype {meta['dtype']}, peak {meta['peak_tflops']:.3g} TFLOP/s ({meta['peak_source']}), "
-             f"torch {meta['torch']}", "", "| section | measure | value | goal |", "|---|---|---|---|"]
+             f"torch {meta['torch']}, commit {meta['commit']}, command `{meta['command']}`", "",
+             "| section | measure | value | goal |", "|---|---|---|---|"]
 
     def row(section, measure, value, goal=""):
         lines.append(f"| {section} | {measure} | {value} | {goal} |")
 
-    parity = results["parity"]
-    for kernel, r in parity["kernels"].items():
-        errs = ", ".join(f"{k[:-8]} {v:.1e}" for k, v in r.items() if k.endswith("_rel_err"))
-        row("parity", f"{kernel} vs fp32 sdpa ({parity['dtype']}, rel. max error)",
-            errs + ("" if "backward" not in r else "; backward not run"),
-            f"<= {parity['tolerance']:.0e}: {'ok' if r['ok'] else 'FAILED'}")
-    for r in results["throughput"]:
+    for r in results.get("train", {}).get("presets", []):
+        for name in ("loop", "bare"):
+            who = "train() loop" if name == "loop" else f"bare step ({r['bare']['attention_backend']})"
+            row("train", f"{r['preset']} b={r['batch']} s={r['seq']} {r['precision']} {who}",
+                f"{r[name]['tokens_per_s']:,.0f} tok/s, training-step MFU {100 * r[name]['mfu']:.1f} %")
+        row("train", f"{r['preset']} loop / bare step", f"{r['loop_vs_bare']:.2f}x")
+    if "attention" in results:
+        a = results["attention"]
+        row("attention", f"plain non-causal s={a['seq']} b={a['batch']} fwd / fwd+bwd",
+            f"{a['full']['fwd_ms']:.2f} / {a['full']['fwdbwd_ms']:.2f} ms")
+        for kernel, r in a["split"].items():
+            bwd = "n/a" if r["fwdbwd_ms"] is None else f"{r['fwdbwd_ms']:.2f}"
+            row("attention", f"split {kernel} fwd / fwd+bwd" + (" (auto's pick)" if kernel == a["best_split_kernel"] else ""),
+                f"{r['fwd_ms']:.2f} / {bwd} ms")
+        row("attention", f"fastest split kernel ({a['fastest_split_kernel']}) / plain, fwd+bwd",
+            f"{a['fastest_split_vs_full_fwdbwd']:.2f}x")
+    for r in results.get("longform", {}).get("runs", []):
+        same = "identical" if r.get("identical") else f"DIFFERENT {r.get('first_difference')}"
+        row("longform", f"{results['longform']['backend']} batch {r['batch']}: cached / reference / canvas tok/s "
+            f"({same}, lengths {'ok' if r['lengths_ok'] else 'SHORT'})",
+            " / ".join(f"{r[n]['tokens_per_s']:,.1f}" for n in ("cached", "uncached", "canvas")))
+    for rule, r in results.get("eval", {}).get("rules", {}).items():
+        row("eval", f"prefix cache speed-up, rule {rule}",
+            f"{r['speedup']:.2f}x ({r['requests_per_s_off']:.1f} -> {r['requests_per_s_on']:.1f} req/s)")
+    if "generation" in results:
+        gen = results["generation"]
+        row("generation", f"Mask-Predict T={gen['steps']} N={gen['new_tokens']}, prefix cache",
+            f"{gen['mask_predict_tokens_per_s']:,.1f} tok/s")
+        row("generation", "autoregressive (Llama, KV cache, eager HF generate)", f"{gen['ar_tokens_per_s']:,.1f} tok/s")
+    if "parity" in results:
+        parity = results["parity"]
+        for kernel, r in parity["kernels"].items():
+            errs = ", ".join(f"{k[:-8]} {v:.1e}" for k, v in r.items() if k.endswith("_rel_err"))
+            row("parity", f"{kernel} vs fp32 sdpa ({parity['dtype']}, rel. max error)",
+                errs + ("" if "backward" not in r else "; backward not run"),
+                f"<= {parity['tolerance']:.0e}: {'ok' if r['ok'] else 'FAILED'}")
+    for r in results.get("throughput", []):
         for name in ("ours", "reference"):
             who = f"ours ({r['attention_backend']})" if name == "ours" else "EuroBertForMaskedLM"
             row("throughput", f"{r['preset']} b={r['batch']} s={r['seq']} {who}",
-                f"{r[name]['tokens_per_s']:,.0f} tok/s, MFU {100 * r[name]['mfu']:.1f} %")
-        row("throughput", f"{r['preset']} ours / reference speed", f"{r['speedup_vs_reference']:.2f}x")
-    a = results["attention"]
-    row("attention", f"plain non-causal s={a['seq']} fwd / fwd+bwd",
-        f"{a['full']['fwd_ms']:.2f} / {a['full']['fwdbwd_ms']:.2f} ms")
-    for kernel, r in a["split"].items():
-        bwd = "n/a" if r["fwdbwd_ms"] is None else f"{r['fwdbwd_ms']:.2f}"
-        row("attention", f"split {kernel} fwd / fwd+bwd", f"{r['fwd_ms']:.2f} / {bwd} ms")
-    gen = results["generation"]
-    row("generation", f"Mask-Predict T={gen['steps']} N={gen['new_tokens']}, prefix cache",
-        f"{gen['mask_predict_tokens_per_s']:,.1f} tok/s")
-    row("generation", "autoregressive (Llama, KV cache)", f"{gen['ar_tokens_per_s']:,.1f} tok/s")
-    for rule, r in results["eval"]["rules"].items():
-        row("eval", f"prefix cache speed-up, rule {rule}",
-            f"{r['speedup']:.2f}x ({r['requests_per_s_off']:.1f} -> {r['requests_per_s_on']:.1f} req/s)")
+                f"{r[name]['tokens_per_s']:,.0f} tok/s, fwd+bwd MFU {100 * r[name]['mfu']:.1f} %")
     for name, value, target in goal_rows(results):
         row("goal", name, f"{value:.2f}", f">= {target:.2f}: {'met' if value >= target else 'not met'}")
     return "\n".join(lines) + "\n"
@@ -320,23 +386,33 @@ def finite_numbers(obj, path: str = "") -> list[str]:
 def parse_args(argv):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--out", type=Path, default=Path("bench_gpu_out"), help="folder for the JSON and markdown")
-    p.add_argument("--dry-run", action="store_true", help="every phase on CPU with tiny shapes")
+    p.add_argument("--dry-run", action="store_true", help="every section on CPU with tiny shapes")
+    p.add_argument("--sections", nargs="+", choices=SECTIONS + OPTIONAL_SECTIONS, default=list(SECTIONS),
+                   help="the sections to run (always in the order above)")
     p.add_argument("--presets", nargs="+", default=["136m", "1p3b"])
     p.add_argument("--peak-tflops", type=float, default=None, help="override the device's peak bf16 TFLOP/s")
-    p.add_argument("--steps", type=int, default=10, help="timed training steps per model")
-    p.add_argument("--reps", type=int, default=3, help="timed repetitions (attention, generation, eval)")
+    p.add_argument("--steps", type=int, default=10, help="timed steps per model (train: per logging window)")
+    p.add_argument("--reps", type=int, default=2, help="timed repetitions (longform, generation, eval)")
+    p.add_argument("--longform-backend", choices=("megatron", "hf"), default="megatron",
+                   help="long-form model: our BiGLMModel with the slot-pool cache (checked against the growing "
+                        "cache), or transformers' EuroBERT with the growing cache (checked against uncached)")
     args = p.parse_args(argv)
+    args.sections = [name for name in SECTIONS + OPTIONAL_SECTIONS if name in args.sections]
     if args.dry_run:
         args.presets, args.seq, args.batch = ["tiny"], 128, {"tiny": 2}
         args.steps, args.warmup, args.reps, args.attn_reps = min(args.steps, 2), 1, 1, 2
+        args.train_steps, args.tokenizer_vocab, args.workers = 2, 512, 0
         args.heads, args.groups, args.head_dim = 4, 2, 32
         args.parity_seq, args.attn_seq, args.attn_batch = 160, 256, 2
+        args.lf_prompt, args.lf_new, args.lf_block, args.lf_steps, args.lf_batches = 12, 24, 8, 2, [1, 2]
         args.gen_layers, args.gen_hidden, args.gen_vocab, args.gen_prefix, args.gen_batch = 2, 128, 512, 32, 2
         args.eval_questions, args.eval_context, args.eval_choices, args.eval_rules = 2, 32, (2, 3), ["pll"]
     else:
-        args.seq, args.batch, args.warmup, args.attn_reps = 2048, {"136m": 16, "1p3b": 8}, 3, 10
+        args.seq, args.batch, args.warmup, args.attn_reps = 2048, {"136m": 16, "1p3b": 8}, 3, 20
+        args.train_steps, args.tokenizer_vocab, args.workers = args.steps, 4096, 2
         args.heads, args.groups, args.head_dim = 32, 32, 64  # the 1.3B preset's attention
         args.parity_seq, args.attn_seq, args.attn_batch = 1000, 2048, 8
+        args.lf_prompt, args.lf_new, args.lf_block, args.lf_steps, args.lf_batches = 128, 1024, 32, 8, [1, 8]
         args.gen_layers, args.gen_hidden, args.gen_vocab, args.gen_prefix, args.gen_batch = 30, 576, 49152, 512, 8
         args.eval_questions, args.eval_context, args.eval_choices, args.eval_rules = 12, 256, (4, 8), ["beam", "pll"]
     return args
@@ -351,35 +427,61 @@ def main(argv=None) -> int:
     if args.dry_run:
         torch.set_num_threads(1)
     try:
-        return _run(args)
+        return _run(args, argv)
     finally:
         torch.set_num_threads(threads)
 
 
-def _run(args) -> int:
+def _commit() -> str:
+    import subprocess
+
+    try:
+        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
+                              cwd=Path(__file__).parent, check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+
+
+def _write(args, results: dict) -> None:
+    args.out.mkdir(parents=True, exist_ok=True)
+    tmp = args.out / (JSON_NAME + ".tmp")
+    tmp.write_text(json.dumps(results, indent=2) + "\n")
+    tmp.replace(args.out / JSON_NAME)
+
+
+def _run(args, argv) -> int:
     from megatron_biglm.model.standalone import init_single_process
 
     init_single_process(seed=0)
     device = torch.device("cpu" if args.dry_run else "cuda")
     dtype = torch.float32 if args.dry_run else torch.bfloat16
     peak, peak_source = peak_flops(device, dtype, args.peak_tflops)
+    command = "python -m benchmarks gpu " + " ".join(sys.argv[1:] if argv is None else argv)
     results = dict(meta=dict(device=device_name(device), dry_run=args.dry_run, dtype=str(dtype).replace("torch.", ""),
-                             peak_tflops=peak / 1e12, peak_source=peak_source, torch=torch.__version__))
+                             peak_tflops=peak / 1e12, peak_source=peak_source, torch=torch.__version__,
+                             commit=_commit(), command=command, sections_done=[]))
     t_start = time.perf_counter()
-    phases = [("parity", lambda: attention_parity(args, device, dtype)),
-              ("throughput", lambda: [preset_throughput(p, args, device, dtype, peak) for p in args.presets]),
-              ("attention", lambda: split_vs_full_attention(args, device, dtype)),
-              ("generation", lambda: mask_predict_vs_ar(args, device)),
-              ("eval", lambda: eval_prefix_cache(args, device))]
-    for name, run in phases:
+    from benchmarks.gpu_train import train_section
+
+    phases = {"train": lambda: train_section(args, device, dtype, peak),
+              "attention": lambda: split_vs_full_attention(args, device, dtype),
+              "longform": lambda: longform(args, device, dtype),
+              "eval": lambda: eval_prefix_cache(args, device),
+              "generation": lambda: mask_predict_vs_ar(args, device),
+              "parity": lambda: attention_parity(args, device, dtype),
+              "throughput": lambda: [preset_throughput(p, args, device, dtype, peak) for p in args.presets]}
+    for name in args.sections:
         t0 = time.perf_counter()
-        results[name] = run()
+        init_single_process(seed=0)
+        results[name] = phases[name]()
+        results.update(summary(results))
+        results["meta"]["sections_done"].append(name)
+        results["meta"]["seconds"] = time.perf_counter() - t_start
+        _write(args, results)
         print(f"[{name}] done in {time.perf_counter() - t0:.1f} s", flush=True)
     results["goals"] = [dict(goal=g, value=v, target=t, met=v >= t) for g, v, t in goal_rows(results)]
-    results["meta"]["seconds"] = time.perf_counter() - t_start
+    _write(args, results)
     bad = finite_numbers(results)
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / JSON_NAME).write_text(json.dumps(results, indent=2) + "\n")
     table = markdown(results)
     (args.out / MD_NAME).write_text(table)
     print(table)
@@ -387,8 +489,11 @@ def _run(args) -> int:
     if bad:
         print(f"error: non-finite results at {bad}", file=sys.stderr)
         return 1
-    if not all(r["ok"] for r in results["parity"]["kernels"].values()):
+    if "parity" in results and not all(r["ok"] for r in results["parity"]["kernels"].values()):
         print("error: a kernel is outside the parity tolerance", file=sys.stderr)
+        return 1
+    if results.get("longform_identical") is False:
+        print("error: long-form cached tokens differ from the uncached reference's", file=sys.stderr)
         return 1
     return 0
 

@@ -16,8 +16,10 @@ Three decoders on the same model, prompts, blocks, steps per block and re-maskin
   (c) canvas    LLaDA-style: the whole canvas (prompt and every slot, later blocks masked) is
                 re-run at every step under full bidirectional attention (`blocks="canvas"`).
 
-Speed: generated tokens/s of each decoder at each batch size (one timed call after a short
-warm-up, decoders interleaved per batch size), and the ratios (a)/(b) and (a)/(c).
+Speed, measured only after the tokens are checked (every output `--new-tokens` long, (a)'s
+equal to (b)'s): generated tokens/s of each decoder at each batch size, the median of
+`--reps` timed calls after a short warm-up, decoders interleaved within each repetition, and
+the ratios (a)/(b) and (a)/(c).
 
 Quality of (a) and (c) (with `--model`, a trained HF export; random weights give no meaningful
 text): the NLL of the generated text scored with full context by the same model (8 passes,
@@ -32,6 +34,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import statistics
 import sys
 import time
 from pathlib import Path
@@ -61,6 +64,23 @@ def random_model(preset: str, positions: int, device, dtype):
         pad_token_id=PAD, bos_token_id=BOS, eos_token_id=EOS, mask_token_id=MASK)
     model = EuroBertForMaskedLM(config).to(device, dtype).eval()
     return HFMaskedLMAdapter(model, SPECIAL, prefix_cache="on"), IdsTokenizer(), p.vocab_size
+
+
+def random_megatron_model(preset: str, positions: int, device, dtype, cache_layout: str):
+    """(adapter, tokenizer, vocab): our own BiGLMModel of the preset's shape, random weights,
+    behind the megatron adapter with the given K/V cache layout ("pool" or "grow")."""
+    from benchmarks.bench_generation import SPECIAL, IdsTokenizer
+    from megatron_biglm.inference.megatron_adapter import MegatronMaskedLMAdapter
+    from megatron_biglm.model import load_preset, model_provider
+    from megatron_biglm.model.standalone import init_single_process
+
+    init_single_process(seed=0)
+    cfg = load_preset(preset, {"seq_length": max(positions, load_preset(preset).seq_length)})
+    params_dtype = {torch.float32: "fp32", torch.bfloat16: "bf16"}[dtype]
+    model = model_provider(True, True, cfg, params_dtype=params_dtype).to(device)
+    adapter = MegatronMaskedLMAdapter(model, SPECIAL, vocab_size=cfg.vocab_size, max_length=cfg.seq_length,
+                                      cache_layout=cache_layout)
+    return adapter, IdsTokenizer(), cfg.vocab_size
 
 
 def export_model(folder: Path, positions: int, device, dtype):
@@ -103,7 +123,8 @@ def generators(adapter, tokenizer):
 
 
 def run(args) -> dict:
-    from megatron_biglm.generation import GenerationConfig
+    from megatron_biglm.generation import GenerationConfig, MaskPredictGenerator
+    from megatron_biglm.inference.megatron_adapter import MegatronMaskedLMAdapter
 
     device = torch.device(args.device)
     dtype = {"fp32": torch.float32, "bf16": torch.bfloat16}[args.dtype]
@@ -112,6 +133,11 @@ def run(args) -> dict:
         adapter, tokenizer, trained = export_model(Path(args.model), positions, device, dtype)
         prompts = corpus_prompts(tokenizer, max(args.batches), args.prompt_tokens)
         source = dict(model=str(args.model), trained_positions=trained, prompts="sample corpus, last plays")
+    elif getattr(args, "backend", "hf") == "megatron":
+        adapter, tokenizer, vocab = random_megatron_model(args.preset, positions, device, dtype, "pool")
+        g = torch.Generator().manual_seed(0)
+        prompts = torch.randint(4, vocab, (max(args.batches), args.prompt_tokens), generator=g).tolist()
+        source = dict(model=f"random {args.preset} shape (our BiGLMModel)", prompts="random ids")
     else:
         adapter, tokenizer, vocab = random_model(args.preset, positions, device, dtype)
         g = torch.Generator().manual_seed(0)
@@ -119,6 +145,15 @@ def run(args) -> dict:
         source = dict(model=f"random {args.preset} shape", prompts="random ids")
     params = sum(p.numel() for p in adapter.model.parameters())
     gens = generators(adapter, tokenizer)
+    if getattr(args, "backend", "hf") == "megatron":
+        # our model has no uncached block-causal forward: the reference is the growing cache,
+        # held exact to that forward by tests/test_inference_prefix_cache.py
+        reference = MaskPredictGenerator(MegatronMaskedLMAdapter(adapter.model, adapter.special, vocab_size=vocab,
+                                                                 max_length=adapter.max_length, cache_layout="grow"),
+                                         tokenizer, use_cache=True)
+        gens["uncached"] = reference
+        source["reference"] = "growing K/V cache (exact), not an uncached forward"
+        source["cache"] = "slot pool (megatron adapter, cache_layout=pool)"
     base = dict(length=args.new_tokens, steps=args.steps, block_size=args.block)  # fixed length: no EOS cut
     configs = {"cached": GenerationConfig(**base, blocks="cached"),
                "uncached": GenerationConfig(**base, blocks="cached"),
@@ -129,35 +164,57 @@ def run(args) -> dict:
                              prompt_tokens=args.prompt_tokens, new_tokens=args.new_tokens, block=args.block,
                              steps_per_block=args.steps, torch=torch.__version__, **source),
                    runs=[])
+    reps = getattr(args, "reps", 1)
     for batch in args.batches:
         batch_prompts = prompts[:batch]
         for name in args.decoders:  # warm-up: kernels, allocator, caches
             gens[name].generate_ids(batch_prompts[:1], warm.replace(blocks=configs[name].blocks), batch_size=1)
         row = dict(batch=batch)
-        outputs = {}
-        for name in args.decoders:
-            _sync(device)
-            t0 = time.perf_counter()
-            outs = gens[name].generate_ids(batch_prompts, configs[name], batch_size=batch)
-            _sync(device)
-            seconds = time.perf_counter() - t0
-            outputs[name] = [list(o.ids) for o in outs]
-            row[name] = dict(seconds=seconds, tokens_per_s=batch * args.new_tokens / seconds)
-            print(f"batch {batch} {name}: {seconds:.1f} s, {row[name]['tokens_per_s']:.1f} tok/s", flush=True)
+        # the tokens first: every output at full length, and the cache's equal to the
+        # uncached reference's, before any speed is measured or printed
+        outputs = {name: [list(o.ids) for o in gens[name].generate_ids(batch_prompts, configs[name], batch_size=batch)]
+                   for name in args.decoders}
+        row["lengths_ok"] = all(len(ids) == args.new_tokens for outs in outputs.values() for ids in outs)
         if "cached" in outputs and "uncached" in outputs:
-            diffs = [next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), None)
-                     for a, b in zip(outputs["cached"], outputs["uncached"])]
-            row["identical"] = all(d is None for d in diffs)
+            diffs = [first_difference(a, b) for a, b in zip(outputs["cached"], outputs["uncached"])]
+            row["identical"] = row["lengths_ok"] and all(d is None for d in diffs)
             row["first_difference"] = diffs
+        seconds = {name: [] for name in args.decoders}
+        for _ in range(reps):  # interleaved, so a load change hits every decoder alike
+            for name in args.decoders:
+                _sync(device)
+                t0 = time.perf_counter()
+                gens[name].generate_ids(batch_prompts, configs[name], batch_size=batch)
+                _sync(device)
+                seconds[name].append(time.perf_counter() - t0)
+        for name in args.decoders:
+            sec = statistics.median(seconds[name])
+            row[name] = dict(seconds=sec, tokens_per_s=batch * args.new_tokens / sec, reps=reps)
+        if "cached" in outputs and "uncached" in outputs:
             row["cached_vs_uncached"] = row["uncached"]["seconds"] / row["cached"]["seconds"]
         if "cached" in outputs and "canvas" in outputs:
             row["cached_vs_canvas"] = row["canvas"]["seconds"] / row["cached"]["seconds"]
+        if row.get("identical", True):
+            for name in args.decoders:
+                print(f"batch {batch} {name}: {row[name]['seconds']:.2f} s, {row[name]['tokens_per_s']:.1f} tok/s",
+                      flush=True)
+        else:
+            print(f"batch {batch}: the cached tokens differ from the uncached reference's (first difference "
+                  f"{row['first_difference']}, lengths ok: {row['lengths_ok']}); speeds not printed", flush=True)
         if args.model:
             row["quality"] = {name: dict(nll=full_context_nll(adapter, batch_prompts, outs),
                                          distinct_2=distinct_2(outs), repeated_4grams=repeated_4gram_rate(outs))
                               for name, outs in outputs.items() if name != "uncached"}
         results["runs"].append(row)
     return results
+
+
+def first_difference(a: list, b: list) -> int | None:
+    """The first position where two id lists differ (a length difference counts), or None."""
+    for i, (x, y) in enumerate(zip(a, b)):
+        if x != y:
+            return i
+    return None if len(a) == len(b) else min(len(a), len(b))
 
 
 def _sync(device: torch.device) -> None:
@@ -195,6 +252,9 @@ def parse_args(argv):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--preset", default="136m", help="random-weight model of this preset's shape (speed only)")
     p.add_argument("--model", default=None, help="a trained HF export: speed and quality")
+    p.add_argument("--backend", choices=("hf", "megatron"), default="hf",
+                   help="random-weight model: transformers' EuroBERT (growing cache) or our BiGLMModel with the "
+                        "slot-pool cache, checked against the growing cache")
     p.add_argument("--prompt-tokens", type=int, default=128)
     p.add_argument("--new-tokens", type=int, default=1024)
     p.add_argument("--block", type=int, default=32)
@@ -203,6 +263,7 @@ def parse_args(argv):
     p.add_argument("--decoders", nargs="+", choices=DECODERS, default=list(DECODERS))
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     p.add_argument("--dtype", choices=("fp32", "bf16"), default=None, help="default: bf16 on CUDA, fp32 on CPU")
+    p.add_argument("--reps", type=int, default=3, help="timed runs per decoder (interleaved; median)")
     p.add_argument("--out", type=Path, default=None, help="write the results JSON here")
     args = p.parse_args(argv)
     args.dtype = args.dtype or ("bf16" if args.device.startswith("cuda") else "fp32")
@@ -217,8 +278,9 @@ def main(argv=None) -> int:
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(json.dumps(results, indent=2) + "\n")
-    if any(row.get("identical") is False for row in results["runs"]):
-        print("error: the cached decoder's tokens differ from the uncached reference's", file=sys.stderr)
+    if any(row.get("identical") is False or not row["lengths_ok"] for row in results["runs"]):
+        print("error: the cached decoder's tokens differ from the uncached reference's, or an output is "
+              "short", file=sys.stderr)
         return 1
     return 0
 

@@ -135,3 +135,29 @@ def mean_masked_loss(model, batch: dict, backend: Optional[str] = None) -> torch
     losses = model(batch["input_ids"], split=batch["split"], labels=batch["labels"],
                    loss_mask=batch["loss_mask"])
     return (losses * batch["loss_mask"]).sum() / batch["loss_mask"].sum()
+
+
+def spread_weights(model, std: float):
+    """Redraw every matrix of `model` from N(0, std): wider than the init, so logits are
+    O(1..10) and attention is not uniform (greedy choices are then not ties)."""
+    with torch.no_grad():
+        for p in model.parameters():
+            if p.dim() > 1:
+                p.normal_(0.0, std)
+    return model
+
+
+def core_attention_and_qkv(heads: int, groups: int, s: int, b: int, seed: int, head_dim: int = 16,
+                           device="cpu", dtype=torch.float32):
+    """One layer's `BiGLMCoreAttention` (heads x head_dim wide, `groups` K/V groups) and random
+    q, k, v in megatron's `[s, b, heads, d]` layout, for the attention-kernel tests."""
+    from megatron.core.transformer.enums import AttnMaskType
+
+    from megatron_biglm.model.core_attention import BiGLMCoreAttention
+
+    cfg = tiny_config(hidden_size=heads * head_dim, num_attention_heads=heads, num_query_groups=groups)
+    core = BiGLMCoreAttention(cfg.to_transformer_config(), layer_number=1,
+                              attn_mask_type=AttnMaskType.arbitrary, attention_type="self").to(device)
+    g = torch.Generator().manual_seed(seed)
+    shapes = [(s, b, heads, head_dim), (s, b, groups, head_dim), (s, b, groups, head_dim)]
+    return core, [torch.randn(shape, generator=g).to(device, dtype) for shape in shapes]

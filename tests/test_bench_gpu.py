@@ -9,6 +9,8 @@ from __future__ import annotations
 import json
 import math
 
+import pytest
+
 from benchmarks import bench_gpu
 
 
@@ -20,27 +22,47 @@ def _numbers(obj):
     return [obj] if isinstance(obj, (int, float)) and not isinstance(obj, bool) else []
 
 
+HEADLINES = ("train_step_mfu", "train_loop_vs_bare", "split_vs_plain", "longform_cached_vs_canvas",
+             "longform_identical", "eval_cache_speedup")
+
+
+@pytest.mark.slow
 def test_bench_gpu_dry_run_writes_every_section(tmp_path, capsys):
     assert bench_gpu.main(["--dry-run", "--out", str(tmp_path)]) == 0
     results = json.loads((tmp_path / bench_gpu.JSON_NAME).read_text())
+    assert results["meta"]["sections_done"] == list(bench_gpu.SECTIONS)  # in priority order
     for section in ("meta", *bench_gpu.SECTIONS, "goals"):
         assert results[section], section
         numbers = _numbers(results[section])
         assert numbers and all(math.isfinite(n) for n in numbers), section
-    assert results["meta"]["dry_run"] is True
+    assert results["meta"]["dry_run"] is True and results["meta"]["command"].startswith("python -m benchmarks gpu")
+    for key in HEADLINES:
+        assert key in results, key
+    assert results["longform_identical"] is True
+
+    (train,) = results["train"]["presets"]  # the dry run's one stand-in preset, through the real loop
+    assert train["loop"]["tokens_per_s"] > 0 and train["bare"]["tokens_per_s"] > 0
+    assert math.isfinite(train["loop"]["loss"]) and "optimizer" in train["mfu_counts"]
+    assert results["train_loop_vs_bare"] == train["loop"]["tokens_per_s"] / train["bare"]["tokens_per_s"]
+    assert results["train_step_mfu"] == train["loop"]["mfu"] > 0
+    assert results["split_vs_plain"] == results["attention"]["split_vs_full_fwdbwd"] > 0
+    assert results["attention"]["reps"] == 2 and "sdpa_split" in results["attention"]["split"]
+    fastest = results["attention"]["fastest_split_kernel"]
+    assert results["attention"]["split"][fastest]["fwdbwd_ms"] == min(
+        r["fwdbwd_ms"] for r in results["attention"]["split"].values() if r["fwdbwd_ms"] is not None)
+    for run in results["longform"]["runs"]:
+        assert run["identical"] and run["lengths_ok"] and run["first_difference"] == [None] * run["batch"]
+    assert results["longform"]["backend"] == "megatron" and "slot pool" in results["longform"]["meta"]["cache"]
+    assert results["longform_cached_vs_canvas"] == min(r["cached_vs_canvas"] for r in results["longform"]["runs"])
+    assert results["eval_cache_speedup"] == min(r["speedup"] for r in results["eval"]["rules"].values())
 
     kernels = results["parity"]["kernels"]
-    assert {"local", "sdpa", "flex"} <= set(kernels) and all(k["ok"] for k in kernels.values())
+    assert {"local", "sdpa", "flex", "sdpa_split"} <= set(kernels) and all(k["ok"] for k in kernels.values())
     assert all(k["out_rel_err"] <= results["parity"]["tolerance"] for k in kernels.values())
     assert "dq_rel_err" in kernels["sdpa"] and "dq_rel_err" in kernels["local"]
     # each kernel gets its own gradients: the explicit-softmax kernel rounds differently from
     # sdpa, so its error is small but never exactly 0 (shared leaves would make it 0)
     assert all(0 < kernels["local"][f"{g}_rel_err"] <= 1e-4 for g in ("dq", "dk", "dv"))
-    (throughput,) = results["throughput"]  # the dry run's one stand-in preset
-    for model in ("ours", "reference"):
-        assert throughput[model]["tokens_per_s"] > 0 and throughput[model]["mfu"] > 0
-    assert throughput["loss_diff"] < 1e-4  # same weights, same batch: same loss
-    assert results["attention"]["split_vs_full_fwdbwd"] > 0
     assert results["generation"]["mask_predict_vs_ar"] > 0
     assert results["eval"]["rules"]["hf:pll"]["max_score_diff"] < 1e-4
     assert results["eval"]["rules"]["megatron:pll"]["max_score_diff"] < 1e-4
@@ -53,5 +75,24 @@ def test_bench_gpu_dry_run_writes_every_section(tmp_path, capsys):
     assert sections == {*bench_gpu.SECTIONS, "goal"}
     for kernel in kernels:
         assert any(f"| parity | {kernel} vs" in line for line in rows), kernel
-    assert any("tiny b=2 s=128" in line and "MFU" in line for line in rows)
-    assert sum(line.startswith("| goal |") for line in rows) == 3
+    assert any("tiny b=2 s=128" in line and "training-step MFU" in line for line in rows)
+    assert sum(line.startswith("| goal |") for line in rows) == len(bench_gpu.GOALS)
+
+
+def test_bench_gpu_sections_keep_their_order_and_write_as_they_go(tmp_path):
+    """`--sections` in any order runs in priority order; the JSON holds only what ran."""
+    assert bench_gpu.main(["--dry-run", "--out", str(tmp_path), "--sections", "parity", "attention"]) == 0
+    results = json.loads((tmp_path / bench_gpu.JSON_NAME).read_text())
+    assert results["meta"]["sections_done"] == ["attention", "parity"]
+    assert "train" not in results and "train_step_mfu" not in results and "split_vs_plain" in results
+
+
+def test_peak_is_looked_up_by_the_full_device_name():
+    from megatron_biglm.training.flops import peak_tflops_for
+
+    assert peak_tflops_for("NVIDIA H100 80GB HBM3") == ("H100", 989.0)
+    assert peak_tflops_for("NVIDIA H100 PCIe") == ("H100 PCIe", 756.0)
+    assert peak_tflops_for("NVIDIA H100 NVL") == ("H100 NVL", 835.0)
+    assert peak_tflops_for("NVIDIA A100-SXM4-80GB") == ("A100", 312.0)  # not the A10's
+    assert peak_tflops_for("NVIDIA H200") == ("H200", 989.0)
+    assert peak_tflops_for("Some CPU") is None

@@ -18,17 +18,39 @@ def test_longform_toy_run_is_exact_and_reports_every_decoder(tmp_path, capsys, o
     out = tmp_path / "longform.json"
     assert bench_longform.main(["--preset", "tiny", "--prompt-tokens", "12", "--new-tokens", "40",
                                 "--block", "8", "--steps", "3", "--batches", "1", "3",
-                                "--device", "cpu", "--out", str(out)]) == 0
+                                "--device", "cpu", "--reps", "1", "--out", str(out)]) == 0
     results = json.loads(out.read_text())
     assert [r["batch"] for r in results["runs"]] == [1, 3]
     for row in results["runs"]:
-        assert row["identical"] is True and row["first_difference"] == [None] * row["batch"]
+        assert row["identical"] is True and row["lengths_ok"] is True
+        assert row["first_difference"] == [None] * row["batch"]
         for name in bench_longform.DECODERS:
             assert row[name]["tokens_per_s"] == pytest.approx(row["batch"] * 40 / row[name]["seconds"])
         assert row["cached_vs_uncached"] == pytest.approx(row["uncached"]["seconds"] / row["cached"]["seconds"])
         assert row["cached_vs_canvas"] == pytest.approx(row["canvas"]["seconds"] / row["cached"]["seconds"])
     table = capsys.readouterr().out
     assert table.count("| identical |") == 2 and "blocks of 8" in table
+
+
+def test_longform_megatron_pool_matches_the_growing_cache(tmp_path, one_torch_thread):  # noqa: F811
+    """`--backend megatron`: our model with the slot-pool cache, its tokens checked against the
+    growing cache (the reference it names) before any speed."""
+    out = tmp_path / "longform.json"
+    assert bench_longform.main(["--backend", "megatron", "--preset", "tiny", "--prompt-tokens", "12",
+                                "--new-tokens", "24", "--block", "8", "--steps", "2", "--batches", "1", "3",
+                                "--device", "cpu", "--reps", "1", "--out", str(out)]) == 0
+    results = json.loads(out.read_text())
+    assert "growing K/V cache" in results["meta"]["reference"] and "slot pool" in results["meta"]["cache"]
+    for row in results["runs"]:
+        assert row["identical"] is True and row["lengths_ok"] is True and row["cached_vs_canvas"] > 0
+
+
+def test_first_difference_counts_a_short_output():
+    """A shorter output is a difference (at its end), never a match of the common part."""
+    assert bench_longform.first_difference([1, 2, 3], [1, 2, 3]) is None
+    assert bench_longform.first_difference([1, 2, 3], [1, 5, 3]) == 1
+    assert bench_longform.first_difference([1, 2], [1, 2, 3]) == 2
+    assert bench_longform.first_difference([1, 2, 3], [1, 2]) == 2
 
 
 def test_text_metrics_equal_hand_counts():

@@ -21,7 +21,7 @@ import torch
 
 from megatron_biglm.model.attention_masks import flex_split_block_mask
 from megatron_biglm.model.attention_params import BiGLMAttentionParams, build_attention_params
-from model_fixtures import build_model, init_megatron, mean_masked_loss, random_batch, tiny_config
+from model_fixtures import build_model, core_attention_and_qkv, init_megatron, mean_masked_loss, random_batch, tiny_config
 
 DEVICE = torch.device("cuda" if torch.cuda.is_available() else "cpu")
 ATOL = RTOL = 2e-5
@@ -48,20 +48,9 @@ def _megatron():
     tensor_parallel.model_parallel_cuda_manual_seed(0)  # megatron's `local` kernel forks this RNG
 
 
-def _core(heads: int, groups: int):
-    from megatron.core.transformer.enums import AttnMaskType
-
-    from megatron_biglm.model.core_attention import BiGLMCoreAttention
-
-    cfg = tiny_config(hidden_size=heads * HEAD_DIM, num_attention_heads=heads, num_query_groups=groups)
-    return BiGLMCoreAttention(cfg.to_transformer_config(), layer_number=1,
-                              attn_mask_type=AttnMaskType.arbitrary, attention_type="self").to(DEVICE)
-
-
-def _qkv(heads: int, groups: int, s: int, b: int, seed: int):
-    g = torch.Generator().manual_seed(seed)
-    shapes = [(s, b, heads, HEAD_DIM), (s, b, groups, HEAD_DIM), (s, b, groups, HEAD_DIM)]
-    return [torch.randn(shape, generator=g).to(DEVICE) for shape in shapes]
+def _core_and_qkv(case, seed: int):
+    _, heads, groups, s, splits, _ = case
+    return core_attention_and_qkv(heads, groups, s, len(splits), seed, HEAD_DIM, DEVICE)
 
 
 def _run(core, qkv, params, grad: bool):
@@ -93,9 +82,8 @@ def _assert_close(got, want, what: str):
 
 @pytest.mark.parametrize("case", CASES, ids=CASE_IDS)
 def test_compiled_flex_forward_matches_sdpa_and_local(case):
-    name, heads, groups, s, splits, _ = case
-    core = _core(heads, groups)
-    qkv = _qkv(heads, groups, s, len(splits), seed=s)
+    name, s = case[0], case[3]
+    core, qkv = _core_and_qkv(case, seed=s)
     flex_params = _params(case, "flex")
     assert flex_params.compile_flex and flex_params.block_mask is not None
     with torch.no_grad():
@@ -107,9 +95,8 @@ def test_compiled_flex_forward_matches_sdpa_and_local(case):
 
 @pytest.mark.parametrize("case", CASES, ids=CASE_IDS)
 def test_compiled_flex_backward_matches_sdpa_and_local(case):
-    name, heads, groups, s, splits, _ = case
-    core = _core(heads, groups)
-    qkv = _qkv(heads, groups, s, len(splits), seed=s + 1)
+    name, s = case[0], case[3]
+    core, qkv = _core_and_qkv(case, seed=s + 1)
     try:
         got, got_grads = _run(core, qkv, _params(case, "flex"), grad=True)
     except NotImplementedError as exc:
@@ -128,8 +115,7 @@ def test_compiled_flex_with_all_zero_split_is_full_attention():
     BlockMask built for it anyway must give full attention too."""
     heads, groups, s, b = 2, 2, 256, 3  # the second case's shape: no new compile
     assert build_attention_params(torch.zeros(b, dtype=torch.long), s, "flex", compile_flex=True).is_full_attention
-    core = _core(heads, groups)
-    qkv = _qkv(heads, groups, s, b, seed=3)
+    core, qkv = core_attention_and_qkv(heads, groups, s, b, 3, HEAD_DIM, DEVICE)
     block_mask = flex_split_block_mask(torch.zeros(b, dtype=torch.long), s, device=DEVICE)
     with torch.no_grad():
         got, _ = _run(core, qkv, BiGLMAttentionParams(backend="flex", block_mask=block_mask, compile_flex=True),

@@ -13,7 +13,7 @@ from __future__ import annotations
 import pytest
 import torch
 from eval_fixtures import one_torch_thread, tiny_bert, tiny_biglm  # noqa: F401
-from model_fixtures import build_model, init_megatron, tiny_config
+from model_fixtures import build_model, init_megatron, spread_weights, tiny_config
 
 from megatron_biglm.model.attention_masks import additive_mask
 from megatron_biglm.evaluation.runner import score_requests
@@ -33,11 +33,7 @@ SPECIAL = TokenIds(bos_id=1, mask_id=3, pad_id=0, eos_id=2)
 @pytest.fixture(scope="module")
 def megatron_adapter():
     init_megatron(1, 1)
-    model = build_model(tiny_config(vocab_size=VOCAB), seed=4)
-    with torch.no_grad():  # a wider spread than the init: logits O(1..10), attention not uniform
-        for p in model.parameters():
-            if p.dim() > 1:
-                p.normal_(0.0, 0.15)
+    model = spread_weights(build_model(tiny_config(vocab_size=VOCAB), seed=4), 0.15)
     return MegatronMaskedLMAdapter(model, SPECIAL, vocab_size=VOCAB, max_length=128)
 
 
@@ -296,3 +292,24 @@ def test_megatron_adapter_refuses_a_task_head_model_saying_what_it_holds():
     model = head_model_provider("classification", {"num_labels": 3})(True, True, cfg, cfg.to_transformer_config())
     with pytest.raises(ValueError, match="'classification' task head, not the masked-LM head"):
         MegatronMaskedLMAdapter(model, SPECIAL, vocab_size=VOCAB, max_length=128)
+
+
+@pytest.mark.parametrize("kind", ["biglm", "bert"])
+def test_hf_adapter_passes_the_cache_by_transformers_current_argument(kind):
+    """No deprecation warning from the cached paths: the adapter passes its cache as `cache`
+    where this transformers renamed `past_key_values` (it warns that the old name goes away)."""
+    import warnings
+
+    import transformers
+
+    adapter = _hf_adapter(kind)
+    g = torch.Generator().manual_seed(0)
+    ids, lengths = torch.randint(4, VOCAB, (2, 6), generator=g), torch.tensor([6, 4])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", FutureWarning)
+        state = adapter.encode_prefix(ids, lengths)
+        rows = torch.tensor([1, 0])
+        adapter.logits_with_prefix(state, rows, ids[:, :3], torch.tensor([3, 2]), torch.arange(3)[None].expand(2, -1))
+        adapter.extend_prefix(state, rows, ids[:, :2], torch.tensor([2, 1]))
+    if tuple(int(x) for x in transformers.__version__.split(".")[:2]) >= (5, 24):
+        assert adapter._cache_arg == "cache"

@@ -22,7 +22,9 @@ from megatron_biglm.model.attention_masks import (
     dense_visible_mask,
     flex_split_block_mask,
     sequence_mask,
+    split_groups,
     suffix_after_prefix_mask,
+    varlen_segments,
     varlen_split_lengths,
 )
 from megatron_biglm.objective.split_rule import (
@@ -274,6 +276,42 @@ def test_varlen_lengths_equal_the_rule_on_real_rows():
         assert rows.unique().numel() == rows.numel() == int(lengths.sum())
 
 
+def expand_groups(groups, s: int) -> torch.Tensor:
+    """The (query, key) pairs the grouped SDPA calls compute, as a bool grid [b, s, s]."""
+    out = torch.zeros(groups.batch_size, s, s, dtype=torch.bool)
+    for samples, p, v in groups.groups:
+        for i in samples:
+            out[i, :p, :p] = True   # call 1: prefix rows x prefix keys
+            out[i, p:, :v] = True   # call 2: suffix rows (padded ones too) x valid keys
+    return out
+
+
+def expand_segments(seg, s: int) -> torch.Tensor:
+    """The pairs of the one varlen call: segment j's query rows (natural order) x its gathered keys."""
+    out = torch.zeros(seg.batch_size * s, seg.batch_size * s, dtype=torch.bool)
+    for j in range(seg.cu_seq_q.numel() - 1):
+        rows = torch.arange(int(seg.cu_seq_q[j]), int(seg.cu_seq_q[j + 1]))
+        keys = seg.kv_index[int(seg.cu_seq_k[j]):int(seg.cu_seq_k[j + 1])]
+        out[rows.view(-1, 1), keys.view(1, -1)] = True
+    b = seg.batch_size
+    same_sample = torch.stack([out[i * s:(i + 1) * s, i * s:(i + 1) * s] for i in range(b)])
+    assert int(same_sample.sum()) == int(out.sum())  # no pair crosses samples
+    return same_sample
+
+
+def test_segments_compute_exactly_the_visible_pairs():
+    """The grouped SDPA calls and the one varlen call cover the rule's pairs, each once (the
+    prefix keys referenced twice by the varlen call): p² + (s − p)·v pairs per sample."""
+    for split, s, valid in cases(10):
+        grid = rule_grid(split, s, valid)
+        assert torch.equal(expand_groups(split_groups(split, s, valid_lengths=valid), s), grid)
+        seg = varlen_segments(split, s, valid_lengths=valid)
+        assert torch.equal(expand_segments(seg, s), grid)
+        lengths = valid if valid is not None else torch.full_like(split, s)
+        assert seg.kv_index.numel() == int((split + lengths).sum())
+        assert int(grid.sum()) == int((split * split + (s - split) * lengths).sum())
+
+
 # --- the model's choice of representation ---------------------------------------------------
 
 def test_model_builds_each_backend_mask_from_the_rule_and_none_for_split_zero():
@@ -292,7 +330,11 @@ def test_model_builds_each_backend_mask_from_the_rule_and_none_for_split_zero():
             lengths = valid if valid is not None else torch.full_like(split, s)
             real_rows = torch.arange(s).view(1, s, 1) < lengths.view(-1, 1, 1)
             assert torch.equal(expand_varlen(flash.varlen, s), grid & real_rows)
+            grouped = build_attention_params(split, s, "sdpa_split", valid_lengths=valid)
+            assert torch.equal(expand_groups(grouped.groups, s), grid)
+            varlen = build_attention_params(split, s, "varlen", valid_lengths=valid)
+            assert torch.equal(expand_segments(varlen.segments, s), grid)
     # split 0 everywhere (mlm/no_attn) without padding: full attention, no mask built at all
-    for backend in ("sdpa", "local", "flex", "flash"):
+    for backend in ("sdpa", "local", "flex", "flash", "sdpa_split", "varlen"):
         assert build_attention_params(torch.zeros(3, dtype=torch.long), 9, backend).is_full_attention
         assert build_attention_params(None, 9, backend).is_full_attention

@@ -63,7 +63,7 @@ def loss_and_grad_norm(run_dir) -> dict:
     return {step: (r["loss"], r["grad_norm"]) for step, r in train_records(run_dir).items()}
 
 
-def poisoned_train(config, overrides, poison):
+def poisoned_train(config, overrides, poison, callbacks=()):
     """`train(config, overrides)` with every per-token loss passed through `poison(step, loss)`:
     fault injection through the public seams, a recipe (BiGLM pretraining, wrapped) that is
     also a callback (its `on_step` advances the step it poisons)."""
@@ -81,4 +81,4 @@ def poisoned_train(config, overrides, poison):
             self.step = step + 1
 
     recipe = Poisoned()
-    return train(config, overrides, callbacks=[recipe], recipe=recipe)
+    return train(config, overrides, callbacks=[recipe, *callbacks], recipe=recipe)

@@ -68,7 +68,7 @@ class SlotForward:
         if self.use_cache:
             room = int(self.adapter.max_length) - max(len(self._prefixes[r]) for r in rows)
             ids, lengths = pad(blocks, self.pad_id, self.device, adapter=self.adapter, room=room)
-            index = torch.tensor(list(rows), dtype=torch.long, device=self.device)
+            index = torch.tensor(list(rows), dtype=torch.long)  # on the host: a slot pool reads it there
             try:
                 self._state = self.adapter.extend_prefix(self._state, index, ids, lengths)
             except NotImplementedError as exc:
@@ -87,7 +87,7 @@ class SlotForward:
         suffix_lengths = torch.tensor(list(widths), dtype=torch.long, device=self.device)
         prefix_lengths = [len(self._prefixes[r]) for r in rows]
         if self.use_cache:
-            index = torch.tensor(list(rows), dtype=torch.long, device=self.device)
+            index = torch.tensor(list(rows), dtype=torch.long)  # on the host: a slot pool reads it there
             positions = torch.arange(w, device=self.device)[None].expand(a, -1)
             width = bucket_width(self.adapter, w, int(self.adapter.max_length) - max(prefix_lengths))
             if width > w:  # bucketed: padding columns, never attended to nor read

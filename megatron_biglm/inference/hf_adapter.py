@@ -57,6 +57,7 @@ class HFMaskedLMAdapter(MaskedLMAdapter):
         self._position_offset = 0
         self._max_position_id = int(getattr(model.config, "max_position_embeddings", 1 << 30)) - 1
         self._head = self._resolve_head()
+        self._cache_arg: str | None = None   # decided at the first cached forward
         self.split_mode, self.split_note = self._resolve_split(split_attention)
         self.split_attention = self.split_mode != "none"
         self.prefix_cache, self.cache_note = self._resolve_cache(prefix_cache)
@@ -104,14 +105,21 @@ class HFMaskedLMAdapter(MaskedLMAdapter):
         mask = additive_mask(block_causal_mask(lengths, input_ids.shape[1], starts), self._dtype)
         return self._run(positions, input_ids=input_ids, attention_mask=mask)
 
-    def _run(self, positions, **inputs) -> torch.Tensor:
+    def _run(self, positions, cache=None, **inputs) -> torch.Tensor:
         """Logits at `positions` only. With a verified head (see `_resolve_head`) the LM head
         runs on the gathered hidden states: a full `[b, s, V]` logits tensor is 6 GB for
         16 x 2048 tokens and a 49k vocabulary."""
         if self._head is None:
-            return _gather(self.model(**inputs).logits, positions)
-        hidden = self.model.base_model(**inputs)[0]
+            return _gather(self.model(**inputs, **self._cache(cache)).logits, positions)
+        hidden = self.model.base_model(**inputs, **self._cache(cache))[0]
         return self._head(_gather(hidden, positions))
+
+    def _cache(self, cache) -> dict:
+        if cache is None:
+            return {}
+        if self._cache_arg is None:
+            self._cache_arg = cache_argument_name(self.model.base_model, self.device)
+        return {self._cache_arg: cache}
 
     @torch.no_grad()
     def encode_prefix(self, prefix_ids, prefix_lengths):
@@ -120,7 +128,8 @@ class HFMaskedLMAdapter(MaskedLMAdapter):
         cache = DynamicCache()
         width = prefix_ids.shape[1]
         attention = (torch.arange(width, device=prefix_ids.device)[None] < prefix_lengths[:, None]).long()
-        self.model.base_model(input_ids=prefix_ids, attention_mask=attention, past_key_values=cache)
+        self.model.base_model(input_ids=prefix_ids, attention_mask=attention,
+                              **self._cache(cache))
         layers = [(layer.keys, layer.values) for layer in cache.layers]
         if not layers:
             raise RuntimeError(f"{type(self.model).__name__} did not fill the key/value cache")
@@ -129,12 +138,13 @@ class HFMaskedLMAdapter(MaskedLMAdapter):
     @torch.no_grad()
     def logits_with_prefix(self, state: _PrefixState, rows, suffix_ids, suffix_lengths, positions):
         cache, inputs = self._after_prefix(state, rows, suffix_ids, suffix_lengths)
-        return self._run(positions, **inputs, past_key_values=cache)
+        return self._run(positions, cache=cache, **inputs)
 
     @torch.no_grad()
     def extend_prefix(self, state: _PrefixState, rows, block_ids, block_lengths):
+        rows = rows.to(state.lengths.device, non_blocking=True)
         cache, inputs = self._after_prefix(state, rows, block_ids, block_lengths)
-        self.model.base_model(**inputs, past_key_values=cache)
+        self.model.base_model(**inputs, **self._cache(cache))
         old_lengths = state.lengths.index_select(0, rows)
         layers = []
         for layer in cache.layers:  # [b, heads, w + q, d]: the selected rows, then the block
@@ -150,6 +160,7 @@ class HFMaskedLMAdapter(MaskedLMAdapter):
         after them: each row sees every real cached key and every real key of `ids`."""
         from transformers import DynamicCache
 
+        rows = rows.to(state.lengths.device, non_blocking=True)
         cache = DynamicCache()
         for index, (keys, values) in enumerate(state.layers):
             cache.update(keys.index_select(0, rows), values.index_select(0, rows), index)
@@ -310,3 +321,23 @@ def _close(a: torch.Tensor, b: torch.Tensor) -> bool:
     a, b = a.double(), b.double()
     scale = 1.0 + a.abs().max().item() if a.numel() else 1.0
     return bool(torch.allclose(a, b, atol=tol * scale, rtol=0.0))
+
+
+def cache_argument_name(base_model, device) -> str:
+    """The keyword this model's forward takes a K/V cache by: transformers' current `cache`
+    where the installed release renamed it (it then warns that `past_key_values` goes away in
+    5.40), else `past_key_values`. Decided by one two-token forward at load: the rename hides
+    behind `**kwargs` in the forward's signature."""
+    import warnings
+
+    from transformers import DynamicCache
+
+    ids = torch.zeros(1, 2, dtype=torch.long, device=device)
+    with warnings.catch_warnings(record=True) as caught, torch.no_grad():
+        warnings.simplefilter("always")
+        try:
+            base_model(input_ids=ids, past_key_values=DynamicCache())
+        except Exception:  # noqa: BLE001 - a model without any cache: the probes say so later
+            return "past_key_values"
+    renamed = any("past_key_values" in str(w.message) and "`cache`" in str(w.message) for w in caught)
+    return "cache" if renamed else "past_key_values"

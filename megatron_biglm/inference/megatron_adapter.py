@@ -13,6 +13,10 @@ Exact prefix key/value reuse (`encode_prefix` / `logits_with_prefix` / `extend_p
 through the model's `kv_cache` hook (`megatron_biglm.model.kv_cache`): the prefix's post-RoPE
 keys/values are recorded per layer, and suffix (or block) rows run alone against them. Offered
 at TP=1 only (the cache holds one rank's heads; TP>1 is untested) and with split attention.
+`cache_layout`: "grow" (default) keeps each state's keys/values as tensors that every
+extension re-gathers and concatenates; "pool" keeps them in a `model.kv_pool.KVSlotPool` of
+per-request slots sized for `max_length`, written in place (a step reads nothing from the
+device and builds no per-query mask), slots given back when a state is dropped.
 A model with the CMLM length head (`model.length_head_max > 0`) also gets `predict_lengths`.
 Pipeline parallelism is not supported here (one chunk must hold the whole model); tensor
 parallelism works for `logits` when every TP rank calls the adapter (the head gathers the
@@ -20,10 +24,13 @@ vocabulary).
 """
 from __future__ import annotations
 
+import weakref
+
 import torch
 
 from megatron_biglm.data.token_ids import TokenIds
 from megatron_biglm.model.kv_cache import KVCacheForward, PrefixKV
+from megatron_biglm.model.kv_pool import KVSlotPool, PoolForward
 
 from .protocol import MaskedLMAdapter, inference_token_ids
 
@@ -35,7 +42,7 @@ class MegatronMaskedLMAdapter(MaskedLMAdapter):
     `prefix_cache`: offer the exact prefix cache (only with split attention at TP=1)."""
 
     def __init__(self, model, special: TokenIds, *, vocab_size: int, max_length: int,
-                 split_attention: bool = True, prefix_cache: bool = True):
+                 split_attention: bool = True, prefix_cache: bool = True, cache_layout: str = "grow"):
         from megatron_biglm.model.head_model import BiGLMHeadModel
 
         if isinstance(model, BiGLMHeadModel):
@@ -50,6 +57,10 @@ class MegatronMaskedLMAdapter(MaskedLMAdapter):
         if not 0 < int(vocab_size) <= padded:
             raise ValueError(f"vocab_size {vocab_size} does not fit the model's {padded} "
                              "embedding rows: the tokenizer is not the model's")
+        if cache_layout not in CACHE_LAYOUTS:
+            raise ValueError(f"cache_layout must be one of {CACHE_LAYOUTS}, got {cache_layout!r}")
+        self.cache_layout = cache_layout
+        self._pool = None
         self.model = model.eval()
         self.special = special
         self.vocab_size = int(vocab_size)
@@ -96,6 +107,8 @@ class MegatronMaskedLMAdapter(MaskedLMAdapter):
 
     def encode_prefix(self, prefix_ids, prefix_lengths) -> PrefixKV:
         self._check_cache()
+        if self.cache_layout == "pool":
+            return self._pool_encode(prefix_ids, prefix_lengths)
         cache = KVCacheForward()
         with torch.no_grad():
             # prefix rows see the prefix only: full attention among its real tokens
@@ -104,6 +117,11 @@ class MegatronMaskedLMAdapter(MaskedLMAdapter):
 
     def logits_with_prefix(self, state: PrefixKV, rows, suffix_ids, suffix_lengths, positions):
         self._check_cache()
+        if isinstance(state, SlotState):
+            cache = PoolForward(state.pool, state.slots_of(rows))
+            with torch.no_grad():
+                hidden = self.model(suffix_ids, valid_lengths=suffix_lengths, return_hidden=True, kv_cache=cache)
+            return self._head(hidden, positions)
         cache = KVCacheForward(state.select(rows), record=False)
         with torch.no_grad():
             hidden = self.model(suffix_ids, valid_lengths=suffix_lengths, return_hidden=True,
@@ -112,10 +130,30 @@ class MegatronMaskedLMAdapter(MaskedLMAdapter):
 
     def extend_prefix(self, state: PrefixKV, rows, block_ids, block_lengths) -> PrefixKV:
         self._check_cache()
+        if isinstance(state, SlotState):
+            new = state.continued(_host(rows))
+            cache = PoolForward(new.pool, new.slots, _host(block_lengths))
+            with torch.no_grad():
+                self.model(block_ids, valid_lengths=block_lengths, return_hidden=True, kv_cache=cache)
+            cache.commit()
+            return new
         cache = KVCacheForward(state.select(rows))
         with torch.no_grad():
             self.model(block_ids, valid_lengths=block_lengths, return_hidden=True, kv_cache=cache)
         return cache.extended(block_lengths)
+
+    def _pool_encode(self, prefix_ids, prefix_lengths) -> "SlotState":
+        cfg = self.model.config
+        if self._pool is None:
+            self._pool = KVSlotPool(cfg.num_layers, max(8, prefix_ids.shape[0]), self.max_length,
+                                    cfg.num_query_groups, cfg.kv_channels, next(self.model.parameters()).dtype,
+                                    self.device)
+        state = SlotState(self._pool, self._pool.allocate(prefix_ids.shape[0]))
+        cache = PoolForward(self._pool, state.slots, _host(prefix_lengths))
+        with torch.no_grad():
+            self.model(prefix_ids, valid_lengths=prefix_lengths, return_hidden=True, kv_cache=cache)
+        cache.commit()
+        return state
 
     def describe(self):
         return {**super().describe(), "split_mode": "native" if self.split_attention else "none",
@@ -123,6 +161,51 @@ class MegatronMaskedLMAdapter(MaskedLMAdapter):
                 "prefix_cache_note": ("prefix keys/values reused (megatron kv_cache hook)"
                                       if self.prefix_cache else
                                       "no prefix cache (needs split attention at TP=1)")}
+
+
+CACHE_LAYOUTS = ("grow", "pool")
+
+
+class SlotState:
+    """The pool layout's prefix state: row i of the decoder's prefixes lives in pool slot
+    `slots[i]`. The slots go back to the pool when the state is dropped (a request leaving),
+    except those handed on to the state that `continued` it."""
+
+    def __init__(self, pool: KVSlotPool, slots: list[int]):
+        self.pool = pool
+        self.slots = list(slots)
+        self._owned = list(slots)   # shared with the finalizer: what is released at drop
+        weakref.finalize(self, pool.release, self._owned)
+
+    def slots_of(self, rows) -> list[int]:
+        return [self.slots[r] for r in _host(rows)]
+
+    def continued(self, rows: list[int]) -> "SlotState":
+        """The state whose row i continues row `rows[i]`: its slot is handed on, or copied when
+        an earlier row already took it (a prompt's candidates diverge); rows left out leave."""
+        taken, sources, targets, slots = set(), [], [], []
+        for r in rows:
+            slot = self.slots[r]
+            if slot in taken:
+                (fresh,) = self.pool.allocate(1)
+                sources.append(slot)
+                targets.append(fresh)
+                slot = fresh
+            taken.add(slot)
+            slots.append(slot)
+        if sources:
+            self.pool.copy_slots(sources, targets)
+        handed = set(slots)
+        self._owned[:] = [s for s in self._owned if s not in handed]
+        new = SlotState.__new__(SlotState)
+        new.pool, new.slots, new._owned = self.pool, slots, list(slots)
+        weakref.finalize(new, self.pool.release, new._owned)
+        return new
+
+
+def _host(values) -> list[int]:
+    """Ints on the host (a CPU tensor or a list reads free; a device tensor costs a sync)."""
+    return [int(v) for v in (values.tolist() if torch.is_tensor(values) else values)]
 
 
 def megatron_adapter_for(model, tokenizer, *, split_attention: bool = True,

@@ -15,6 +15,9 @@ which derives them from the one rule in `objective.split_rule`):
   sdpa, local -> `dense_mask` [b,1,s,s] bool, True = masked out (megatron's convention)
   flex        -> `block_mask`, a FlexAttention BlockMask (built analytically: no s x s tensor)
   flash       -> `varlen`, the cu_seqlens/indices of the two flash-attn varlen calls
+  sdpa_split  -> `groups`, samples grouped by split: two mask-free SDPA calls per group
+  varlen      -> `segments`, one torch varlen call (torch.nn.attention.varlen, CUDA) over
+                 [prefix, suffix] segments, the prefix keys gathered twice
   all None    -> full bidirectional attention: split None or all 0 (variants `mlm`, `no_attn`
                  emit split 0), and no padding
 Inference may add `kv_cache` (see `kv_cache.py`): the prefix key/value cache hook.
@@ -31,7 +34,8 @@ from megatron.core.packed_seq_params import PackedSeqParams
 
 from megatron_biglm.objective.split_rule import restricting_split
 
-from .attention_masks import VarlenSplit, dense_split_mask, flex_split_block_mask, varlen_split_lengths
+from .attention_masks import (SplitGroups, VarlenSegments, VarlenSplit, dense_split_mask, flex_split_block_mask,
+                              split_groups, varlen_segments, varlen_split_lengths)
 from .config import ATTENTION_BACKENDS, ATTENTION_COMPILE
 
 FLASH_MISSING = (
@@ -48,6 +52,23 @@ def flash_attn_available() -> bool:
 
 FLASH_DTYPES = (torch.float16, torch.bfloat16)
 
+TORCH_VARLEN_MISSING = (
+    "attention_backend 'varlen' needs torch.nn.attention.varlen (torch >= 2.10) and a CUDA device; "
+    "use 'sdpa_split', 'flex' or 'sdpa' without them"
+)
+
+
+@functools.lru_cache(maxsize=1)
+def torch_varlen_available() -> bool:
+    """CUDA and torch's own varlen attention (`torch.nn.attention.varlen.varlen_attn`)."""
+    if not torch.cuda.is_available():
+        return False
+    try:
+        from torch.nn.attention.varlen import varlen_attn  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
 
 FLEX_NO_DROPOUT = (
     "attention_backend 'flex' has no attention dropout, and model.attention_dropout is {p}; "
@@ -59,26 +80,39 @@ FLEX_NO_DROPOUT = (
 def resolve_backend(name: str, dtype: torch.dtype = torch.bfloat16, attention_dropout: float = 0.0) -> str:
     """The concrete backend for a configured name, compute dtype and attention dropout.
 
-    `auto` picks flash (CUDA, flash-attn installed, fp16/bf16: its only dtypes) > flex (CUDA)
-    > sdpa; flex has no attention dropout, so with `attention_dropout > 0` auto skips it (flash
-    > sdpa, which applies `dropout_p`), and an explicit `flex` is refused here, at model build,
-    before any dataset is opened (the paper's Table 1/2/8 trial runs set dropout 0.1).
+    `auto` picks flash (CUDA, flash-attn installed, fp16/bf16: its only dtypes) > varlen (CUDA,
+    torch's varlen attention, fp16/bf16) > flex (CUDA) > sdpa: the kernels that skip the
+    masked pairs before the one that skips masked blocks, before the dense mask. flex and
+    varlen have no attention dropout, so with `attention_dropout > 0` auto skips them (flash
+    > sdpa, which applies `dropout_p`), and an explicit `flex` or `varlen` is refused here, at
+    model build, before any dataset is opened (the paper's Table 1/2/8 trial runs set dropout 0.1).
     """
     if name not in ATTENTION_BACKENDS:
         raise ValueError(f"attention backend {name!r} is not one of {ATTENTION_BACKENDS}")
     if name == "auto":
         if flash_attn_available() and dtype in FLASH_DTYPES:
             return "flash"
+        if torch_varlen_available() and dtype in FLASH_DTYPES and not attention_dropout:
+            return "varlen"
         return "flex" if torch.cuda.is_available() and not attention_dropout else "sdpa"
-    if name == "flex" and attention_dropout:
-        raise ValueError(FLEX_NO_DROPOUT.format(p=attention_dropout))
-    if name == "flash":
-        if not flash_attn_available():
-            raise ImportError(FLASH_MISSING)
+    if name in ("flex", "varlen") and attention_dropout:
+        raise ValueError(FLEX_NO_DROPOUT.format(p=attention_dropout).replace("'flex'", f"'{name}'"))
+    if name in _HALF_PRECISION_KERNELS:
+        available, missing, kernel, others = _HALF_PRECISION_KERNELS[name]
+        if not available():
+            raise ImportError(missing)
         if dtype not in FLASH_DTYPES:
-            raise ValueError(f"flash-attn computes in fp16/bf16 only, the model is {dtype}; "
-                             "train in bf16 or use attention_backend flex or sdpa")
+            raise ValueError(f"{kernel} computes in fp16/bf16 only, the model is {dtype}; "
+                             f"train in bf16 or use attention_backend {others}")
     return name
+
+
+#: backend -> (is it installed here, what to install, the kernel in words, what else to use):
+#: the kernels that run in fp16/bf16 only.
+_HALF_PRECISION_KERNELS = {
+    "flash": (flash_attn_available, FLASH_MISSING, "flash-attn", "flex or sdpa"),
+    "varlen": (torch_varlen_available, TORCH_VARLEN_MISSING, "torch's varlen attention", "sdpa_split, flex or sdpa"),
+}
 
 
 def resolve_compile(setting: "bool | str", device: "torch.device | str") -> bool:
@@ -102,6 +136,8 @@ class BiGLMAttentionParams(PackedSeqParams):
     #: flex only: run the kernel compiled (torch.compile) rather than eagerly
     compile_flex: bool = False
     varlen: Optional[VarlenSplit] = None
+    groups: Optional[SplitGroups] = None
+    segments: Optional[VarlenSegments] = None
     #: inference only: a `kv_cache.KVCacheForward` that records this forward's keys/values
     #: and supplies cached ones (the mask then covers `[cached keys, new keys]`)
     kv_cache: Any = None
@@ -110,7 +146,8 @@ class BiGLMAttentionParams(PackedSeqParams):
 
     @property
     def is_full_attention(self) -> bool:
-        return self.dense_mask is None and self.block_mask is None and self.varlen is None
+        return (self.dense_mask is None and self.block_mask is None and self.varlen is None
+                and self.groups is None and self.segments is None)
 
     def sdpa_mask(self) -> Optional[torch.Tensor]:
         """`dense_mask` in SDPA's convention (True = attend), inverted once and shared by all layers."""
@@ -139,13 +176,18 @@ def build_attention_params(
 flex kernel runs compiled; the other backends ignore it. The flex BlockMask is computed from per-block arithmetic
     (`flex_split_block_mask`'s analytic method): no s x s grid and no torch.compile, on any device.
     """
-    if backend not in ("sdpa", "local", "flex", "flash"):
+    if backend not in ("sdpa", "local", "flex", "flash", "sdpa_split", "varlen"):
         raise ValueError(f"build_attention_params needs a resolved backend, got {backend!r}")
     split = restricting_split(split)
     if split is None and valid_lengths is None:
         return BiGLMAttentionParams(backend=backend)
     if split is None:
         split = valid_lengths
+    if backend == "sdpa_split":  # built on the host from the host tensors: no device sync
+        return BiGLMAttentionParams(backend=backend, groups=split_groups(split, seq_len, valid_lengths=valid_lengths))
+    if backend == "varlen":
+        segments = varlen_segments(split, seq_len, valid_lengths=valid_lengths)
+        return BiGLMAttentionParams(backend=backend, segments=segments.to(device) if device is not None else segments)
     if device is not None:
         split = split.to(device)
         valid_lengths = valid_lengths.to(device) if valid_lengths is not None else None

@@ -20,7 +20,8 @@ embedding, pipeline-stage handling, sharded state dicts). Only `forward` differs
   logits [b, max + 1] from the mean of the prefix rows [0, length_prefix): `(output, logits)`.
 - Not the last pipeline stage: the hidden states [s, b, h] for the next stage.
 - `kv_cache` (inference, TP=1/PP=1; see `kv_cache.py`): a `KVCacheForward` that records the
-  layers' keys/values; with cached rows (`kv_cache.past`) the input rows continue them (RoPE
+  layers' keys/values, or a `kv_pool.PoolForward` that writes them into preallocated slots;
+  with cached rows (`kv_cache.past`) the input rows continue them (RoPE
   positions from the cached lengths, attention to cached + new real keys; `split` is ignored).
 
 The attention mask is built once here from `split` and reaches every layer (see
@@ -40,6 +41,7 @@ from megatron.core.transformer.transformer_config import TransformerConfig
 from .attention_params import BiGLMAttentionParams, build_attention_params, resolve_backend, resolve_compile
 from .config import BiGLMModelConfig
 from .kv_cache import KVCacheForward
+from .kv_pool import PoolForward
 from .layer_spec import biglm_block_spec
 from .heads import build_head
 
@@ -76,6 +78,9 @@ class BiGLMModel(GPTModel):
             model_config.attention_backend, config.params_dtype, model_config.attention_dropout)
         # `auto`, True or False; resolved per forward against the device the weights are on.
         self.attention_compile = model_config.attention_compile
+        if compile_layers_on(model_config.compile_layers):
+            for layer in self.decoder.layers:
+                layer.compile()  # in place: same module, same parameters and state dict keys
         if self.post_process:
             # Under sequence parallelism we all-gather the hidden states ourselves before
             # picking the predicted rows, so the output layer must not gather again.
@@ -101,7 +106,7 @@ class BiGLMModel(GPTModel):
         decoder_input: Optional[torch.Tensor] = None,
         return_hidden: bool = False,
         runtime_gather_output: Optional[bool] = None,
-        kv_cache: Optional[KVCacheForward] = None,
+        kv_cache: Optional[KVCacheForward | PoolForward] = None,
         length_prefix: Optional[torch.Tensor] = None,
     ) -> torch.Tensor:
         if position_ids is not None:
@@ -152,20 +157,21 @@ class BiGLMModel(GPTModel):
         output layer has its own (`untie_embeddings_and_output_weights`)."""
         return self.shared_embedding_or_output_weight() if self.share_embeddings_and_output_weights else None
 
-    def _cached_attention(self, input_ids, valid_lengths, kv_cache: KVCacheForward):
+    def _cached_attention(self, input_ids, valid_lengths, kv_cache: KVCacheForward | PoolForward):
         """RoPE and mask for rows that follow cached ones (inference, PP=1): row b's token j
         sits at position `cached_length[b] + j`, and attends to every real cached key and
-        every real key of this forward (dense mask, SDPA: `[q, w + q]` is not square)."""
+        every real key of this forward (SDPA with the cache's mask: a dense `[q, w + q]` grid
+        for the growing cache, a `[1, k]` key-padding row per sample for the slot pool)."""
         if input_ids is None or not (self.pre_process and self.post_process):
             raise ValueError("the prefix cache needs the whole model in one chunk (PP=1) and input_ids")
         b, q = input_ids.shape
         if valid_lengths is None:
             valid_lengths = torch.full((b,), q, dtype=torch.long, device=input_ids.device)
         positions = kv_cache.positions(q).to(input_ids.device)  # [b, q]
-        table = self.rotary_pos_emb(int(positions.max()) + 1)  # [n, 1, 1, d]
+        table = self.rotary_pos_emb(kv_cache.position_limit(q))  # [n, 1, 1, d]
         rotary = table[:, 0].index_select(0, positions.t().reshape(-1)).reshape(q, b, 1, -1)
-        allowed = kv_cache.allowed_keys(valid_lengths.to(input_ids.device), q)
-        params = BiGLMAttentionParams(backend="sdpa", dense_mask=~allowed[:, None], kv_cache=kv_cache)
+        masked = kv_cache.masked_keys(valid_lengths.to(input_ids.device), q)
+        params = BiGLMAttentionParams(backend="sdpa", dense_mask=masked, kv_cache=kv_cache)
         return rotary, params
 
     def _sequence_length(self, input_ids, decoder_input) -> int:
@@ -180,3 +186,9 @@ class BiGLMModel(GPTModel):
 
     def _device(self) -> torch.device:
         return next(self.parameters()).device
+
+
+def compile_layers_on(setting: "bool | str") -> bool:
+    """Whether `model.compile_layers` compiles the transformer layers here: `auto` where CUDA
+    is available, `True`/`False` as given."""
+    return torch.cuda.is_available() if setting == "auto" else bool(setting)

@@ -27,10 +27,13 @@ from megatron_biglm.common.config_fields import ConfigError, build_dataclass
 from megatron_biglm.model.shape import check_positive_ints
 
 #: Attention backends a config may name (see `megatron_biglm.model.attention_backends`).
-ATTENTION_BACKENDS = ("auto", "sdpa", "local", "flex", "flash")
+ATTENTION_BACKENDS = ("auto", "sdpa", "local", "flex", "flash", "sdpa_split", "varlen")
 #: `attention_compile` values: compile the flex kernel with torch.compile always, never, or
 #: `auto` (on CUDA only; see `attention_params.resolve_compile`).
 ATTENTION_COMPILE = ("auto", True, False)
+#: `compile_layers` values: compile each transformer layer with torch.compile always, never, or
+#: `auto` (when CUDA is available; see `biglm_model.compile_layers_on`).
+COMPILE_LAYERS = ("auto", True, False)
 
 _DTYPES = {
     "fp32": torch.float32, "float32": torch.float32,
@@ -66,6 +69,11 @@ class BiGLMModelConfig:
     # compiles on CPU too (inductor's CPU flex kernel; forward only in torch 2.13, which has
     # no FlexAttention backward on CPU). Other backends are unaffected.
     attention_compile: Union[bool, Literal["auto"]] = "auto"
+    # Regional compilation: each transformer layer's forward through torch.compile (one
+    # compiled graph reused by every layer, as torchtitan does), so RMSNorm, RoPE, SwiGLU and
+    # the residual adds fuse. `auto` compiles where CUDA is available; on CPU a compile costs
+    # tens of seconds that a short run does not win back. Weights and state dict unchanged.
+    compile_layers: Union[bool, Literal["auto"]] = "auto"
     make_vocab_size_divisible_by: int = 128
     # False (BiGLM's own models): the output projection IS the input embedding. True: a
     # separate `output_layer.weight` [padded vocab, h] (public EuroBERT checkpoints have an
@@ -118,6 +126,10 @@ class BiGLMModelConfig:
         if self.attention_compile not in ATTENTION_COMPILE or not isinstance(self.attention_compile, (bool, str)):
             raise ModelConfigError(
                 f"model.attention_compile must be auto, true or false, got {self.attention_compile!r}"
+            )
+        if self.compile_layers not in COMPILE_LAYERS or not isinstance(self.compile_layers, (bool, str)):
+            raise ModelConfigError(
+                f"model.compile_layers must be auto, true or false, got {self.compile_layers!r}"
             )
         if self.attention_backend == "flex" and float(self.attention_dropout) > 0:
             # Refused at config load: flex would only raise at the first forward.

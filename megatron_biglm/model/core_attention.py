@@ -10,6 +10,10 @@ every other backend is tested against. The other backends read the mask represen
         `attention_compile`: auto = compiled on CUDA). On CPU forward only, compiled or not
         (torch 2.13 has no FlexAttention backward there): evaluation, not training
   flash flash-attn varlen, two calls (prefix->prefix, suffix->all); no s x s tensor anywhere
+  sdpa_split  two SDPA calls per group of samples sharing a split (prefix->prefix,
+        suffix->valid keys), no mask: flash/cuDNN SDPA on CUDA, on any device
+  varlen  one call of torch's varlen attention (CUDA) over [prefix, suffix] segments, the
+        prefix keys gathered twice; only the visible pairs are computed
 Full attention (no mask: variants `mlm`/`no_attn`) uses flash-attn when present (CUDA, fp16 or
 bf16), else SDPA, whatever the configured backend: it is the fastest kernel for that case.
 
@@ -31,8 +35,8 @@ from megatron.core import tensor_parallel
 from megatron.core.transformer.dot_product_attention import DotProductAttention
 
 from . import attention_params
-from .attention_masks import split_varlen_attention
-from .attention_params import FLASH_MISSING, BiGLMAttentionParams
+from .attention_masks import grouped_split_sdpa, split_varlen_attention, varlen_split_attention
+from .attention_params import FLASH_MISSING, TORCH_VARLEN_MISSING, BiGLMAttentionParams
 
 
 @functools.lru_cache(maxsize=2)
@@ -50,6 +54,27 @@ def flash_attn_functions():
     except ImportError as exc:
         raise ImportError(FLASH_MISSING) from exc
     return flash_attn_func, flash_attn_varlen_func
+
+
+def torch_varlen_fn(q, k, v, cu_q, cu_k, max_q: int, max_k: int, softmax_scale=None, causal=False):
+    """torch's varlen attention behind flash-attn's `flash_attn_varlen_func` signature. GQA is
+    passed through where this torch's `varlen_attn` takes `enable_gqa`, else K/V heads are
+    repeated."""
+    import inspect
+
+    try:
+        from torch.nn.attention.varlen import varlen_attn
+    except ImportError as exc:
+        raise ImportError(TORCH_VARLEN_MISSING) from exc
+    if causal:
+        raise NotImplementedError("the split objective only needs non-causal varlen attention")
+    extra = {}
+    if k.shape[1] != q.shape[1]:
+        if "enable_gqa" in inspect.signature(varlen_attn).parameters:
+            extra["enable_gqa"] = True
+        else:
+            k, v = (t.repeat_interleave(q.shape[1] // k.shape[1], dim=1) for t in (k, v))
+    return varlen_attn(q, k, v, cu_q, cu_k, max_q, max_k, scale=softmax_scale, **extra)
 
 
 class BiGLMCoreAttention(DotProductAttention):
@@ -93,6 +118,10 @@ class BiGLMCoreAttention(DotProductAttention):
                 out = self._flash(query, key, value, params)
             elif params.backend == "flex" and not params.is_full_attention:
                 out = self._flex(query, key, value, params)
+            elif params.groups is not None:
+                out = self._sdpa_split(query, key, value, params)
+            elif params.segments is not None:
+                out = self._varlen(query, key, value, params)
             else:
                 out = self._sdpa(query, key, value, params)
         sq, b = query.shape[:2]
@@ -115,6 +144,20 @@ class BiGLMCoreAttention(DotProductAttention):
             enable_gqa=q.shape[1] != k.shape[1],
         )
         return out.permute(2, 0, 1, 3)  # [s, b, h, d]
+
+    def _sdpa_split(self, query, key, value, params: BiGLMAttentionParams) -> torch.Tensor:
+        q, k, v = (t.permute(1, 2, 0, 3) for t in (query, key, value))  # [b, h, s, d]
+        sdpa = functools.partial(F.scaled_dot_product_attention, dropout_p=self._dropout(),
+                                 scale=self.softmax_scale, enable_gqa=q.shape[1] != k.shape[1])
+        return grouped_split_sdpa(q, k, v, params.groups, sdpa).permute(2, 0, 1, 3)
+
+    def _varlen(self, query, key, value, params: BiGLMAttentionParams) -> torch.Tensor:
+        if self._dropout() > 0:
+            raise NotImplementedError("torch's varlen attention has no attention dropout; use attention_backend "
+                                      "sdpa_split or sdpa with attention_dropout > 0")
+        q, k, v = (t.transpose(0, 1) for t in (query, key, value))  # [b, s, h, d]
+        out = varlen_split_attention(q, k, v, params.segments, torch_varlen_fn, softmax_scale=self.softmax_scale)
+        return out.transpose(0, 1)
 
     def _flex(self, query, key, value, params: BiGLMAttentionParams) -> torch.Tensor:
         if self._dropout() > 0:

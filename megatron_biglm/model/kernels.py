@@ -2,7 +2,7 @@
 start, and the refusal of a config that names a kernel that is not installed.
 
 Why a report: the attention backend `auto` resolves differently per machine (flash with
-flash-attn on CUDA, flex on CUDA, else sdpa), and megatron-core picks its Adam from
+flash-attn on CUDA, torch's varlen attention on CUDA, flex on CUDA, else sdpa), and megatron-core picks its Adam from
 Transformer Engine, then Apex, then torch. A slow or odd run is first explained by what was
 actually in use, so the first lines of a run's log say it. Why refuse early: a config that
 asks for `flash` on a machine without flash-attn would otherwise fail when the first layer
@@ -66,7 +66,7 @@ def megatron_adam() -> str:
 @dataclass(frozen=True)
 class KernelReport:
     configured: str                     # model.attention_backend as written
-    resolved: str                       # what attention runs: sdpa, flex, flash or local
+    resolved: str                       # what attention runs: sdpa, flex, flash, local, sdpa_split or varlen
     attention: str                      # the resolved kernel, in words
     adam: str                           # megatron-core's Adam class
     device: str
@@ -92,6 +92,10 @@ def _attention_words(resolved: str, dtype: torch.dtype, compiled: bool) -> str:
         return "FlexAttention, " + ("compiled (torch.compile)" if compiled else "eager (not compiled)")
     if resolved == "local":
         return "megatron's unfused DotProductAttention"
+    if resolved == "sdpa_split":
+        return "torch scaled_dot_product_attention, two mask-free calls per group of equal splits"
+    if resolved == "varlen":
+        return f"torch varlen attention (torch.nn.attention.varlen), one call over prefix/suffix segments ({dtype})"
     return "torch scaled_dot_product_attention with a dense mask"
 
 

@@ -38,7 +38,8 @@ class PrefixKV:
         return int(self.keys[0].shape[0]) if self.keys else 0
 
     def select(self, rows: torch.Tensor) -> "PrefixKV":
-        """The cached rows `rows [b]` (repeats allowed), in that order."""
+        """The cached rows `rows [b]` (repeats allowed, on any device), in that order."""
+        rows = rows.to(self.lengths.device, non_blocking=True)
         return PrefixKV(tuple(k.index_select(1, rows) for k in self.keys),
                         tuple(v.index_select(1, rows) for v in self.values),
                         self.lengths.index_select(0, rows))
@@ -111,6 +112,14 @@ class KVCacheForward:
         q_idx = (w + torch.arange(q, device=dev))[None, :, None]
         k_idx = torch.arange(w + q, device=dev)[None, None, :]
         return visible(q_idx, k_idx, 0, key_real=key_real)
+
+    def position_limit(self, q: int) -> int:
+        """One past the largest RoPE position of this forward's rows (a host read of the lengths)."""
+        return int(self.past.lengths.max()) + q
+
+    def masked_keys(self, lengths: torch.Tensor, q: int) -> torch.Tensor:
+        """`allowed_keys` as the attention's dense mask: bool `[b, 1, q, w + q]`, True = masked."""
+        return ~self.allowed_keys(lengths, q)[:, None]
 
     def _recorded_layers(self) -> tuple[tuple[torch.Tensor, ...], tuple[torch.Tensor, ...]]:
         if not self._new:

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from megatron_biglm import patches
 import torch
 from megatron.core import parallel_state
-from megatron.core.distributed import DistributedDataParallel, finalize_model_grads
+from megatron.core.distributed import DistributedDataParallel
 from megatron.core.optimizer import OptimizerConfig, get_megatron_optimizer
 
 from megatron_biglm.config import ConfigError, RunConfig
@@ -79,12 +79,13 @@ def build_module(config: RunConfig, mc, precision: str, provider=None):
 def build_model(config: RunConfig, mc, precision: str, provider=None):
     """This rank's model chunk wrapped in megatron DDP (one chunk: no virtual pipeline)."""
     from megatron_biglm.training.ddp_settings import ddp_config
+    from megatron_biglm.training.finalize_grads import finalize_model_grads_per_token
 
     module, tcfg = build_module(config, mc, precision, provider)
     ddp = ddp_config(config)
     model = DistributedDataParallel(config=tcfg, ddp_config=ddp, module=module)
     model.broadcast_params()
-    tcfg.finalize_model_grads_func = finalize_model_grads
+    tcfg.finalize_model_grads_func = finalize_model_grads_per_token
     if ddp.overlap_grad_reduce:  # the schedules hold the reduction back until the last micro-batch
         tcfg.no_sync_func = model.no_sync
     return [model], tcfg

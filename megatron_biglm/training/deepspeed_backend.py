@@ -136,7 +136,7 @@ def train_step(model_chunks, optimizer, scheduler, guard, data_iterator, *,  # n
                num_microbatches, seq_length, micro_batch_size, device, recipe, iteration):
     """One optimizer step over the global batch (same contract as step.train_step)."""
     from megatron_biglm.training.recipe import add_report, report_width, split_report
-    from megatron_biglm.training.step import StepStats, make_forward_step
+    from megatron_biglm.training.step import StepResult, StepStats, make_forward_step
 
     engine = model_chunks[0]
     stats = StepStats()
@@ -153,7 +153,8 @@ def train_step(model_chunks, optimizer, scheduler, guard, data_iterator, *,  # n
         loss_sum, _, parts = loss_func(output)
         add_report(report, parts, recipe)
         if i == num_microbatches - 1:
-            loss, _, metrics = split_report(_all_reduce(report.clone()), recipe)
+            reduced = _all_reduce(report.clone())
+            loss = split_report(reduced, recipe)[0]
             apply = guard.check(loss, iteration)  # raises after too many in a row
             if not apply:
                 loss_sum = loss_sum * math.nan  # DeepSpeed's overflow check skips the update
@@ -164,8 +165,7 @@ def train_step(model_chunks, optimizer, scheduler, guard, data_iterator, *,  # n
         raise RuntimeError("DeepSpeed applied an update that the non-finite guard rejected; this DeepSpeed "
                            "version does not skip steps with non-finite gradients")
     norm = engine.get_global_grad_norm() if applied else None
-    return {"loss": loss, "skipped": not applied, "grad_norm": float(norm) if norm is not None else math.nan,
-            "stats": stats, "tokens": global_count, "metrics": metrics}
+    return StepResult(reduced, norm, stats)
 
 
 @torch.no_grad()

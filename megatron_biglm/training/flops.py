@@ -23,9 +23,20 @@ from typing import Iterable, Optional
 
 from megatron_biglm.model.shape import BiGLMShape
 
-# Dense bf16 peak per device (TFLOP/s), for the default MFU denominator.
-PEAK_TFLOPS_BF16 = {"A100": 312.0, "H100": 989.0, "H200": 989.0, "H800": 989.0, "A800": 312.0,
-                    "L40S": 362.0, "A10": 125.0}
+# Dense bf16 peak per device (TFLOP/s), for the default MFU denominator, by a part of the
+# device's full name: the longest part that matches wins, so "NVIDIA H100 PCIe" is 756 (the
+# PCIe card's lower clocks and power), not the SXM module's 989.
+PEAK_TFLOPS_BF16 = {"A100": 312.0, "H100": 989.0, "H100 PCIe": 756.0, "H100 NVL": 835.0, "H200": 989.0,
+                    "H800": 989.0, "A800": 312.0, "L40S": 362.0, "A10": 125.0}
+
+
+def peak_tflops_for(device_name: str) -> tuple[str, float] | None:
+    """(matched table key, dense bf16 TFLOP/s) for a device's full name, or None if unknown."""
+    matches = [key for key in PEAK_TFLOPS_BF16 if key in device_name]
+    if not matches:
+        return None
+    key = max(matches, key=len)
+    return key, PEAK_TFLOPS_BF16[key]
 
 
 def attended_pairs(seq_length: int, splits: Optional[Iterable[int]]) -> int:
@@ -80,10 +91,8 @@ def default_peak_tflops() -> Optional[float]:
         name = torch.cuda.get_device_name()
     except Exception:  # pragma: no cover - no driver
         return None
-    for key, value in PEAK_TFLOPS_BF16.items():
-        if key in name:
-            return value
-    return None
+    found = peak_tflops_for(name)
+    return found[1] if found else None
 
 
 def mfu(flops_per_step: float, step_seconds: float, num_devices: int, peak_tflops: Optional[float]):

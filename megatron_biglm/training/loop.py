@@ -14,6 +14,13 @@ the config and the metrics logger (the in-training zero-shot evaluation plugs in
 cli/train.py). A callback that sets `loop_state.stop_requested` (early stopping) ends the run
 with a save, as a signal does. Validation and callbacks run with the RNG streams saved and
 restored around them, so they never change the training trajectory.
+
+The loop never waits on the device between logging steps: each step's loss report stays on
+the device (step.StepResult) and is read, with every step's since the last log in one host
+read, at the next logging step, before a save and at the end; `loop_state.losses` and
+`last_loss` are filled then. The non-finite guard counts on the device and is settled (read,
+and raising if the run diverged) at the same points. Batches come from a read-ahead thread
+(prefetch.py) that pins them on CUDA.
 """
 from __future__ import annotations
 
@@ -32,7 +39,8 @@ from megatron_biglm.training.flops import mfu, train_step_flops
 from megatron_biglm.training.loop_parts import (Evaluate, MetricsSink, NonFiniteCheck, Optimizer, SaveCheckpoint,
                                                 Scheduler, StopSignal, TrainBatches, TrainStep, ValidBatches)
 from megatron_biglm.training.loop_state import LoopState  # noqa: F401 - re-exported: loop.LoopState
-from megatron_biglm.training.recipe import Recipe
+from megatron_biglm.training.prefetch import Prefetched
+from megatron_biglm.training.recipe import Recipe, split_report
 from megatron_biglm.training.step import evaluate, train_step
 
 
@@ -84,19 +92,70 @@ def _memory() -> dict:
         return {}
 
 
+class _Window:
+    """The steps since the last logging step: their device reports, read in one go."""
+
+    def __init__(self):
+        self.t0 = time.time()
+        self.steps: list = []   # (StepResult with its stats summarised)
+
+    def add(self, out) -> None:
+        out.stats = out.stats.summary()
+        self.steps.append(out)
+
+    def read(self, c: Components, state: LoopState, seq: int, gbs: int) -> dict | None:
+        """Read the window's reports (one host read), fill the loop state's losses; the
+        window's figures, or None when empty."""
+        if not self.steps:
+            return None
+        reports = torch.stack([out.report.to(torch.float64) for out in self.steps]).cpu()
+        flops, losses = 0.0, []
+        for out, report in zip(self.steps, reports):
+            loss, tokens, _ = split_report(report, c.recipe)
+            losses.append(loss)
+            # This rank saw 1/DP of the global batch: its splits stand in for the other ranks'.
+            # Split 0 (variants without the restriction) counts full attention; a recipe that
+            # reports no splits counts full attention for every sample.
+            splits = out.stats.splits * c.info.dp
+            flops += train_step_flops(c.model_shape, seq, gbs, splits=splits if len(splits) == gbs else None,
+                                      predicted_tokens=tokens)
+        state.losses.extend(losses)
+        state.last_loss = losses[-1]
+        finite = [x for x in losses if math.isfinite(x)]
+        last = self.steps[-1]
+        figures = {"steps": len(self.steps), "flops": flops, "loss_avg": sum(finite) / len(finite) if finite
+                   else math.nan, "last": last.read(c.recipe) | {"loss": losses[-1]}, "stats": last.stats,
+                   "dt": max(time.time() - self.t0, 1e-9)}
+        self.t0, self.steps = time.time(), []
+        return figures
+
+
 def run(c: Components, state: LoopState) -> LoopState:
+    t = c.config.training
+    total = c.config.schedule.train_steps
+    last = min(total, state.iteration + t.exit_after_steps) if t.exit_after_steps else total
+    data = Prefetched(c.train_iter_fn(state.consumed_samples), depth=2 * c.num_microbatches)
+    try:
+        return _run(c, state, data, last)
+    finally:
+        data.close()
+
+
+def _run(c: Components, state: LoopState, data, last: int) -> LoopState:
     cfg, t = c.config, c.config.training
     seq, mbs, gbs = cfg.data.seq_length, t.micro_batch_size, t.global_batch_size
-    total = cfg.schedule.train_steps
-    last = min(total, state.iteration + t.exit_after_steps) if t.exit_after_steps else total
-    data = c.train_iter_fn(state.consumed_samples)
-    window = {"t0": time.time(), "steps": 0, "flops": 0.0, "tokens": 0, "loss_sum": 0.0, "loss_n": 0}
+    window = _Window()
     ctx = LoopContext(model_chunks=c.model_chunks, tokenizer=c.tokenizer, config=cfg, info=c.info,
                       metrics=c.metrics, recipe=c.recipe, callbacks=c.callbacks)
 
     def log(record: dict) -> None:
         c.metrics.log(record)
         c.callbacks.log(record)
+
+    def settle():
+        """Read what the device holds (raises if the run diverged); the window's figures."""
+        c.guard.settle()
+        return window.read(c, state, seq, gbs)
 
     def validate():
         if c.valid_iter_fn is None:
@@ -112,6 +171,10 @@ def run(c: Components, state: LoopState) -> LoopState:
                        "consumed_tokens": state.consumed_tokens,
                        **{k: v for k, v in val.items() if k != "loss"}})
 
+    def save():
+        settle()
+        return c.save_fn(state)
+
     if state.iteration == 0 and t.eval_interval > 0:
         validate()
     while state.iteration < last:
@@ -121,34 +184,18 @@ def run(c: Components, state: LoopState) -> LoopState:
         state.iteration += 1
         state.consumed_samples += gbs
         state.consumed_tokens += gbs * seq
-        state.last_loss = out["loss"]
-        state.losses.append(out["loss"])
-        stats = out["stats"]
-        window["steps"] += 1
-        window["tokens"] += gbs * seq
-        if math.isfinite(out["loss"]):
-            window["loss_sum"] += out["loss"]
-            window["loss_n"] += 1
-        # This rank saw 1/DP of the global batch: its splits stand in for the other ranks'.
-        # Split 0 (variants without the restriction) counts full attention; a recipe that
-        # reports no splits counts full attention for every sample.
-        splits = stats.splits * c.info.dp
-        if len(splits) != gbs:
-            splits = None
-        window["flops"] += train_step_flops(c.model_shape, seq, gbs, splits=splits,
-                                            predicted_tokens=out["tokens"])
+        window.add(out)
         if state.iteration % cfg.logging.log_interval == 0 or state.iteration == last:
-            dt = max(time.time() - window["t0"], 1e-9)
-            tflops, util = mfu(window["flops"] / window["steps"], dt / window["steps"], c.info.world_size,
-                               c.peak_tflops)
+            w = settle()
+            tflops, util = mfu(w["flops"] / w["steps"], w["dt"] / w["steps"], c.info.world_size, c.peak_tflops)
+            now = w["last"]
             log({
-                "kind": "train", "step": state.iteration, "loss": out["loss"],
-                "loss_avg": window["loss_sum"] / window["loss_n"] if window["loss_n"] else math.nan,
-                "lr": c.optimizer.param_groups[0]["lr"], "grad_norm": out["grad_norm"],
-                "tokens_per_s": window["tokens"] / dt, "tflops_per_device": tflops, "mfu": util,
+                "kind": "train", "step": state.iteration, "loss": now["loss"], "loss_avg": w["loss_avg"],
+                "lr": c.optimizer.param_groups[0]["lr"], "grad_norm": now["grad_norm"],
+                "tokens_per_s": w["steps"] * gbs * seq / w["dt"], "tflops_per_device": tflops, "mfu": util,
                 "consumed_samples": state.consumed_samples, "consumed_tokens": state.consumed_tokens,
-                "skipped_nonfinite": c.guard.total_skipped, "phase": stats.phase, **out["metrics"], **_memory()})
-            window.update(t0=time.time(), steps=0, flops=0.0, tokens=0, loss_sum=0.0, loss_n=0)
+                "skipped_nonfinite": c.guard.total_skipped, "phase": w["stats"].phase, **now["metrics"],
+                **_memory()})
         if t.eval_interval > 0 and state.iteration % t.eval_interval == 0:
             validate()
         if c.callbacks:
@@ -156,12 +203,13 @@ def run(c: Components, state: LoopState) -> LoopState:
                 c.callbacks.step(state.iteration, state, ctx)
         stop = c.stop.should_stop() or state.stop_requested is not None
         if stop or state.iteration % cfg.checkpoint.save_interval == 0:
-            path = c.save_fn(state)
+            path = save()
             c.metrics.message(f"saved checkpoint {path}")
         if stop:
             state.stopped_by = state.stop_requested or c.stop.name or "signal"
             c.metrics.message(f"received {state.stopped_by}: saved at step {state.iteration}, exiting")
             return state
+    settle()
     if t.eval_interval > 0 and state.iteration % t.eval_interval != 0:
         validate()
     if cfg.checkpoint.save_at_end and state.iteration % cfg.checkpoint.save_interval != 0:

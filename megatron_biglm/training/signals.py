@@ -10,6 +10,11 @@ The handler only sets a flag; the loop checks it between steps, so a checkpoint 
 written from inside a signal handler or in the middle of an optimizer step. Under several
 ranks the flag is all-reduced so every rank stops at the same step (a rank that stopped
 alone would hang the others in their next collective).
+
+That all-reduce must not stall the device each step: `should_stop` starts the reduction of
+this step's flags and answers with the previous step's, which finished long ago (a wait on
+the event recorded after its copy to the host, not on the stream). So every rank stops at
+the same step, one step after the signal: seconds, well inside SLURM's warning.
 """
 from __future__ import annotations
 
@@ -30,6 +35,7 @@ class GracefulStop:
         self.signals = tuple(signals)
         self.received: int | None = None
         self._old = {}
+        self._pending = None   # (host tensor, event or None) of the reduction started last step
 
     def _handler(self, signum, frame):  # noqa: ARG002 - signal API
         if self.received is None:
@@ -53,13 +59,32 @@ class GracefulStop:
         return signal.Signals(self.received).name if self.received is not None else None
 
     def should_stop(self) -> bool:
-        """True on every rank when any rank got a signal (a collective when distributed)."""
+        """True on every rank when any rank got a signal. Under several ranks: whether any
+        rank had one at the previous call (a collective each call, read one call later)."""
         flag = self.received is not None
-        if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
-            t = torch.tensor([1.0 if flag else 0.0], device=_device())
-            dist.all_reduce(t, op=dist.ReduceOp.MAX)
-            flag = bool(t.item() > 0)
-        return flag
+        if not (dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1):
+            return flag
+        previous, self._pending = self._pending, _start_reduction(flag)
+        if previous is None:
+            return False
+        host, event = previous
+        if event is not None:
+            event.synchronize()
+        return bool(host[0] > 0)
+
+
+def _start_reduction(flag: bool):
+    """All-reduce (max) this rank's flag without waiting: (host copy, event to wait on)."""
+    device = _device()
+    t = torch.tensor([1.0 if flag else 0.0], device=device)
+    dist.all_reduce(t, op=dist.ReduceOp.MAX, async_op=True).wait()  # on CUDA: the stream waits, not the host
+    if device == "cpu":
+        return t, None
+    host = torch.empty(1, pin_memory=True)
+    host.copy_(t, non_blocking=True)
+    event = torch.cuda.Event()
+    event.record()
+    return host, event
 
 
 def _device():

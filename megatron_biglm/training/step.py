@@ -17,23 +17,57 @@ import torch.distributed as dist
 from megatron.core import parallel_state
 from megatron.core.pipeline_parallel import get_forward_backward_func
 
+from megatron_biglm.training.optimizer_step import device_skipping_optimizers, device_step
 from megatron_biglm.training.recipe import Recipe, add_report, report_width, split_report
 
 
 @dataclass
 class StepStats:
-    """What the micro-batches of one step looked like (for FLOPs and token counts)."""
-    splits: list = field(default_factory=list)   # one per sample when the recipe reports them
-    samples: int = 0
-    predicted_tokens: int = 0
-    phase: int = 0
+    """What the micro-batches of one step looked like (the attention splits, for FLOPs, and the phase).
+
+    It keeps the loader's own (host) tensors and reads them only when asked, at logging
+    steps: recording a step reads nothing."""
+    batches: list = field(default_factory=list)
+    recipe: Recipe | None = None
 
     def record(self, batch: dict, recipe: Recipe) -> None:
-        self.samples += batch["tokens"].shape[0]
-        self.predicted_tokens += recipe.loss_tokens(batch)
-        self.splits.extend(recipe.attention_splits(batch) or [])
-        if "phase" in batch:
-            self.phase = int(torch.as_tensor(batch["phase"]).max())
+        self.recipe = recipe
+        self.batches.append(batch)
+
+    @property
+    def splits(self) -> list:
+        """One split per sample when the recipe reports them, else []."""
+        return [s for b in self.batches for s in (self.recipe.attention_splits(b) or [])]
+
+    @property
+    def phase(self) -> int:
+        phases = [int(torch.as_tensor(b["phase"]).max()) for b in self.batches if "phase" in b]
+        return max(phases, default=0)
+
+    def summary(self) -> "StepStats":
+        """The same figures, with the batches' other tensors let go (what the loop keeps
+        until its next logging step)."""
+        keep = ("split", "phase")
+        out = StepStats(recipe=self.recipe)
+        for b in self.batches:
+            out.batches.append({k: b[k] for k in keep if k in b})
+        return out
+
+
+@dataclass
+class StepResult:
+    """One optimizer step, as the loop sees it: the summed report (recipe.add_report) and the
+    gradient norm stay where they were computed (the device) until the loop reads them at a
+    logging step (`read`)."""
+    report: torch.Tensor
+    grad_norm: object          # a float, a 0-d tensor, or None (no norm: skipped or unclipped)
+    stats: StepStats
+
+    def read(self, recipe: Recipe | None) -> dict:
+        """{"loss", "tokens", "metrics", "grad_norm"} on the host."""
+        loss, tokens, metrics = split_report(self.report, recipe)
+        norm = math.nan if self.grad_norm is None else float(self.grad_norm)
+        return {"loss": loss, "tokens": tokens, "metrics": metrics, "grad_norm": norm}
 
 
 def make_forward_step(device, recipe: Recipe, stats: StepStats | None = None):
@@ -72,23 +106,31 @@ def forward_backward(model_chunks, data_iterator, num_microbatches, seq_length, 
 
 
 def train_step(model_chunks, optimizer, scheduler, guard, data_iterator, *, num_microbatches, seq_length,
-               micro_batch_size, device, recipe, iteration):
-    """Run one optimizer step (skipped when the loss is NaN/inf). Returns a dict of stats."""
+               micro_batch_size, device, recipe, iteration) -> StepResult:
+    """Run one optimizer step; a step whose loss is NaN/inf changes no weight and no optimizer
+    state (the guard counts it).
+
+    Nothing here reads the device on the host: the loss stays in the summed report, and the
+    norm, clipping and skip run on the device (optimizer_step.py). Where that cannot drive
+    the optimizer, megatron's own `step()` runs and the guard reads the loss on the host."""
     for chunk in model_chunks:
         chunk.zero_grad_buffer()
     optimizer.zero_grad()
     stats = StepStats()
     losses = forward_backward(model_chunks, data_iterator, num_microbatches, seq_length, micro_batch_size,
                               make_forward_step(device, recipe, stats))
-    loss, tokens, metrics = split_report(reduce_reports(losses, device, recipe), recipe)
+    report = reduce_reports(losses, device, recipe)
     scheduler.step(1)  # lr of this step = lr(iteration): see schedule.py
+    inner = device_skipping_optimizers(optimizer)
+    if inner is not None:
+        norm = device_step(optimizer, inner, guard, report[0] / report[1], iteration, report.device)
+        return StepResult(report, norm, stats)
+    loss, _, _ = split_report(report, recipe)
     if not guard.check(loss, iteration):
         optimizer.zero_grad()
-        return {"loss": loss, "skipped": True, "grad_norm": math.nan, "stats": stats, "tokens": tokens,
-                "metrics": metrics}
+        return StepResult(report, None, stats)
     ok, grad_norm, _ = optimizer.step()
-    return {"loss": loss, "skipped": not ok, "grad_norm": float(grad_norm) if grad_norm is not None else math.nan,
-            "stats": stats, "tokens": tokens, "metrics": metrics}
+    return StepResult(report, grad_norm if ok else None, stats)
 
 
 @torch.no_grad()

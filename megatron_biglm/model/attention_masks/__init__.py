@@ -17,6 +17,9 @@ attention). Here it is only *represented*:
   :func:`varlen_split_lengths`; no s x s tensor) and ``varlen_attention``, which runs them
   with flash-attn's kernel or a CPU SDPA emulation (:func:`split_varlen_attention`,
   :func:`sdpa_varlen_attention`).
+* ``segments``: only the visible blocks, as dense calls: two SDPA calls per group of samples
+  sharing a split (:class:`SplitGroups`, :func:`grouped_split_sdpa`), or one varlen call whose
+  keys reference the prefix twice (:class:`VarlenSegments`, :func:`varlen_split_attention`).
 
 Pure torch: no megatron import, so evaluation and export can use it cheaply. A new attention
 backend adds a module here, derived from ``visible`` and checked in tests/test_split_rule.py.
@@ -25,6 +28,8 @@ from .additive import additive_mask, additive_split_mask
 from .dense import (block_causal_mask, dense_split_mask, dense_visible_mask, sequence_mask,
                     suffix_after_prefix_mask)
 from .flex import FLEX_BUILD_METHODS, flex_split_block_mask
+from .segments import (SplitGroups, VarlenSegments, grouped_split_sdpa, split_groups, varlen_segments,
+                       varlen_split_attention)
 from .varlen import VarlenSplit, varlen_split_lengths
 from .varlen_attention import sdpa_varlen_attention, split_varlen_attention
 
@@ -35,4 +40,6 @@ __all__ = [
     "FLEX_BUILD_METHODS", "flex_split_block_mask",
     "VarlenSplit", "varlen_split_lengths",
     "sdpa_varlen_attention", "split_varlen_attention",
+    "SplitGroups", "VarlenSegments", "grouped_split_sdpa", "split_groups", "varlen_segments",
+    "varlen_split_attention",
 ]

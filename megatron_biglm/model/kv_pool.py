@@ -1,0 +1,193 @@
+"""The exact K/V cache as a pool of preallocated per-request slots, written in place.
+
+Why a pool: the growing cache (`kv_cache.PrefixKV`) re-gathers and re-concatenates every
+layer's keys and values at every step (`select`, `torch.cat`), and its mask is a dense
+`[b, q, w + q]` grid; on a GPU a cached step is then bound by those launches and copies, not
+by the model. Here each request owns a slot of per-layer buffers `[capacity, slots, ng, d]`
+(megatron's `[s, b, ng, d]` layout) sized for prompt plus output:
+
+- a forward writes its rows' keys/values in place, at each slot's valid length onwards, and
+  attends to the slot's buffer up to that length plus its own rows: a key-padding mask
+  `[b, 1, 1, k]` (one length per row), no per-query mask;
+- a block is committed by advancing the slot's length (the block's keys were written by the
+  forward that decoded it, with its final tokens, exactly as the growing cache appends them);
+- requests join (`allocate`) and leave (`release`) between blocks; a request that forks (two
+  continuations of one prompt) gets a copy of its slot (`copy_slots`).
+
+When the rows of a forward are slots `i, i+1, ..., i+b-1` in order the buffers are read as a
+view; otherwise (rows out of order, or one slot read by several rows, whose in-place writes
+would collide) the slots are gathered and this forward's keys appended, as the growing cache
+does. The valid lengths live on the host, so building a step reads nothing from the device.
+Exactness: same keys, same positions, same visible set as the growing cache (tests compare
+them token for token).
+"""
+from __future__ import annotations
+
+from typing import Protocol, Sequence, runtime_checkable
+
+import torch
+
+
+@runtime_checkable
+class KVSlots(Protocol):
+    """What a server schedules requests on: slots of a fixed capacity, taken and given back
+    between blocks, each with a valid length."""
+
+    capacity: int
+
+    def allocate(self, n: int) -> list[int]: ...
+
+    def release(self, slots: Sequence[int]) -> None: ...
+
+    def length(self, slot: int) -> int: ...
+
+
+class KVSlotPool:
+    """Per-layer key and value buffers `[capacity, slots, groups, head_dim]`, zero-filled (a
+    masked key must hold finite numbers: softmax weight 0 times NaN is NaN), and each slot's
+    valid length (host ints)."""
+
+    def __init__(self, num_layers: int, num_slots: int, capacity: int, groups: int, head_dim: int,
+                 dtype: torch.dtype, device):
+        self.capacity = int(capacity)
+        self.shape = (num_layers, groups, head_dim)
+        self.dtype, self.device = dtype, torch.device(device)
+        self.keys = [self._buffer(num_slots) for _ in range(num_layers)]
+        self.values = [self._buffer(num_slots) for _ in range(num_layers)]
+        self.lengths = [0] * num_slots
+        self._free = list(range(num_slots))
+
+    def _buffer(self, slots: int) -> torch.Tensor:
+        _, groups, head_dim = self.shape
+        return torch.zeros(self.capacity, slots, groups, head_dim, dtype=self.dtype, device=self.device)
+
+    @property
+    def num_slots(self) -> int:
+        return len(self.lengths)
+
+    def allocate(self, n: int) -> list[int]:
+        """`n` free slots (length 0), lowest first, so a batch that joins together reads as a view;
+        the pool doubles when it runs out."""
+        if n > len(self._free):
+            self._grow(max(self.num_slots, n - len(self._free)))
+        self._free.sort()
+        taken, self._free = self._free[:n], self._free[n:]
+        for s in taken:
+            self.lengths[s] = 0
+        return taken
+
+    def release(self, slots: Sequence[int]) -> None:
+        for s in slots:
+            if s in self._free:
+                raise ValueError(f"slot {s} is not in use")
+            self.lengths[s] = 0
+            self._free.append(int(s))
+
+    def length(self, slot: int) -> int:
+        return self.lengths[slot]
+
+    def copy_slots(self, sources: Sequence[int], targets: Sequence[int]) -> None:
+        """Slot `targets[i]` becomes a copy of slot `sources[i]` (keys, values, length)."""
+        src = torch.tensor(list(sources), dtype=torch.long, device=self.device)
+        dst = torch.tensor(list(targets), dtype=torch.long, device=self.device)
+        for buf in self.keys + self.values:
+            buf.index_copy_(1, dst, buf.index_select(1, src))
+        for s, t in zip(sources, targets):
+            self.lengths[t] = self.lengths[s]
+
+    def _grow(self, extra: int) -> None:
+        old = self.num_slots
+        self.keys = [torch.cat([b, self._buffer(extra)], dim=1) for b in self.keys]
+        self.values = [torch.cat([b, self._buffer(extra)], dim=1) for b in self.values]
+        self.lengths += [0] * extra
+        self._free += list(range(old, old + extra))
+
+
+class PoolForward:
+    """The kv_cache hook of one forward over rows that live in pool slots `slots` (host ints):
+    each layer's new keys/values are written at the slots' lengths onwards (or, when the slots
+    are not distinct, appended to a gathered copy), and attention covers each row's cached
+    keys plus its own real rows. `commit()` then advances the lengths by the rows' real counts."""
+
+    def __init__(self, pool: KVSlotPool, slots: Sequence[int], valid: Sequence[int] | None = None):
+        self.pool = pool
+        self.slots = [int(s) for s in slots]
+        # real rows of this forward per row, on the host: needed only to `commit` (the mask
+        # takes the model's device lengths, so a step reads nothing from the device)
+        self.valid = None if valid is None else [int(n) for n in valid]
+        self.base = [pool.lengths[s] for s in self.slots]
+        self.in_place = len(set(self.slots)) == len(self.slots)
+        first = self.slots[0]
+        self._view = self.in_place and self.slots == list(range(first, first + len(self.slots)))
+        self._layer_index: dict[int, int] = {}
+        self._q = None
+
+    @property
+    def past(self):
+        """Non-None: the model runs its cached-rows path (positions after the slot's length)."""
+        return self
+
+    def update(self, layer_number: int, key: torch.Tensor, value: torch.Tensor):
+        """`key`/`value` `[q, b, ng, d]` of this forward; returns the keys/values to attend to."""
+        index = self._layer_index.setdefault(layer_number, len(self._layer_index))
+        q = key.shape[0]
+        self._q = q
+        kbuf, vbuf = self.pool.keys[index], self.pool.values[index]
+        if not self.in_place:
+            width = max(self.base) if self.base else 0
+            rows = torch.tensor(self.slots, dtype=torch.long, device=kbuf.device)
+            return (torch.cat([kbuf[:width].index_select(1, rows), key], dim=0),
+                    torch.cat([vbuf[:width].index_select(1, rows), value], dim=0))
+        end = max(self.base) + q
+        if end > self.pool.capacity:
+            raise ValueError(f"a slot would hold {end} positions; the pool's capacity is {self.pool.capacity}")
+        if self._view and len(set(self.base)) == 1:  # one offset for every row: a plain slice write
+            first, b, start = self.slots[0], len(self.slots), self.base[0]
+            kbuf[start:start + q, first:first + b] = key
+            vbuf[start:start + q, first:first + b] = value
+        else:
+            pos, cols = self._scatter_index(q, kbuf.device)
+            kbuf.index_put_((pos, cols), key)
+            vbuf.index_put_((pos, cols), value)
+        if self._view:
+            first = self.slots[0]
+            return kbuf[:end, first:first + len(self.slots)], vbuf[:end, first:first + len(self.slots)]
+        rows = torch.tensor(self.slots, dtype=torch.long, device=kbuf.device)
+        return kbuf[:end].index_select(1, rows), vbuf[:end].index_select(1, rows)
+
+    def _scatter_index(self, q: int, device):
+        base = torch.tensor(self.base, dtype=torch.long, device=device)
+        pos = base[None, :] + torch.arange(q, device=device)[:, None]      # [q, b]
+        cols = torch.tensor(self.slots, dtype=torch.long, device=device)[None, :].expand(q, -1)
+        return pos, cols
+
+    def positions(self, q: int) -> torch.Tensor:
+        """RoPE positions `[b, q]`: row b's token j sits at its slot's length + j."""
+        base = torch.tensor(self.base, dtype=torch.long, device=self.pool.device)
+        return base[:, None] + torch.arange(q, device=self.pool.device)[None]
+
+    def position_limit(self, q: int) -> int:
+        """One past the largest RoPE position of this forward's rows (host ints: no read)."""
+        return max(self.base) + q
+
+    def masked_keys(self, lengths: torch.Tensor, q: int) -> torch.Tensor:
+        """Bool `[b, 1, 1, k]`, True = masked: each row sees its slot's cached keys and its own
+        `lengths [b]` real rows, whichever layout `update` returns (the one split rule: these
+        rows are all past the cached prefix, so they see every real key)."""
+        dev = lengths.device
+        base = torch.tensor(self.base, dtype=torch.long).to(dev, non_blocking=True)
+        if self.in_place:
+            keys = torch.arange(max(self.base) + q, device=dev)[None]
+            return ~(keys < (base + lengths)[:, None])[:, None, None, :]
+        width = max(self.base) if self.base else 0
+        keys = torch.arange(width + q, device=dev)[None]
+        fresh = (keys >= width) & (keys < width + lengths[:, None])
+        return ~((keys < base[:, None]) | fresh)[:, None, None, :]
+
+    def commit(self) -> None:
+        """Advance each slot by this forward's real rows: its keys join the cached prefix.
+        Only an in-place forward can be committed (its keys are in the slots)."""
+        if not self.in_place or self.valid is None:
+            raise ValueError("only a forward over distinct slots, told its rows' real counts, can be committed")
+        for s, b, n in zip(self.slots, self.base, self.valid):
+            self.pool.lengths[s] = b + n

@@ -1,0 +1,121 @@
+"""The slot-pool K/V cache: preallocated per-request slots written in place, exact.
+
+On CPU in fp32, generation with the pool equals generation with the growing cache token for
+token (prompts of different lengths, several blocks, a length beam whose candidates share and
+then fork a prompt's slot); the growing cache is itself held to the uncached block-causal
+forward by tests/test_inference_prefix_cache.py (the megatron adapter has no uncached
+block-causal path to decode with). Suffix logits over the pool equal the growing cache's with
+rows in order (the buffers read as a view), out of order and repeated (gathered); slots are
+taken, given back and copied as requests join, leave and fork.
+"""
+from __future__ import annotations
+
+import gc
+
+import pytest
+import torch
+from model_fixtures import build_model, init_megatron, spread_weights, tiny_config
+
+from benchmarks.bench_generation import IdsTokenizer
+from megatron_biglm.generation import GenerationConfig, MaskPredictGenerator
+from megatron_biglm.inference import TokenIds
+from megatron_biglm.inference.megatron_adapter import MegatronMaskedLMAdapter, SlotState
+from megatron_biglm.model.kv_pool import KVSlotPool, KVSlots
+
+VOCAB = 200
+SPECIAL = TokenIds(bos_id=1, mask_id=3, pad_id=0, eos_id=2)
+
+
+@pytest.fixture(scope="module")
+def model():
+    init_megatron(1, 1)
+    return spread_weights(build_model(tiny_config(vocab_size=VOCAB), seed=4), 0.15)
+
+
+def _adapter(model, layout: str) -> MegatronMaskedLMAdapter:
+    return MegatronMaskedLMAdapter(model, SPECIAL, vocab_size=VOCAB, max_length=128, cache_layout=layout)
+
+
+def _prompts(n: int, seed: int) -> list[list[int]]:
+    g = torch.Generator().manual_seed(seed)
+    return [torch.randint(4, VOCAB, (int(torch.randint(3, 12, (1,), generator=g)),), generator=g).tolist()
+            for _ in range(n)]
+
+
+@pytest.mark.parametrize("beam", [1, 3], ids=["one_length", "length_beam"])
+def test_static_cache_generation_equals_the_growing_cache(model, beam):
+    prompts = _prompts(4, seed=beam)
+    config = GenerationConfig(length=20, steps=3, block_size=6, blocks="cached", length_beam=beam)
+    outputs = {}
+    for layout in ("pool", "grow"):
+        adapter = _adapter(model, layout)
+        gen = MaskPredictGenerator(adapter, IdsTokenizer(), use_cache=True)
+        outputs[layout] = [list(o.ids) for o in gen.generate_ids(prompts, config, batch_size=4)]
+        assert (adapter._pool is not None) == (layout == "pool")  # the pool really ran
+    assert outputs["pool"] == outputs["grow"]
+    assert all(len(ids) > 0 for ids in outputs["pool"])
+
+
+def test_static_cache_suffix_logits_equal_the_growing_cache(model):
+    """In order (a view of the buffers), out of order and repeated (gathered), after an extension."""
+    pool, grow = _adapter(model, "pool"), _adapter(model, "grow")
+    g = torch.Generator().manual_seed(3)
+    lengths = torch.tensor([5, 9, 7])
+    ids = torch.randint(4, VOCAB, (3, 9), generator=g)
+    states = [a.encode_prefix(ids, lengths) for a in (pool, grow)]
+    block = torch.randint(4, VOCAB, (3, 4), generator=g)
+    block_lengths = torch.tensor([4, 2, 3])
+    rows = torch.tensor([0, 1, 2])
+    states = [a.extend_prefix(s, rows, block, block_lengths) for a, s in zip((pool, grow), states)]
+    assert isinstance(states[0], SlotState) and states[0].slots == [0, 1, 2]
+    suffix = torch.randint(4, VOCAB, (4, 5), generator=g)
+    suffix_lengths = torch.tensor([5, 3, 4, 1])
+    positions = torch.arange(5)[None].expand(4, -1)
+    for order in ([0, 1, 2, 0], [2, 0, 1, 2], [1, 1, 1, 1]):
+        rows = torch.tensor(order)
+        got, want = (a.logits_with_prefix(s, rows, suffix, suffix_lengths, positions)
+                     for a, s in zip((pool, grow), states))
+        valid = positions < suffix_lengths[:, None]
+        torch.testing.assert_close(got[valid], want[valid], atol=1e-5, rtol=1e-5)
+    in_order = torch.tensor([0, 1, 2])
+    got, want = (a.logits_with_prefix(s, in_order, suffix[:3], suffix_lengths[:3], positions[:3])
+                 for a, s in zip((pool, grow), states))
+    valid = positions[:3] < suffix_lengths[:3, None]
+    torch.testing.assert_close(got[valid], want[valid], atol=1e-5, rtol=1e-5)
+
+
+def test_static_cache_slots_join_leave_fork_and_grow():
+    pool = KVSlotPool(num_layers=2, num_slots=2, capacity=8, groups=1, head_dim=2, dtype=torch.float32,
+                      device="cpu")
+    assert isinstance(pool, KVSlots)
+    a = pool.allocate(2)
+    assert a == [0, 1]
+    pool.keys[0][:3, 0] = 1.0
+    pool.lengths[0] = 3
+    b = pool.allocate(3)  # runs out: doubles, the old contents kept
+    assert b == [2, 3, 4] and pool.num_slots >= 5 and float(pool.keys[0][:3, 0].sum()) == 6.0
+    pool.copy_slots([0], [4])
+    assert pool.length(4) == 3 and torch.equal(pool.keys[0][:, 4], pool.keys[0][:, 0])
+    pool.release([1, 3])
+    assert pool.allocate(1) == [1]  # lowest free first
+    with pytest.raises(ValueError, match="slot 3 is not in use"):
+        pool.release([3])
+
+
+def test_static_cache_states_give_their_slots_back(model):
+    """A dropped state's slots return to the pool; a continued state's slots are handed on and
+    a slot two rows continue is copied once."""
+    adapter = _adapter(model, "pool")
+    ids = torch.randint(4, VOCAB, (2, 4), generator=torch.Generator().manual_seed(1))
+    state = adapter.encode_prefix(ids, torch.tensor([4, 3]))
+    pool = adapter._pool
+    in_use = pool.num_slots - len(pool._free)
+    nxt = adapter.extend_prefix(state, torch.tensor([0, 0, 1]), ids[[0, 0, 1], :2], torch.tensor([2, 2, 1]))
+    assert nxt.slots[:1] == [0] and nxt.slots[2] == 1 and nxt.slots[1] not in (0, 1)
+    assert [pool.length(s) for s in nxt.slots] == [6, 6, 4]
+    del state
+    gc.collect()
+    assert pool.num_slots - len(pool._free) == in_use + 1  # the fork's copy, nothing leaked
+    del nxt
+    gc.collect()
+    assert len(pool._free) == pool.num_slots
