@@ -12,6 +12,7 @@ import inspect
 from typing import Literal
 
 import pytest
+import torch
 
 from megatron_biglm.common.config_fields import build_dataclass
 from megatron_biglm.common.config_flags import add_dataclass_flags, flag_values, parse_flags
@@ -94,7 +95,8 @@ def test_the_loop_parts_meet_their_protocols():
     """What cli/train.py hands the loop satisfies loop_parts' Protocols, and both backends'
     step and evaluation take exactly the parameters the Protocols name."""
     from megatron_biglm.training import deepspeed_backend, step
-    from megatron_biglm.training.loop_parts import Evaluate, MetricsSink, NonFiniteCheck, StopSignal, TrainStep
+    from megatron_biglm.training.loop_parts import (Evaluate, MetricsSink, NonFiniteCheck, StepOutcome, StopSignal,
+                                                     TrainStep)
     from megatron_biglm.training.metrics import MetricsLogger
     from megatron_biglm.training.nonfinite import NonFiniteGuard
     from megatron_biglm.training.signals import GracefulStop
@@ -103,6 +105,8 @@ def test_the_loop_parts_meet_their_protocols():
     assert isinstance(GracefulStop(), StopSignal)
     assert isinstance(MetricsLogger("unused", enabled=False, total_steps=1), MetricsSink)
     assert not isinstance(object(), NonFiniteCheck)
+    result = step.StepResult(torch.zeros(2), None, step.StepStats())
+    assert isinstance(result, StepOutcome) and not isinstance(object(), StepOutcome)
 
     def parameters(fn):
         return [(p.name, p.kind) for p in inspect.signature(fn).parameters.values() if p.name != "self"]

@@ -26,10 +26,21 @@ class Scheduler(Protocol):
 
 @runtime_checkable
 class NonFiniteCheck(Protocol):
-    """Decides whether a step with this loss is applied, and counts the skipped ones."""
-    total_skipped: int
+    """Decides whether a step is applied and counts the skipped ones: on the host from a loss
+    (`check`), or on the device from the loss and gradient norm (`observe`, read back at a
+    logging step or a save by `settle`, which raises after too many in a row)."""
+    @property
+    def total_skipped(self) -> int: ...
 
     def check(self, loss: float, step: int) -> bool: ...
+
+    def observe(self, step: int, *values) -> object: ...
+
+    def settle(self) -> None: ...
+
+    def state_dict(self) -> dict: ...
+
+    def load_state_dict(self, state: dict) -> None: ...
 
 
 @runtime_checkable
@@ -62,11 +73,20 @@ class SaveCheckpoint(Protocol):
     def __call__(self, state: LoopState) -> Path: ...
 
 
+@runtime_checkable
+class StepOutcome(Protocol):
+    """One optimizer step as the loop holds it until a logging step: its `stats`, and `read`,
+    the one host read of its loss, tokens, metrics and gradient norm (step.StepResult)."""
+    stats: object
+
+    def read(self, recipe: Recipe | None) -> dict: ...
+
+
 class TrainStep(Protocol):
-    """One optimizer step: {"loss", "skipped", "grad_norm", "stats", "tokens", "metrics"}."""
+    """One optimizer step, its numbers left on the device (a StepOutcome)."""
     def __call__(self, model_chunks: list, optimizer: Optimizer, scheduler: Scheduler, guard: NonFiniteCheck,
                  data_iterator: Iterator, *, num_microbatches: int, seq_length: int, micro_batch_size: int,
-                 device, recipe: Recipe, iteration: int) -> dict: ...
+                 device, recipe: Recipe, iteration: int) -> StepOutcome: ...
 
 
 class Evaluate(Protocol):
