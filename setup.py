@@ -38,6 +38,8 @@ setup(
         "retrieval": ["sentence-transformers>=5", "pytrec-eval-terrier>=0.5.6"],
         # benchmarks/bench_finetune.py: transformers' Trainer needs accelerate
         "bench": ["accelerate>=1.0"],
+        # biglm-serve; its tests drive it with the openai client and lm-eval's API model
+        "serve": ["fastapi>=0.110", "uvicorn>=0.29", "openai>=1.0", "lm-eval[api]>=0.4.5"],
         "dev": ["pytest", "pytest-timeout", "pytest-xdist", "scipy", "matplotlib", "tensorboard"],
     },
     entry_points={
@@ -63,6 +65,7 @@ setup(
             "biglm-plot-curves=megatron_biglm.cli.plot_curves:main",
             "biglm-fetch-data=megatron_biglm.cli.fetch_data:main",
             "biglm-lm-eval=megatron_biglm.cli.lm_eval:main",
+            "biglm-serve=megatron_biglm.cli.serve:main",
         ]
     },
 )

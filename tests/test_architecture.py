@@ -22,7 +22,7 @@ FLOORS = {
     "model": 2, "data": 2, "config": 2,
     "inference": 3, "training": 3,
     "export": 4, "evaluation": 4, "generation": 4,
-    "finetune": 5,
+    "finetune": 5, "serving": 5,
     "cli": 6,
 }
 TOP = max(FLOORS.values())

@@ -26,6 +26,7 @@ drivers that wire the floors together are here too, because they are what the co
   plot_curves        loss curves of runs (PNG)                    biglm-plot-curves
   lm_eval            lm-eval's own CLI, our models registered   biglm-lm-eval
   fetch_data         corpus, BIG-bench and WordNet, offline-safe  biglm-fetch-data
+  serve              an OpenAI-compatible HTTP server             biglm-serve
 """
 
 
