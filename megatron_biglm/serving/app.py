@@ -32,7 +32,7 @@ from .schema import BadRequest, CompletionRequest, DetokenizeRequest, TokenizeRe
 from .scoring import score_prompts
 
 RETRY_AFTER_S = 1
-_DISCONNECT_POLL_S = 0.05
+_DISCONNECT_POLL_S = 0.25
 
 
 @dataclass
