@@ -176,8 +176,9 @@ def test_a_prompt_longer_than_the_model_gets_400_naming_both_lengths(server):
 def test_a_client_that_disconnects_frees_its_rows(server, client):
     before = server.metrics().get('biglm_requests_total{endpoint="/v1/completions",status="499"}', 0)
     with pytest.raises(requests.exceptions.Timeout):
-        server.post("/v1/completions", json={"model": MODEL_NAME, "prompt": PROMPTS[0], "max_tokens": 100,
-                                             "steps": 40, "block_size": 1}, timeout=1.0)
+        # 55 blocks of ~50 iterations: far longer than the client waits
+        server.post("/v1/completions", json={"model": MODEL_NAME, "prompt": PROMPTS[0], "max_tokens": 110,
+                                             "steps": 100, "block_size": 2}, timeout=1.0)
     deadline = 30.0
     import time
 
