@@ -22,8 +22,9 @@ FLOORS = {
     "model": 2, "data": 2, "config": 2,
     "inference": 3, "training": 3,
     "export": 4, "evaluation": 4, "generation": 4,
-    "finetune": 5, "serving": 5,
-    "cli": 6,
+    "finetune": 5,
+    "serving": 6,
+    "cli": 7,
 }
 TOP = max(FLOORS.values())
 SAME_FLOOR = {

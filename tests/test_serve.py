@@ -115,6 +115,30 @@ def test_stream_sends_blocks_in_order_that_concatenate_to_the_text(client):
     assert all(c.choices[0].finish_reason is None for c in chunks[:-1])
 
 
+def test_embeddings_equal_sentence_transformers_encode_of_the_export(client, gen_checkpoint, tmp_path):  # noqa: F811
+    pytest.importorskip("sentence_transformers")
+    import torch
+    from sentence_transformers import SentenceTransformer
+
+    from megatron_biglm.export.sentence_transformers_dir import to_st
+
+    st = SentenceTransformer(str(to_st(gen_checkpoint, tmp_path / "st")), device="cpu")
+    texts = PROMPTS + ["a much longer passage about kings, queens and the winter of discontent " * 3]
+    plain = None
+    for input_type in (None, "query", "passage"):
+        extra = {} if input_type is None else {"extra_body": {"input_type": input_type}}
+        got = client.embeddings.create(model=MODEL_NAME, input=texts, **extra)  # base64, the default
+        want = st.encode(texts, prompt_name=input_type, convert_to_tensor=True).float()
+        served = torch.tensor([d.embedding for d in got.data])
+        assert served.shape == want.shape
+        assert torch.allclose(served, want, atol=1e-5, rtol=0)
+        plain = served if plain is None else plain
+    floats = client.embeddings.create(model=MODEL_NAME, input=texts[0], encoding_format="float")
+    assert torch.allclose(torch.tensor(floats.data[0].embedding), plain[0], atol=1e-6)
+    with pytest.raises(openai.BadRequestError, match="input_type"):
+        client.embeddings.create(model=MODEL_NAME, input="x", extra_body={"input_type": "poem"})
+
+
 def _pairs(tokenizer_dir):
     from transformers import AutoTokenizer
 

@@ -62,6 +62,7 @@ def _build(args):
     from megatron_biglm.serving.app import ServerState, build_app
     from megatron_biglm.serving.block_decoder import ExactCacheBlockDecoder
     from megatron_biglm.serving.completions import CompletionService
+    from megatron_biglm.serving.embeddings import load_embedder
     from megatron_biglm.serving.metrics import ServerMetrics
     from megatron_biglm.serving.scheduler import BlockScheduler
 
@@ -75,7 +76,8 @@ def _build(args):
     metrics.queue_length = lambda: scheduler.queue_length
     metrics.running_rows = lambda: scheduler.running_rows
     state = ServerState()
-    app = build_app(service, scheduler, metrics, state, score_batch_size=args.score_batch_size)
+    app = build_app(service, scheduler, metrics, state, embedder=load_embedder(args.model, args.device),
+                    score_batch_size=args.score_batch_size)
     config = uvicorn.Config(app, host=args.host, port=args.port, log_level=args.log_level,
                             access_log=False, lifespan="off")
     return _DrainingServer(config, state, scheduler, name)

@@ -28,7 +28,8 @@ from megatron_biglm.evaluation.scoring import make_rule
 from .completions import CompletionService
 from .metrics import ServerMetrics
 from .scheduler import BlockScheduler, Cancelled, QueueFull, RequestTimeout, ShuttingDown
-from .schema import BadRequest, CompletionRequest, DetokenizeRequest, TokenizeRequest, parse
+from .schema import (BadRequest, CompletionRequest, DetokenizeRequest, EmbeddingRequest, TokenizeRequest,
+                     parse)
 from .scoring import score_prompts
 
 RETRY_AFTER_S = 1
@@ -96,7 +97,9 @@ class _Gate:
 
 
 def build_app(service: CompletionService, scheduler: BlockScheduler, metrics: ServerMetrics,
-              state: ServerState, *, score_batch_size: int = 16) -> FastAPI:
+              state: ServerState, *, embedder=None, score_batch_size: int = 16) -> FastAPI:
+    """The app; `embedder` (`embeddings.Embedder`, None for a model that does not embed)
+    answers `/v1/embeddings`."""
     app = FastAPI(title="biglm-serve", docs_url=None, redoc_url=None, openapi_url=None)
     tokenizer = service.tokenizer
 
@@ -138,6 +141,36 @@ def build_app(service: CompletionService, scheduler: BlockScheduler, metrics: Se
     async def detokenize(request: Request):
         req = parse(DetokenizeRequest, await request.body())
         return {"prompt": tokenizer.decode(req.tokens, skip_special_tokens=False)}
+
+    @app.post("/v1/embeddings")
+    async def embeddings(request: Request):
+        req = parse(EmbeddingRequest, await request.body())
+        if req.model != service.model_name:
+            raise BadRequest(f"unknown model {req.model!r}; this server serves {service.model_name!r}",
+                             "model")
+        if embedder is None:
+            raise BadRequest(f"{service.model_name} does not embed: serve a sentence-transformers "
+                             "export (biglm-export to-st) or a megatron checkpoint", "model")
+        texts = [req.input] if isinstance(req.input, str) else list(req.input)
+        if not texts or any(not t for t in texts):
+            raise BadRequest("input needs one or more non-empty strings", "input")
+        if req.input_type is not None and req.input_type not in embedder.prompts:
+            raise BadRequest(f"input_type {req.input_type!r} is not one of this model's prompts "
+                             f"{sorted(embedder.prompts)}", "input_type")
+        loop = asyncio.get_running_loop()
+        future = loop.create_future()
+        scheduler.submit_call(lambda: embedder.embed(texts, req.input_type),
+                              lambda result, error: loop.call_soon_threadsafe(_settle, future, result, error),
+                              time.monotonic() + service.timeout_s)
+        vectors = (await _until_done_or_gone(request, [future]))[0]
+        if req.dimensions is not None and req.dimensions != vectors.shape[1]:
+            raise BadRequest(f"dimensions={req.dimensions}, but this model's vectors have "
+                             f"{vectors.shape[1]}; leave dimensions out", "dimensions")
+        data = [{"object": "embedding", "index": i,
+                 "embedding": _encode_vector(v, req.encoding_format)} for i, v in enumerate(vectors)]
+        tokens = sum(len(tokenizer(t, add_special_tokens=True)["input_ids"]) for t in texts)
+        return {"object": "list", "data": data, "model": service.model_name,
+                "usage": {"prompt_tokens": tokens, "total_tokens": tokens}}
 
     @app.post("/v1/completions")
     async def completions(request: Request):
@@ -238,6 +271,17 @@ def build_app(service: CompletionService, scheduler: BlockScheduler, metrics: Se
         return events_of()
 
     return _Gate(app, state, metrics)
+
+
+def _encode_vector(vector, encoding_format: str):
+    """A float32 vector as a JSON list, or as base64 of its little-endian bytes (the format the
+    `openai` client asks for by default)."""
+    import base64
+
+    import numpy as np
+
+    values = vector.numpy().astype("<f4")
+    return values.tolist() if encoding_format == "float" else base64.b64encode(values.tobytes()).decode()
 
 
 def _settle(future: asyncio.Future, result, error) -> None:

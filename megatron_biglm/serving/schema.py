@@ -13,6 +13,9 @@ fields (the `openai` client's `extra_body`):
 | `beam` | the width of the `beam` rule (default 1) |
 | `context_tokens` | where the context ends in the prompt's tokens: the rule scores what follows it (default 0: the whole prompt after BOS) |
 
+`/v1/embeddings` takes OpenAI's fields (`dimensions`, when given, must be the model's) and
+`input_type`: the prompt put before each text (`query`, `passage`; none by default).
+
 `temperature` defaults to 0 (greedy, like `biglm-generate`), `seed` to 0. An unknown field, a
 wrong type or a value out of range is refused with HTTP 400 naming the field
 (`BadRequest.from_validation`).
@@ -72,6 +75,15 @@ class CompletionRequest(_Strict):
     scoring: RuleName = "pll"
     beam: int = Field(1, ge=1)
     context_tokens: int = Field(0, ge=0)
+
+
+class EmbeddingRequest(_Strict):
+    model: str
+    input: Union[str, list[str]]
+    encoding_format: Literal["float", "base64"] = "float"
+    dimensions: Optional[int] = Field(None, ge=1)
+    user: Optional[str] = None
+    input_type: Optional[str] = None
 
 
 class TokenizeRequest(_Strict):
