@@ -3,14 +3,14 @@
 A random EuroBERT at the `tiny` preset with our BPE trained on the sample corpus (as
 `bench_eval` builds it) is exported to an HF directory and served by a real `biglm-serve`
 subprocess (torch on one thread). The requests are prompts cut from the corpus, each
-`max_tokens` slots sampled at temperature 0.8 with its own seed (T steps per block of
+`max_tokens` slots sampled at `--temperature` (0.8; 0 is greedy) with its own seed (T steps per block of
 `block_size`). They are sent twice to the same server: one after another (one client), then by
 `--clients` concurrent clients pulling from the same list. Throughput is requests per second of
 wall time; latency is per request, as the client saw it. The outputs of the two passes must be
 equal token for token (each request is seeded on its own), or the benchmark fails.
 
     python -m benchmarks serve [--requests 64] [--clients 16] [--max-tokens 16] [--steps 8]
-                               [--block-size 8] [--threads 1]
+                               [--block-size 8] [--temperature 0.8] [--threads 1]
 
 Goal (CPU, tiny model): concurrent throughput >= 4x sequential.
 """
@@ -63,7 +63,7 @@ def run(args) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         model = export_model(Path(tmp))
         prompts = corpus_prompts(args.requests)
-        bodies = [{"model": "bench", "prompt": p, "max_tokens": args.max_tokens, "temperature": 0.8,
+        bodies = [{"model": "bench", "prompt": p, "max_tokens": args.max_tokens, "temperature": args.temperature,
                    "seed": i, "steps": args.steps, "block_size": args.block_size}
                   for i, p in enumerate(prompts)]
         with serve_process(model, "--max-rows", str(4 * args.clients), name="bench",
@@ -93,6 +93,7 @@ def run(args) -> dict:
         return {"p50_s": statistics.median(values), "p99_s": _percentile(values, 0.99)}
 
     return {"requests": len(bodies), "clients": args.clients, "max_tokens": args.max_tokens,
+            "temperature": args.temperature,
             "steps": args.steps, "block_size": args.block_size, "threads": args.threads,
             "sequential": {"seconds": sequential_s, "requests_per_s": len(bodies) / sequential_s,
                            **latencies(sequential)},
@@ -123,6 +124,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--max-tokens", type=int, default=16)
     p.add_argument("--steps", type=int, default=8)
     p.add_argument("--block-size", type=int, default=8)
+    p.add_argument("--temperature", type=float, default=0.8, help="0: greedy")
     p.add_argument("--threads", type=int, default=1, help="torch threads of the server")
     p.add_argument("--json", action="store_true", help="print the results as JSON too")
     args = p.parse_args(argv)

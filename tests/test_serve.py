@@ -139,6 +139,28 @@ def test_embeddings_equal_sentence_transformers_encode_of_the_export(client, gen
         client.embeddings.create(model=MODEL_NAME, input="x", extra_body={"input_type": "poem"})
 
 
+def test_chat_is_the_completion_of_the_instruction_template(client):
+    from megatron_biglm.finetune.multitask.genset import prompt_of
+
+    ask = "Name the prince of Denmark"
+    extra = {"steps": 3, "block_size": 4}
+    chat = client.chat.completions.create(model=MODEL_NAME, messages=[{"role": "user", "content": ask}],
+                                          max_tokens=8, temperature=0, extra_body=extra)
+    plain = client.completions.create(model=MODEL_NAME, prompt=prompt_of(ask, "default"), max_tokens=8,
+                                      temperature=0, extra_body=extra)
+    assert chat.choices[0].message.role == "assistant"
+    assert chat.choices[0].message.content == plain.choices[0].text
+    assert _ids(chat.choices[0]) == _ids(plain.choices[0])
+    stream = client.chat.completions.create(model=MODEL_NAME, messages=[{"role": "user", "content": ask}],
+                                            max_tokens=8, temperature=0, extra_body=extra, stream=True)
+    chunks = list(stream)
+    assert "".join(c.choices[0].delta.content or "" for c in chunks) == plain.choices[0].text
+    assert chunks[-1].choices[0].finish_reason == plain.choices[0].finish_reason
+    with pytest.raises(openai.BadRequestError, match="one user message"):
+        client.chat.completions.create(model=MODEL_NAME, max_tokens=4, messages=[
+            {"role": "system", "content": "be brief"}, {"role": "user", "content": ask}])
+
+
 def _pairs(tokenizer_dir):
     from transformers import AutoTokenizer
 

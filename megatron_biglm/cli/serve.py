@@ -38,6 +38,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--dtype", help="default: bfloat16 on GPU, float32 on CPU")
     p.add_argument("--split-attention", choices=("auto", "on", "off"),
                    help="default: as trained (megatron) / on (HF export)")
+    p.add_argument("--chat-template", default="default",
+                   help="the instruction-tuning template of /v1/chat/completions: default, plain, or "
+                        "none (no chat endpoint)")
     p.add_argument("--log-level", default="warning")
     return p
 
@@ -58,6 +61,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _build(args):
+    from megatron_biglm.finetune.instruct.chat_template import get_template
     from megatron_biglm.generation.generator import MaskPredictGenerator
     from megatron_biglm.serving.app import ServerState, build_app
     from megatron_biglm.serving.block_decoder import ExactCacheBlockDecoder
@@ -76,8 +80,9 @@ def _build(args):
     metrics.queue_length = lambda: scheduler.queue_length
     metrics.running_rows = lambda: scheduler.running_rows
     state = ServerState()
+    template = None if args.chat_template == "none" else get_template(args.chat_template)
     app = build_app(service, scheduler, metrics, state, embedder=load_embedder(args.model, args.device),
-                    score_batch_size=args.score_batch_size)
+                    chat_template=template, score_batch_size=args.score_batch_size)
     config = uvicorn.Config(app, host=args.host, port=args.port, log_level=args.log_level,
                             access_log=False, lifespan="off")
     return _DrainingServer(config, state, scheduler, name)

@@ -3,6 +3,8 @@
 Endpoints (OpenAI's request and response shapes where OpenAI has them):
 - `POST /v1/completions`: generation, `stream` as server-sent events (one per finished block),
   `echo` + `logprobs` scoring (see `completions.py` and `schema.py` for the fields);
+- `POST /v1/chat/completions`: the same through an instruction-tuning chat template (`chat.py`);
+- `POST /v1/embeddings` (`embeddings.py`);
 - `GET /v1/models`, `GET /health`, `GET /metrics` (Prometheus text, `metrics.py`);
 - `POST /tokenize`, `POST /detokenize`, `GET /tokenizer_info`: the server's tokenizer, as
   lm-eval's API models ask for it.
@@ -25,6 +27,7 @@ from fastapi.responses import JSONResponse, PlainTextResponse, StreamingResponse
 
 from megatron_biglm.evaluation.scoring import make_rule
 
+from .chat import ChatCompletionRequest, as_chat_response, chat_as_completion
 from .completions import CompletionService
 from .metrics import ServerMetrics
 from .scheduler import BlockScheduler, Cancelled, QueueFull, RequestTimeout, ShuttingDown
@@ -97,9 +100,11 @@ class _Gate:
 
 
 def build_app(service: CompletionService, scheduler: BlockScheduler, metrics: ServerMetrics,
-              state: ServerState, *, embedder=None, score_batch_size: int = 16) -> FastAPI:
+              state: ServerState, *, embedder=None, chat_template=None,
+              score_batch_size: int = 16) -> FastAPI:
     """The app; `embedder` (`embeddings.Embedder`, None for a model that does not embed)
-    answers `/v1/embeddings`."""
+    answers `/v1/embeddings`, `chat_template` (a `ChatTemplate`, None: no chat)
+    `/v1/chat/completions`."""
     app = FastAPI(title="biglm-serve", docs_url=None, redoc_url=None, openapi_url=None)
     tokenizer = service.tokenizer
 
@@ -174,12 +179,23 @@ def build_app(service: CompletionService, scheduler: BlockScheduler, metrics: Se
 
     @app.post("/v1/completions")
     async def completions(request: Request):
-        req = parse(CompletionRequest, await request.body())
+        return await _complete(request, parse(CompletionRequest, await request.body()), "text_completion")
+
+    @app.post("/v1/chat/completions")
+    async def chat_completions(request: Request):
+        if chat_template is None:
+            raise BadRequest(f"{service.model_name} is served without a chat template; restart "
+                             "biglm-serve with --chat-template for an instruction-tuned model", "model")
+        req = parse(ChatCompletionRequest, await request.body())
+        answer = await _complete(request, chat_as_completion(req, chat_template), "chat.completion")
+        return answer if isinstance(answer, StreamingResponse) else as_chat_response(answer)
+
+    async def _complete(request: Request, req: CompletionRequest, kind: str):
         prompts = service.prompts(req)
         config = service.config(req)
         loop = asyncio.get_running_loop()
         if req.stream:
-            return StreamingResponse(_stream(req, prompts[0], config, loop),
+            return StreamingResponse(_stream(req, prompts[0], config, loop, kind),
                                      media_type="text/event-stream")
         jobs, waits = [], []
         try:
@@ -219,7 +235,7 @@ def build_app(service: CompletionService, scheduler: BlockScheduler, metrics: Se
             time.monotonic() + service.timeout_s)
         return future
 
-    def _stream(req, prompt, config, loop):
+    def _stream(req, prompt, config, loop, kind: str):
         events: asyncio.Queue = asyncio.Queue()
         sent = [""]
         holdback = max((len(s) for s in config.until), default=1) - 1
@@ -241,9 +257,12 @@ def build_app(service: CompletionService, scheduler: BlockScheduler, metrics: Se
         created, ident = int(time.time()), f"cmpl-{id(job):x}{int(time.time() * 1e3):x}"
 
         def chunk(text, finish=None):
-            body = {"id": ident, "object": "text_completion", "created": created,
-                    "model": service.model_name,
-                    "choices": [{"index": 0, "text": text, "logprobs": None, "finish_reason": finish}]}
+            choice = ({"index": 0, "text": text, "logprobs": None, "finish_reason": finish}
+                      if kind == "text_completion" else
+                      {"index": 0, "delta": {"content": text} if finish is None else {},
+                       "finish_reason": finish})
+            body = {"id": ident, "object": kind if kind == "text_completion" else "chat.completion.chunk",
+                    "created": created, "model": service.model_name, "choices": [choice]}
             return f"data: {json.dumps(body)}\n\n"
 
         async def events_of():
@@ -263,7 +282,13 @@ def build_app(service: CompletionService, scheduler: BlockScheduler, metrics: Se
                     else:
                         out = service.outputs(prompt, finished)[0]
                         rest = out.text[len(sent[0]):] if out.text.startswith(sent[0]) else ""
-                        yield chunk(rest, "length" if out.finish_reason == "length" else "stop")
+                        finish = "length" if out.finish_reason == "length" else "stop"
+                        if kind == "text_completion":
+                            yield chunk(rest, finish)
+                        else:  # chat: the text in a delta, then the finish in an empty one
+                            if rest:
+                                yield chunk(rest)
+                            yield chunk("", finish)
                     yield "data: [DONE]\n\n"
                     return
             finally:

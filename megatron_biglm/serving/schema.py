@@ -51,11 +51,13 @@ class BadRequest(ValueError):
         return cls(f"field {param!r}: {first['msg']} at {path!r} (got {first.get('input')!r})", param)
 
 
-class _Strict(BaseModel):
+class StrictBody(BaseModel):
+    """A request body: unknown fields and loosely typed values are refused."""
+
     model_config = ConfigDict(extra="forbid", strict=True)
 
 
-class CompletionRequest(_Strict):
+class CompletionRequest(StrictBody):
     model: str
     prompt: Union[str, list[str], list[int], list[list[int]]]
     max_tokens: int = Field(16, ge=0)
@@ -77,7 +79,7 @@ class CompletionRequest(_Strict):
     context_tokens: int = Field(0, ge=0)
 
 
-class EmbeddingRequest(_Strict):
+class EmbeddingRequest(StrictBody):
     model: str
     input: Union[str, list[str]]
     encoding_format: Literal["float", "base64"] = "float"
@@ -86,13 +88,13 @@ class EmbeddingRequest(_Strict):
     input_type: Optional[str] = None
 
 
-class TokenizeRequest(_Strict):
+class TokenizeRequest(StrictBody):
     prompt: str
     add_special_tokens: bool = False
     model: Optional[str] = None
 
 
-class DetokenizeRequest(_Strict):
+class DetokenizeRequest(StrictBody):
     tokens: list[int]
     model: Optional[str] = None
 
