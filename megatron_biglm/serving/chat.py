@@ -11,13 +11,13 @@ rather than flattened into a layout it never saw.
 """
 from __future__ import annotations
 
-from typing import Literal, Optional, Union
+from typing import Literal, Optional
 
 from pydantic import Field
 
 from megatron_biglm.finetune.multitask.genset import prompt_of
 
-from .schema import BadRequest, CompletionRequest, RemaskName, StrictBody
+from .schema import BadRequest, CompletionRequest, DecodingFields, StrictBody
 
 
 class ChatMessage(StrictBody):
@@ -26,22 +26,10 @@ class ChatMessage(StrictBody):
     name: Optional[str] = None
 
 
-class ChatCompletionRequest(StrictBody):
-    model: str
+class ChatCompletionRequest(DecodingFields):
     messages: list[ChatMessage]
     max_tokens: Optional[int] = Field(None, ge=1)
     max_completion_tokens: Optional[int] = Field(None, ge=1)
-    temperature: float = Field(0.0, ge=0.0, le=2.0)
-    top_p: Optional[float] = Field(None, gt=0.0, le=1.0)
-    seed: int = Field(0, ge=0)
-    stop: Optional[Union[str, list[str]]] = None
-    n: int = Field(1, ge=1, le=16)
-    stream: bool = False
-    user: Optional[str] = None
-    steps: int = Field(10, ge=1)
-    block_size: Optional[int] = Field(None, ge=1)
-    remasking: RemaskName = "low_confidence"
-    length_beam: int = Field(1, ge=1, le=16)
 
 
 def chat_as_completion(req: ChatCompletionRequest, template) -> CompletionRequest:

@@ -57,23 +57,28 @@ class StrictBody(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True)
 
 
-class CompletionRequest(StrictBody):
+class DecodingFields(StrictBody):
+    """The sampling and Mask-Predict fields that completions and chat completions share."""
+
     model: str
-    prompt: Union[str, list[str], list[int], list[list[int]]]
-    max_tokens: int = Field(16, ge=0)
     temperature: float = Field(0.0, ge=0.0, le=2.0)
     top_p: Optional[float] = Field(None, gt=0.0, le=1.0)
     seed: int = Field(0, ge=0)
     stop: Optional[Union[str, list[str]]] = None
     n: int = Field(1, ge=1, le=16)
-    logprobs: Optional[int] = Field(None, ge=0, le=5)
-    echo: bool = False
     stream: bool = False
     user: Optional[str] = None
     steps: int = Field(10, ge=1)
     block_size: Optional[int] = Field(None, ge=1)
     remasking: RemaskName = "low_confidence"
     length_beam: int = Field(1, ge=1, le=16)
+
+
+class CompletionRequest(DecodingFields):
+    prompt: Union[str, list[str], list[int], list[list[int]]]
+    max_tokens: int = Field(16, ge=0)
+    logprobs: Optional[int] = Field(None, ge=0, le=5)
+    echo: bool = False
     scoring: RuleName = "pll"
     beam: int = Field(1, ge=1)
     context_tokens: int = Field(0, ge=0)
