@@ -201,6 +201,12 @@ def test_scoring_equals_the_in_process_biglm_backend(server, gen_checkpoint, gen
     ({"model": MODEL_NAME, "prompt": "a", "remasking": "sideways"}, "remasking", "low_confidence"),
     ({"model": MODEL_NAME, "prompt": [1, 2, 10 ** 6]}, "prompt", "outside the vocabulary"),
     ({"model": MODEL_NAME, "prompt": "a", "max_tokens": 0}, "max_tokens", "echo=true"),
+    ({"model": MODEL_NAME, "prompt": ["a", "b"], "stream": True}, "stream", "one completion"),
+    ({"model": MODEL_NAME, "prompt": "a", "stream": True, "n": 2}, "stream", "n=1"),
+    ({"model": MODEL_NAME, "prompt": "a", "stream": True, "logprobs": 1}, "logprobs", "not streamed"),
+    ({"model": MODEL_NAME, "prompt": "a", "n": 0}, "n", "greater than or equal"),
+    ({"model": MODEL_NAME, "prompt": "a", "steps": 0}, "steps", "greater than or equal"),
+    ({"model": MODEL_NAME, "prompt": "a", "scoring": "vibes"}, "scoring", "pll"),
 ])
 def test_bad_requests_get_400_naming_the_field(server, body, field, words):
     data = body if isinstance(body, str) else json.dumps(body)

@@ -55,6 +55,9 @@ class CompletionService:
             raw = [raw]
         if not raw:
             raise BadRequest("prompt is empty; give a string, a list of strings or token ids", "prompt")
+        if req.stream and len(raw) > 1:
+            raise BadRequest(f"stream sends one completion; send the {len(raw)} prompts as separate "
+                             "requests", "stream")
         out = []
         for i, p in enumerate(raw):
             if isinstance(p, str):
@@ -83,6 +86,8 @@ class CompletionService:
         if req.max_tokens == 0 and not scoring:
             raise BadRequest("max_tokens=0 generates nothing; it is allowed only with echo=true and "
                              "logprobs (scoring the prompt)", "max_tokens")
+        if req.stream and req.logprobs is not None:
+            raise BadRequest("logprobs are not streamed; leave stream off to get them", "logprobs")
         if req.stream and (req.n > 1 or req.length_beam > 1):
             raise BadRequest("stream sends one choice block by block; use n=1 and length_beam=1",
                              "stream")

@@ -16,6 +16,11 @@ fields (the `openai` client's `extra_body`):
 `/v1/embeddings` takes OpenAI's fields (`dimensions`, when given, must be the model's) and
 `input_type`: the prompt put before each text (`query`, `passage`; none by default).
 
+`logprobs` of a generated token is the log-probability the model gave it when it was last
+predicted (what re-masking ranked), and its `top_logprobs` entry holds that token only (a
+sampled token need not be the most likely one); with `echo` the prompt's entries come from the
+scoring rule, with the best token of each query in `top_logprobs`.
+
 `temperature` defaults to 0 (greedy, like `biglm-generate`), `seed` to 0. An unknown field, a
 wrong type or a value out of range is refused with HTTP 400 naming the field
 (`BadRequest.from_validation`).
