@@ -3,8 +3,10 @@ as trained, the exact prefix cache) shared by the module; the `openai` package f
 requests, plain HTTP for malformed ones.
 
 What is compared: greedy completions with `biglm-generate`'s ids; concurrent sampled requests
-with each request alone; streamed blocks with the whole text; scores with the in-process `biglm`
-lm-eval backend; each bad input with its status and the field it names.
+with each request alone; streamed blocks with the whole text; embeddings with
+sentence-transformers' encode of the `to-st` export; chat with the completion of the templated
+prompt; scores with the in-process `biglm` lm-eval backend; each bad input with its status and
+the field it names; the README's client snippet, run as written.
 """
 from __future__ import annotations
 

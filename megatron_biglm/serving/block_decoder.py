@@ -14,6 +14,8 @@ from __future__ import annotations
 
 from typing import Sequence
 
+import torch
+
 from megatron_biglm.generation.blocks import Candidate, absorb_block
 from megatron_biglm.generation.config import GenerationConfig
 from megatron_biglm.generation.mask_predict import decode_block
@@ -32,8 +34,6 @@ class ExactCacheBlockDecoder:
 
     def decode_block(self, candidates: Sequence[Candidate], config: GenerationConfig,
                      block_size: int, slot_offset: int) -> None:
-        import torch
-
         candidates = list(candidates)
         widths = [c.block_width(block_size) for c in candidates]
         forward = SlotForward(self.adapter, self.use_cache)

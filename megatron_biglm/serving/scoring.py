@@ -90,6 +90,7 @@ def score_prompts(adapter, prompts: Sequence[Sequence[int]], context_tokens: Seq
     bos = int(adapter.special.bos_id)
     requests = [ScoreRequest((bos, *ids[:k]), tuple(ids[k:])) for ids, k in zip(prompts, context_tokens)]
     recording = _RecordingRule(mask_id=rule.mask_id, inner=rule)
+    object.__setattr__(recording, "name", rule.name)  # progress and logs name the real rule
     results = score_requests(adapter, requests, recording, batch_size=batch_size,
                              prefix_reuse=bool(adapter.prefix_cache and adapter.split_attention))
     out = []
