@@ -303,8 +303,6 @@ def _encode_vector(vector, encoding_format: str):
     `openai` client asks for by default)."""
     import base64
 
-    import numpy as np
-
     values = vector.numpy().astype("<f4")
     return values.tolist() if encoding_format == "float" else base64.b64encode(values.tobytes()).decode()
 
