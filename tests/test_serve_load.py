@@ -1,8 +1,9 @@
 """`biglm-serve` under load and at its limits, each against a real server subprocess: 64
 concurrent clients x 4 requests (every request answered once, the metrics agree), SIGTERM in
 the middle of a load (in-flight requests finish, later ones get 503, exit status 0), a full
-queue (429 with Retry-After), and lm-eval's own `local-completions` model scoring with `pll`
-as the in-process `biglm` backend does."""
+queue (429 with Retry-After), lm-eval's own `local-completions` model scoring with `pll`
+as the in-process `biglm` backend does, and a sentence-transformers export served with its own
+prompts and pooling."""
 from __future__ import annotations
 
 import signal
@@ -133,3 +134,22 @@ def test_lm_eval_local_completions_pll_equals_the_in_process_backend(full_attent
     # the multiple-choice answer (the best continuation of each context) agrees too
     assert [served[i][0] > served[i + 1][0] for i in (0, 2, 4)] == \
         [local[i][0] > local[i + 1][0] for i in (0, 2, 4)]
+
+
+def test_a_sentence_transformers_export_is_served_with_its_prompts_and_pooling(gen_checkpoint, tmp_path):  # noqa: F811
+    import torch
+    from sentence_transformers import SentenceTransformer
+
+    from megatron_biglm.export.sentence_transformers_dir import to_st
+
+    export = to_st(gen_checkpoint, tmp_path / "st", pooling="cls", prompts={"query": "q: ", "passage": "p: "})
+    texts = ["To be, or not to be", "O Romeo, Romeo, wherefore art thou"]
+    st = SentenceTransformer(str(export), device="cpu")
+    with serve(export) as server:
+        for input_type in ("query", "passage"):
+            r = server.post("/v1/embeddings", json={"model": MODEL_NAME, "input": texts, "input_type": input_type})
+            got = torch.tensor([d["embedding"] for d in r.json()["data"]])
+            want = st.encode(texts, prompt_name=input_type, convert_to_tensor=True).float()
+            assert torch.allclose(got, want, atol=1e-5, rtol=0)
+        r = server.post("/v1/completions", json={"model": MODEL_NAME, "prompt": texts[0], "max_tokens": 3})
+        assert r.status_code == 200 and 1 <= len(r.json()["choices"][0]["token_ids"]) <= 3

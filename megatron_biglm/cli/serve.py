@@ -81,8 +81,9 @@ def _build(args):
     metrics.running_rows = lambda: scheduler.running_rows
     state = ServerState()
     template = None if args.chat_template == "none" else get_template(args.chat_template)
-    app = build_app(service, scheduler, metrics, state, embedder=load_embedder(args.model, args.device),
-                    chat_template=template, score_batch_size=args.score_batch_size)
+    embedder = load_embedder(args.model, generator.adapter, generator.tokenizer)
+    app = build_app(service, scheduler, metrics, state, embedder=embedder, chat_template=template,
+                    score_batch_size=args.score_batch_size)
     config = uvicorn.Config(app, host=args.host, port=args.port, log_level=args.log_level,
                             access_log=False, lifespan="off")
     return _DrainingServer(config, state, scheduler, name)

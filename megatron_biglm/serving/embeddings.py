@@ -44,17 +44,19 @@ class SentenceTransformersEmbedder:
 
 
 class CheckpointEmbedder:
-    def __init__(self, path, device: str):
+    """Our embedding code over the served checkpoint's own model (one copy in memory)."""
+
+    def __init__(self, path, model, tokenizer):
+        from megatron_biglm.config.trained_checkpoint import open_checkpoint
         from megatron_biglm.export.sentence_transformers_dir import contrastive_settings
         from megatron_biglm.finetune.retrieval.embed import EmbeddingOptions
-        from megatron_biglm.inference.loading import load_megatron_checkpoint
 
-        loaded = load_megatron_checkpoint(path, device=device)
-        trained = contrastive_settings(loaded.checkpoint.run_config.finetune)
-        self.model, self.tokenizer = loaded.model, loaded.tokenizer
+        checkpoint = open_checkpoint(path)
+        trained = contrastive_settings(checkpoint.run_config.finetune)
+        self.model, self.tokenizer = model, tokenizer
         self.options = EmbeddingOptions(
             pooling=trained.get("pooling", "mean"), normalize=trained.get("normalize", True),
-            max_length=trained.get("max_length") or int(loaded.checkpoint.model_config.seq_length),
+            max_length=trained.get("max_length") or int(checkpoint.model_config.seq_length),
             **({"prompts": trained["prompts"]} if "prompts" in trained else {}))
         self.prompts = dict(self.options.prompts)
 
@@ -67,14 +69,14 @@ class CheckpointEmbedder:
         return embed_tokens(self.model, ids, lengths, self.options).cpu()
 
 
-def load_embedder(path, device: str | None) -> Embedder | None:
-    """The embedder of `path`, or None when the model is neither an ST directory nor a
-    megatron checkpoint (a plain HF export has no pooling to embed with)."""
-    from megatron_biglm.inference.loading import is_megatron_checkpoint, resolve_device
+def load_embedder(path, adapter, tokenizer) -> Embedder | None:
+    """The embedder of the served `path` (its `adapter` and `tokenizer` as loaded for
+    generation), or None when the model is neither an ST directory nor a megatron checkpoint
+    (a plain HF export has no pooling to embed with)."""
+    from megatron_biglm.inference.megatron_adapter import MegatronMaskedLMAdapter
 
-    device = resolve_device(device)
     if (Path(path) / "modules.json").is_file():
-        return SentenceTransformersEmbedder(path, device)
-    if is_megatron_checkpoint(path):
-        return CheckpointEmbedder(path, device)
+        return SentenceTransformersEmbedder(path, str(adapter.device))
+    if isinstance(adapter, MegatronMaskedLMAdapter):
+        return CheckpointEmbedder(path, adapter.model, tokenizer)
     return None
