@@ -100,8 +100,8 @@ def test_a_full_queue_answers_429_with_retry_after(full_attention_server):
     def ask(seed):
         start.wait()
         return requests.post(server.url + "/v1/completions", timeout=300, json={
-            "model": MODEL_NAME, "prompt": "Friends, Romans", "max_tokens": 16, "steps": 8,
-            "block_size": 1, "seed": seed})
+            "model": MODEL_NAME, "prompt": "Friends, Romans", "max_tokens": 32, "steps": 8,
+            "block_size": 4, "seed": seed})
 
     with ThreadPoolExecutor(12) as pool:
         answers = list(pool.map(ask, range(12)))
