@@ -15,7 +15,7 @@ $(STAMP): setup.py constraints-cpu.txt
 	# torch first, pinned: a bare `torch` requirement would pull the CUDA build.
 	$(PIP) install -q -c constraints-cpu.txt torch==2.13.0
 	# DS_BUILD_OPS=0: DeepSpeed installs without compiling CUDA ops (it JIT-builds one CPU op on first use).
-	DS_BUILD_OPS=0 $(PIP) install -q -c constraints-cpu.txt -e ".[dev,eval,deepspeed,retrieval]"
+	DS_BUILD_OPS=0 $(PIP) install -q -c constraints-cpu.txt -e ".[dev,eval,deepspeed,retrieval,serve]"
 	touch $(STAMP)
 
 # WordNet 3.0 for the METEOR metric, from Debian (no data hub needed). Best effort: where

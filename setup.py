@@ -38,6 +38,8 @@ setup(
         "retrieval": ["sentence-transformers>=5", "pytrec-eval-terrier>=0.5.6"],
         # benchmarks/bench_finetune.py: transformers' Trainer needs accelerate
         "bench": ["accelerate>=1.1.0"],
+        # biglm-serve; its tests drive it with the openai client and lm-eval's API model
+        "serve": ["fastapi>=0.110", "uvicorn>=0.29", "openai>=1.0", "lm-eval[api]>=0.4.5"],
         "dev": ["pytest", "pytest-timeout", "pytest-xdist", "hypothesis", "scipy", "matplotlib", "tensorboard"],
     },
     # The naming rule: `python -m megatron_biglm.cli.NAME` is the console script `biglm-NAME`,
@@ -65,6 +67,7 @@ setup(
             "biglm-plot-curves=megatron_biglm.cli.plot_curves:main",
             "biglm-fetch-data=megatron_biglm.cli.fetch_data:main",
             "biglm-lm-eval=megatron_biglm.cli.lm_eval:main",
+            "biglm-serve=megatron_biglm.cli.serve:main",
             # aliases (users' scripts may name them); cli/__init__.py lists them
             "biglm-eval=megatron_biglm.cli.eval_zero_shot:main",
             "biglm-export=megatron_biglm.cli.convert:main",

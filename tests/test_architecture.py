@@ -24,6 +24,7 @@ FLOORS = {
     "export": 4, "evaluation": 4, "generation": 4,
     "finetune": 5,
     "experiments": 6,
+    "serving": 6,
     "cli": 7,
 }
 TOP = max(FLOORS.values())

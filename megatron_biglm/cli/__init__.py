@@ -27,6 +27,7 @@ aliases of the two commands marked below. The two drivers that wire the floors t
   plot_curves        loss curves of runs (PNG)                    biglm-plot-curves
   lm_eval            lm-eval's own CLI, our models registered   biglm-lm-eval
   fetch_data         corpus, BIG-bench and WordNet, offline-safe  biglm-fetch-data
+  serve              an OpenAI-compatible HTTP server             biglm-serve
 """
 
 

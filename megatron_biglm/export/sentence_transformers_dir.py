@@ -73,7 +73,7 @@ def to_st(checkpoint, output, *, pooling: str | None = None, normalize: bool | N
 
     from .convert_to_hf import to_hf
 
-    trained = _contrastive_settings(open_checkpoint(checkpoint).run_config.finetune)
+    trained = contrastive_settings(open_checkpoint(checkpoint).run_config.finetune)
     pooling = pooling or trained.get("pooling", "mean")
     normalize = trained.get("normalize", True) if normalize is None else normalize
     prompts = prompts or trained.get("prompts")
@@ -89,8 +89,9 @@ def to_st(checkpoint, output, *, pooling: str | None = None, normalize: bool | N
     return output
 
 
-def _contrastive_settings(finetune) -> dict:
-    """What a contrastive fine-tune embedded with (empty for any other run)."""
+def contrastive_settings(finetune) -> dict:
+    """What a contrastive fine-tune embedded with (empty for any other run): pooling, normalize,
+    prompts and max_length, as `to_st` exports them and `biglm-serve` embeds with them."""
     task = finetune.task
     if not (isinstance(task, dict) and task.get("kind") == "contrastive"):
         return {}

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 import torch
 
 from .config import GenerationConfig
-from .mask_predict import decode_block
+from .mask_predict import BlockResult, decode_block
 from .slot_forward import CanvasForward, SlotForward
 
 
@@ -44,6 +44,27 @@ class Candidate:
 
     def block_width(self, block_size: int) -> int:
         return 0 if self.stopped else min(block_size, self.n_slots - len(self.tokens))
+
+
+def absorb_block(candidates: list[Candidate], widths: list[int], result: BlockResult, block: int,
+                 mask_id: int, stop_eos_id: int | None) -> None:
+    """Append row i of a decoded block (`widths[i]` slots) to `candidates[i]`: its tokens,
+    log-confidences, passes and canvases; a candidate whose block holds `stop_eos_id` stops."""
+    for i, c in enumerate(candidates):
+        n = widths[i]
+        new = result.tokens[i, :n].tolist()
+        c.tokens += new
+        c.logconf += result.logconf[i, :n].tolist()
+        c.iterations += result.iterations[i]
+        if result.canvases is not None:
+            done = len(c.tokens) - n
+            for canvas in result.canvases:
+                if bool(canvas.ran[i]):
+                    later = [mask_id] * (c.n_slots - done - n)
+                    c.canvases.append((block, canvas.iteration, c.tokens[:done]
+                                       + canvas.tokens[i, :n].tolist() + later))
+        if stop_eos_id is not None and stop_eos_id in new:
+            c.stopped = True
 
 
 def decode_candidates(adapter, candidates: list[Candidate], config: GenerationConfig,
@@ -72,21 +93,7 @@ def decode_candidates(adapter, candidates: list[Candidate], config: GenerationCo
             rows = list(range(len(active)))
         result = decode_block(forward, rows, widths, block * block_size, config, mask_id, eos_id,
                               [c.generator for c in active])
-        for i, c in enumerate(active):
-            n = widths[i]
-            new = result.tokens[i, :n].tolist()
-            c.tokens += new
-            c.logconf += result.logconf[i, :n].tolist()
-            c.iterations += result.iterations[i]
-            if result.canvases is not None:
-                done = len(c.tokens) - n
-                for canvas in result.canvases:
-                    if bool(canvas.ran[i]):
-                        later = [mask_id] * (c.n_slots - done - n)
-                        c.canvases.append((block, canvas.iteration, c.tokens[:done]
-                                           + canvas.tokens[i, :n].tolist() + later))
-            if stop_at_eos and eos_id in new:
-                c.stopped = True
+        absorb_block(active, widths, result, block, mask_id, eos_id if stop_at_eos else None)
         going = [i for i, c in enumerate(active) if c.block_width(block_size) > 0]
         if whole_canvas:
             pass  # the next block's canvases are set when it starts

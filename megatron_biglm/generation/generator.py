@@ -155,10 +155,10 @@ class MaskPredictGenerator:
         random = config.temperature > 0 or config.remask == "random"
         groups = []
         for prefix, ids, occ, cands in zip(prefixes, encoded, occurrence, lengths):
-            groups.append([Candidate(prefix, n, self._generator(config.seed, ids, occ, n) if random else None,
+            groups.append([Candidate(prefix, n, self.candidate_generator(config.seed, ids, occ, n) if random else None,
                                      length_logprob=logp) for n, logp in cands.items()])
         decode_candidates(self.adapter, [c for g in groups for c in g], config, self.use_cache)
-        return [self._output(prompt, group, drop, config)
+        return [self.output_of(prompt, group, drop, config)
                 for prompt, group, drop in zip(prompts, groups, dropped)]
 
     def _fit(self, ids: list[int], slots: int, config) -> tuple[list[int], int]:
@@ -175,14 +175,18 @@ class MaskPredictGenerator:
                              "tokens, or pass overflow='truncate_left' to drop prompt tokens from the left")
         return ids[len(ids) - room:], len(ids) - room
 
-    def _generator(self, seed: int, ids: list[int], occurrence: int, length: int) -> torch.Generator:
+    def candidate_generator(self, seed: int, ids: list[int], occurrence: int, length: int) -> torch.Generator:
+        """The random stream of one candidate: seeded from (seed, occurrence, length, prompt ids)
+        only, so its draws do not depend on what else is decoded beside it."""
         key = f"{seed}|{occurrence}|{length}|{','.join(map(str, ids))}".encode()
         gen = torch.Generator(device=self.adapter.device)
         gen.manual_seed(int.from_bytes(hashlib.sha256(key).digest()[:8], "little") & ((1 << 63) - 1))
         return gen
 
-    def _output(self, prompt: str, group: list[Candidate], dropped: int,
-                config: GenerationConfig) -> GenerationOutput:
+    def output_of(self, prompt: str, group: list[Candidate], dropped: int,
+                  config: GenerationConfig) -> GenerationOutput:
+        """The output of one prompt: the length beam's winner among `group`, cut at EOS and
+        `until`, decoded to text."""
         eos = self.adapter.special.eos_id
         kept, scores = [], []
         for c in group:
