@@ -64,3 +64,27 @@ def test_qrels_read_alike_with_or_without_a_header(tmp_path):
     assert plain.qrels == headerless.qrels == {"q1": {"d1": 1}, "q2": {"d2": 2}}
     with pytest.raises(BeirFormatError, match=r"test\.tsv:3: expected query-id, corpus-id, score"):
         load_beir(beir_folder(tmp_path / "s", CORPUS, QUERIES, QRELS.replace("q2\td2\t2", "q2\td2")))
+
+
+def test_a_contrastive_fine_tune_names_its_own_option_for_a_repeated_id_and_keeps_the_first_with_it(tmp_path):
+    """The contrastive kind reads its validation folders the same way; its refusal names the
+    config key that opts in (the command-line flag is eval_retrieval's), and with it the run
+    prepares on the first row of each id."""
+    from megatron_biglm.config import ConfigError, FinetuneConfig
+    from megatron_biglm.finetune.recipes.contrastive import ContrastiveRecipe
+    from megatron_biglm.finetune.tasks import get_task
+
+    folder = beir_folder(tmp_path, CORPUS, [*QUERIES, {"_id": "q1", "text": "again"}], QRELS)
+    task = {"kind": "contrastive"}
+
+    def recipe(**options):
+        return ContrastiveRecipe(get_task(task), None, FinetuneConfig(
+            task=task, data={"validation": str(folder)}, train_examples=0, options=options))
+
+    with pytest.raises(ConfigError, match=r"finetune\.data\.validation: .*queries\.jsonl:3: _id 'q1'.*"
+                                          r"finetune\.options\.keep_first_duplicate=true") as refused:
+        recipe().prepare(None)
+    assert "--keep-first-duplicate" not in str(refused.value)
+    kept = recipe(keep_first_duplicate=True)
+    kept.prepare(None)
+    assert kept.eval_examples == {"validation": [str(folder)]}

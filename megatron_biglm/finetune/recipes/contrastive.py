@@ -49,6 +49,7 @@ class ContrastiveOptions:
     query_prefix: str = DEFAULT_PROMPTS["query"]
     passage_prefix: str = DEFAULT_PROMPTS["passage"]
     split: str = "test"   # qrels/<split>.tsv of the validation folders
+    keep_first_duplicate: bool = False   # a BEIR _id given twice: keep the first row (counted), not an error
 
 
 def collate_pairs(samples, *, tokenizer, options: EmbeddingOptions) -> dict:
@@ -104,7 +105,8 @@ class ContrastiveRecipe(FinetuneRecipe):
                 raise ConfigError(f"finetune.data.{name}: a BEIR folder (corpus.jsonl, queries.jsonl, "
                                   f"qrels/{self.opts.split}.tsv) to score retrieval on")
             try:
-                data = load_beir(folder, self.opts.split)
+                data = load_beir(folder, self.opts.split, duplicate_ids=self._duplicate_ids,
+                                 keep_first_option="finetune.options.keep_first_duplicate=true")
             except BeirFormatError as exc:
                 raise ConfigError(f"finetune.data.{name}: {exc}") from None
             self.eval_examples[name] = [str(folder)]
@@ -146,6 +148,10 @@ class ContrastiveRecipe(FinetuneRecipe):
     def loss_tokens(self, batch):
         return int(batch["tokens"].shape[0])
 
+    @property
+    def _duplicate_ids(self) -> str:
+        return "keep_first" if self.opts.keep_first_duplicate else "error"
+
     # ---- validation -------------------------------------------------------------------
     @torch.no_grad()
     def evaluate_split(self, model, name: str, examples: list, device) -> dict[str, float]:  # noqa: ARG002
@@ -153,6 +159,6 @@ class ContrastiveRecipe(FinetuneRecipe):
         from ..retrieval.encoders import OurEncoder
 
         scores = evaluate_beir(OurEncoder(model, self.tokenizer, self.embedding), examples[0],
-                               split=self.opts.split, progress=False)
+                               split=self.opts.split, progress=False, duplicate_ids=self._duplicate_ids)
         return {m: scores[m] for m in METRICS}
 

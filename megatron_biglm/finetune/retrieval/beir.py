@@ -43,7 +43,7 @@ class BeirSet:
     notes: list = field(default_factory=list)
 
 
-def _records(path: Path, duplicate_ids: str, notes: list) -> dict:
+def _records(path: Path, duplicate_ids: str, notes: list, keep_first_option: str) -> dict:
     """{id: row} of a corpus or queries file. An id given twice would silently let one row
     replace the other (and change the scores): it is an error naming both lines, or with
     `duplicate_ids="keep_first"` the first row is kept and the later ones counted in `notes`."""
@@ -62,7 +62,7 @@ def _records(path: Path, duplicate_ids: str, notes: list) -> dict:
         if key in rows:
             if duplicate_ids != "keep_first":
                 raise BeirFormatError(f"{path}:{number}: _id {key!r} is already the id of line {lines[key]}; give "
-                                      "every row its own id, or pass --keep-first-duplicate to keep the first row "
+                                      f"every row its own id, or set {keep_first_option} to keep the first row "
                                       "of each id (the later ones are counted)")
             repeated += 1
             continue
@@ -128,19 +128,21 @@ def _is_row(cells: list) -> bool:
 
 
 def load_beir(folder, split: str = "test", *, unknown_documents: str = "error",
-              duplicate_ids: str = "error") -> BeirSet:
+              duplicate_ids: str = "error", keep_first_option: str = "--keep-first-duplicate") -> BeirSet:
     """The folder's corpus, the queries with a relevant document and their qrels. A qrels row
     naming a document the corpus lacks could never be retrieved and would score 0 silently: it
     is an error, or with `unknown_documents="skip"` a counted note (the row left out). (A
     judgment of relevance 0 changes no score and is kept as it is.) A repeated `_id` is an
-    error, or with `duplicate_ids="keep_first"` a counted note."""
+    error naming `keep_first_option` (the caller's way to opt in: a flag or a config key), or with
+    `duplicate_ids="keep_first"` a counted note."""
     folder = Path(folder)
     notes: list = []
     corpus = {key: (f"{r['title']} {r['text']}" if r.get("title") else r["text"])
-              for key, r in _records(folder / "corpus.jsonl", duplicate_ids, notes).items()}
+              for key, r in _records(folder / "corpus.jsonl", duplicate_ids, notes, keep_first_option).items()}
     if not corpus:
         raise BeirFormatError(f"{folder / 'corpus.jsonl'} holds no document: retrieval needs a corpus to search")
-    queries = {key: r["text"] for key, r in _records(folder / "queries.jsonl", duplicate_ids, notes).items()}
+    queries = {key: r["text"]
+               for key, r in _records(folder / "queries.jsonl", duplicate_ids, notes, keep_first_option).items()}
     if not queries:
         raise BeirFormatError(f"{folder / 'queries.jsonl'} holds no query: write one "
                               '{"_id": ..., "text": ...} object per line for each query the qrels judge')
