@@ -23,8 +23,9 @@ FLOORS = {
     "inference": 3, "training": 3,
     "export": 4, "evaluation": 4, "generation": 4,
     "finetune": 5,
-    "experiments": 6,
-    "cli": 7,
+    "run": 6,
+    "experiments": 7,
+    "cli": 8,
 }
 TOP = max(FLOORS.values())
 SAME_FLOOR = {

@@ -10,7 +10,7 @@ as the pretraining config gave it, relative to where that run was launched): it 
 beside the run's saved config and in each folder above it (the checkpoint folder, its root,
 the run directory, ... up to `/`), then in the working directory; the first directory found
 wins. Not found, it stays as saved, and whoever needs it says which key to set. Runs save
-an absolute tokenizer path (cli/train.py), so this rule is for checkpoints saved before.
+an absolute tokenizer path (run/train.py), so this rule is for checkpoints saved before.
 """
 from __future__ import annotations
 
