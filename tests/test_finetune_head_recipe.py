@@ -105,9 +105,13 @@ def _checkpoint(label_names, rows: int = 3):
 
     from megatron_biglm.config import FinetuneConfig
 
+    from megatron_biglm.config.task_head_migration import migrate_task_head
+
     weights = _Weights({"task_head.dense.weight": (8, 8), "task_head.classifier.weight": (rows, 8)})
-    return SimpleNamespace(path="ckpt/iter_0000010", weights=lambda: weights,
-                           run_config=SimpleNamespace(finetune=FinetuneConfig(task="mnli_head", label_names=label_names)))
+    saved = SimpleNamespace(path="ckpt/iter_0000010", weights=lambda: weights,  # saved without task_head.json
+                            run_config=SimpleNamespace(finetune=FinetuneConfig(task="mnli_head", label_names=label_names)))
+    saved.task_head = lambda: migrate_task_head(saved)
+    return saved
 
 
 def test_export_names_the_labels_from_the_saved_run_config():

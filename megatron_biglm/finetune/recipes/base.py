@@ -199,6 +199,11 @@ class FinetuneRecipe(Recipe):
     def steps_per_epoch(self, global_batch_size: int) -> int:
         return epoch_steps(len(self.train_examples), global_batch_size)
 
+    def task_head(self):
+        """The record its checkpoints carry (`checkpoint/task_head.py`: a head's or an
+        embedder's), or None for a masked-LM model."""
+        return None
+
     def settle(self, config):
         """The run config with what this recipe settles (e.g. the head's label names) written
         into its typed sections (`config.derive`), so that the run's config.yaml and its

@@ -23,6 +23,7 @@ from typing import Literal, Sequence
 
 import torch
 
+from megatron_biglm.checkpoint.task_head import HeadRecord
 from megatron_biglm.config import derive
 from megatron_biglm.data.token_ids import TokenIds
 from megatron_biglm.model.head_model import head_model_provider
@@ -64,6 +65,9 @@ class HeadClassificationRecipe(LabelRecipe):
     @property
     def head_options(self) -> dict:
         return {"num_labels": self.num_labels, "pooling": self.pooling}
+
+    def task_head(self) -> HeadRecord:
+        return HeadRecord("classification", self.num_labels, self.pooling, self.problem_type, tuple(self.label_names))
 
     def settle(self, config):
         return derive(config, finetune=dataclasses.replace(config.finetune, label_names=list(self.label_names),
