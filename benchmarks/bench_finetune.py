@@ -108,7 +108,7 @@ def prepare(folder: Path) -> dict:
 
 # ------------------------------------------------------------------ the sides (subprocesses)
 def warmup_steps(examples: int, h: dict) -> int:
-    """The warmup our entry derives (finetune/plan.py), for the peers: round(fraction x steps)."""
+    """The warmup our entry derives (run/plan.py), for the peers: round(fraction x steps)."""
     from megatron_biglm.finetune.epochs import train_steps
 
     return int(round(h["warmup"] * train_steps(examples, h["epochs"], h["batch"])))
@@ -227,9 +227,8 @@ def ours(kind: str, inputs: dict, run: Path) -> dict:
     import megatron.core  # noqa: F401 - imports are not timed, on either side
     import yaml
 
-    import megatron_biglm.cli.train  # noqa: F401
-    import megatron_biglm.finetune.plan  # noqa: F401
-    from megatron_biglm.cli.finetune import finetune
+    from megatron_biglm.config import load_config
+    from megatron_biglm.run import finetune
 
     seed = inputs["seed"]
 
@@ -257,7 +256,7 @@ def ours(kind: str, inputs: dict, run: Path) -> dict:
     start, cpu_start = time.perf_counter(), CLOCK()
     clock = PhaseClock(cpu_start)
     instrument_ours(clock)
-    results = finetune(str(run.parent / f"{run.name}.yaml"))
+    results = finetune(load_config(str(run.parent / f"{run.name}.yaml")))
     wall, cpu = time.perf_counter() - start, CLOCK() - cpu_start
     last = results["validations"][-1]["valid"]["validation"]
     score = last["accuracy"] if kind == "head" else last["ndcg@10"]

@@ -56,7 +56,7 @@ def test_a_callback_without_events_is_refused_before_the_run_starts(train_data, 
             pass
 
     with pytest.raises(TypeError, match=r"implements none of the loop's events.*StepCallback \(on_step\)"):
-        train(None, tiny_overrides(train_data, tmp_path / "run", steps=2), callbacks=[Typo()])
+        train(None, tiny_overrides(train_data, tmp_path / "run", steps=4), callbacks=[Typo()])
     assert not (tmp_path / "run").exists()
     assert len(list(Callbacks([print, Recorder(0)]))) == 2  # a function is a step callback
 

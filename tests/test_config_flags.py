@@ -92,7 +92,7 @@ def test_generate_refuses_a_mistyped_or_bad_flag_before_loading_anything(argv, m
 
 
 def test_the_loop_parts_meet_their_protocols():
-    """What cli/train.py hands the loop satisfies loop_parts' Protocols, and both backends'
+    """What run/train.py hands the loop satisfies loop_parts' Protocols, and both backends'
     step and evaluation take exactly the parameters the Protocols name."""
     from megatron_biglm.training import deepspeed_backend, step
     from megatron_biglm.training.loop_parts import (Evaluate, MetricsSink, NonFiniteCheck, StepOutcome, StopSignal,

@@ -247,7 +247,7 @@ def test_megatron_checkpoint_and_its_export_give_the_same_row(gen_checkpoint, ge
 
 def test_genset_prompt_is_the_instruction_tuning_layout():
     from megatron_biglm.finetune.instruct.chat_template import TEMPLATES
-    from megatron_biglm.experiments.multitask.genset import prompt_of
+    from megatron_biglm.finetune.instruct.chat_template import prompt_of
 
     assert prompt_of("Paraphrase: hi", None) == "Paraphrase: hi"
     t = TEMPLATES["default"]

@@ -87,16 +87,18 @@ def test_sigterm_mid_epoch_and_resume_write_the_same_results(straight, task, tmp
 
 
 def test_epochs_become_steps_rounding_up():
-    from megatron_biglm.config import FinetuneConfig
-    from megatron_biglm.finetune.plan import derived_schedule
+    from megatron_biglm.config import load_config
+    from megatron_biglm.run.plan import derived_schedule
 
-    options = FinetuneConfig(task="mnli", epochs=5, warmup_fraction=0.06, max_length=128)
-    d = derived_schedule(1000, options, 32)
-    assert d["schedule.train_steps"] == 5 * 32  # ceil(1000 / 32) = 32 steps per epoch
-    assert d["checkpoint.save_interval"] == 32 and d["training.eval_interval"] == 0  # no loss pass
-    assert d["schedule.warmup_steps"] == round(0.06 * 160) and d["data.seq_length"] == 128
-    every = derived_schedule(1000, FinetuneConfig(task="mnli", validate_every_steps=10), 32)
-    assert every["checkpoint.save_interval"] == 10
+    cfg = load_config(None, ["finetune.task=mnli", "finetune.epochs=5", "finetune.warmup_fraction=0.06",
+                             "finetune.max_length=128", "training.global_batch_size=32"])
+    d = derived_schedule(cfg, 1000)
+    assert d.schedule.train_steps == 5 * 32  # ceil(1000 / 32) = 32 steps per epoch
+    assert d.checkpoint.save_interval == 32 and d.training.eval_interval == 0  # no loss pass
+    assert d.schedule.warmup_steps == round(0.06 * 160) and d.data.seq_length == 128
+    assert (cfg.schedule.train_steps, cfg.data.seq_length) == (300000, 2048)  # the loaded config is kept
+    every = derived_schedule(load_config(cfg, ["finetune.validate_every_steps=10"]), 1000)
+    assert every.checkpoint.save_interval == 10
 
 
 def test_keep_last_never_deletes_the_best(tmp_path):
@@ -144,18 +146,18 @@ def test_loss_is_the_cross_entropy_at_the_mask_slot(task, over):
 
 def test_bad_settings_fail_with_a_message(task, monkeypatch):
     from megatron_biglm.config import ConfigError, load_config
-    from megatron_biglm.finetune.plan import plan_finetune
+    from megatron_biglm.run import plan_finetune
 
     with pytest.raises(ConfigError, match="quote them"):
         load_config(None, ["finetune.task=rte", "finetune.template='{premise} ? <mask>'",
                            "finetune.label_words=[yes, no]"])
     monkeypatch.setattr("megatron_biglm.finetune.recipes.RECIPES", {})
     with pytest.raises(ConfigError, match="no fine-tuning recipe for task kind 'verbalizer'"):
-        plan_finetune(None, [f"data.tokenizer={task['tokenizer']}", "finetune.task=rte"])
+        plan_finetune(load_config(None, [f"data.tokenizer={task['tokenizer']}", "finetune.task=rte"]))
     monkeypatch.undo()
     with pytest.raises(ConfigError, match="finetune.data.validation"):
-        plan_finetune(None, [f"data.tokenizer={task['tokenizer']}", "finetune.task=rte",
-                             f"finetune.data.train={task['files']['train']}"])
+        plan_finetune(load_config(None, [f"data.tokenizer={task['tokenizer']}", "finetune.task=rte",
+                                         f"finetune.data.train={task['files']['train']}"]))
 
 
 def test_module_entry_and_launch_script_dry_run():

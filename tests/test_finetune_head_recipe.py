@@ -105,9 +105,13 @@ def _checkpoint(label_names, rows: int = 3):
 
     from megatron_biglm.config import FinetuneConfig
 
+    from megatron_biglm.config.task_head_migration import migrate_task_head
+
     weights = _Weights({"task_head.dense.weight": (8, 8), "task_head.classifier.weight": (rows, 8)})
-    return SimpleNamespace(path="ckpt/iter_0000010", weights=lambda: weights,
-                           run_config=SimpleNamespace(finetune=FinetuneConfig(task="mnli_head", label_names=label_names)))
+    saved = SimpleNamespace(path="ckpt/iter_0000010", weights=lambda: weights,  # saved without task_head.json
+                            run_config=SimpleNamespace(finetune=FinetuneConfig(task="mnli_head", label_names=label_names)))
+    saved.task_head = lambda: migrate_task_head(saved)
+    return saved
 
 
 def test_export_names_the_labels_from_the_saved_run_config():
@@ -129,16 +133,17 @@ def test_export_names_the_labels_from_the_saved_run_config():
 
 def test_label_names_are_the_data_sets_unless_set_and_must_fit(tmp_path):
     from megatron_biglm.config import ConfigError, load_config
-    from megatron_biglm.finetune.plan import plan_finetune
+    from megatron_biglm.run import plan_finetune
 
     task = write_task(tmp_path)
     base = [f"data.tokenizer={task['tokenizer']}", "finetune.task=rte_head",
             *(f"finetune.data.{k}={v}" for k, v in task["files"].items() if k != "test")]
-    plan = plan_finetune(None, base)
-    assert load_config(None, plan.overrides).finetune.label_names == ["entailment", "not_entailment"]
-    plan = plan_finetune(None, [*base, "finetune.label_names=[follows, 'no']"])
-    assert load_config(None, plan.overrides).finetune.label_names == ["follows", "no"]
+    plan = plan_finetune(load_config(None, base))
+    assert plan.config.finetune.label_names == ["entailment", "not_entailment"]
+    assert load_config(None, base).finetune.label_names is None  # derived by the plan, not loaded
+    plan = plan_finetune(load_config(None, [*base, "finetune.label_names=[follows, 'no']"]))
+    assert plan.config.finetune.label_names == ["follows", "no"]
     with pytest.raises(ConfigError, match="names 3 labels .* has 2: give one name per label"):
-        plan_finetune(None, [*base, "finetune.label_names=[a, b, c]"])
+        plan_finetune(load_config(None, [*base, "finetune.label_names=[a, b, c]"]))
     with pytest.raises(ConfigError, match="distinct non-empty strings"):
         load_config(None, ["finetune.task=rte_head", "finetune.label_names=[a, a]"])

@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 
 from finetune_entry_fixtures import finetune_overrides, write_task
-from megatron_biglm.config import ConfigError
+from megatron_biglm.config import ConfigError, load_config
 from megatron_biglm.experiments.lowdata import Cell
 from megatron_biglm.experiments.lowdata.cells import FinetuneCells
-from megatron_biglm.finetune.plan import plan_finetune
+from megatron_biglm.run import plan_finetune
 
 
 @pytest.fixture(scope="module")
@@ -22,7 +22,7 @@ def task(tmp_path_factory) -> dict:
 
 
 def _plan(task, tmp_path, **extra):
-    return plan_finetune(None, finetune_overrides(task, tmp_path / "run", **extra))
+    return plan_finetune(load_config(None, finetune_overrides(task, tmp_path / "run", **extra)))
 
 
 def _ids(plan) -> list[tuple]:
@@ -42,10 +42,10 @@ def test_train_examples_draws_exactly_n_per_seed_and_reports_it(task, tmp_path):
         assert plan.validator.results()["data"]["train_examples"] == line
         assert any(line in note for note in plan.notes)
         # 8 or 32 examples / batch 16 = 1 or 2 steps per epoch, one epoch, lifted to 300
-        assert plan.train_steps == 300 and "schedule.train_steps=300" in plan.overrides
+        assert plan.train_steps == 300 and plan.config.schedule.train_steps == 300
         assert any("lifted to finetune.min_steps=300" in note for note in plan.notes)
         # stretched by min_steps: one validation (and checkpoint) at the end, not one per 1-2 steps
-        assert "checkpoint.save_interval=300" in plan.overrides and plan.validator.interval == 300
+        assert plan.config.checkpoint.save_interval == 300 and plan.validator.interval == 300
     again = _plan(task, tmp_path, **{"finetune.train_examples": 8, "data.seed": 1})
     assert _ids(again) == _ids(draws[8, 1])
     assert _ids(draws[8, 0]) != _ids(draws[8, 1])
@@ -63,7 +63,7 @@ def test_zero_examples_plan_no_training_and_need_a_prompted_start_point(task, tm
         _plan(task, tmp_path, **without_train_file)
     plan = _plan(task, tmp_path, **without_train_file, **{"finetune.init_from": str(tmp_path)})
     assert plan.train_steps == 0 and plan.recipe.train_examples == []   # the train file is never read
-    assert not any(o.startswith("schedule.") for o in plan.overrides)
+    assert plan.config.schedule == load_config(None, finetune_overrides(task, tmp_path / "run")).schedule
     assert any("no training" in note for note in plan.notes)
     assert len(plan.recipe.eval_examples["validation"]) == 64
     with pytest.raises(ConfigError, match="kind verbalizer or contrastive.*its head would be untrained"):
@@ -75,7 +75,7 @@ def test_cell_overrides_per_paradigm(tmp_path):
     data = tmp_path / "data" / "rte"
     data.mkdir(parents=True)
     (data / "validation.jsonl").write_text("")
-    cells = FinetuneCells(lambda *_: None, "base.yaml", str(tmp_path / "data"), str(tmp_path / "out"),
+    cells = FinetuneCells("base.yaml", str(tmp_path / "data"), str(tmp_path / "out"),
                           "ckpt/base", "ckpt/instruct", steps=300, overrides=["model.preset=tiny"])
 
     def over(paradigm, n, seed=2):

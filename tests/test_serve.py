@@ -142,7 +142,7 @@ def test_embeddings_equal_sentence_transformers_encode_of_the_export(client, gen
 
 
 def test_chat_is_the_completion_of_the_instruction_template(client):
-    from megatron_biglm.finetune.multitask.genset import prompt_of
+    from megatron_biglm.finetune.instruct.chat_template import prompt_of
 
     ask = "Name the prince of Denmark"
     extra = {"steps": 3, "block_size": 4}

@@ -194,7 +194,7 @@ def refuse_weights_only(path: Path, state: dict) -> None:
     if is_weights_only(state):
         raise CheckpointError(
             f"checkpoint {path} holds model weights only (an HF import) and cannot be resumed: start from it "
-            f"with checkpoint.load={path} (cli/train.py loads its weights with a fresh optimizer and schedule)")
+            f"with checkpoint.load={path} (run/train.py loads its weights with a fresh optimizer and schedule)")
 
 
 def read_train_state_file(folder: Path) -> dict:
@@ -202,7 +202,7 @@ def read_train_state_file(folder: Path) -> dict:
     path = Path(folder) / TRAIN_STATE
     if not path.is_file():
         raise CheckpointError(f"checkpoint {folder} has no {TRAIN_STATE}: it was not written by megatron_biglm "
-                              f"(cli/train.py or `python -m megatron_biglm.cli.convert from-hf`)")
+                              f"(run/train.py or `python -m megatron_biglm.cli.convert from-hf`)")
     return json.loads(path.read_text())
 
 

@@ -38,7 +38,7 @@ def load_model_weights(checkpoint, model, *, verify: bool = True, fresh_heads: b
     """Copy the checkpoint's model weights into `model` (a `BiGLMModel` chunk, optionally
     wrapped by DDP); return the checkpoint read (path, train state, `weights_only`).
     `verify`: CRC-check the checkpoint first (verify.py; collective); False when the caller
-    already did (cli/train.py, inference/loading.py) or the user opted out.
+    already did (run/train.py, inference/loading.py) or the user opted out.
     `fresh_heads`: a head the checkpoint stores none of keeps its initialisation (a fine-tune's
     start point); False (inference) refuses it, as any missing tensor.
     `reinit_mismatched`: a head stored with another shape keeps its initialisation (with a note)

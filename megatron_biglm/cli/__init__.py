@@ -3,8 +3,8 @@
 Each module has a `main(argv=None) -> int`; run it as `python -m megatron_biglm.cli.NAME` or
 through its console script `biglm-NAME` with underscores as hyphens (setup.py; e.g. `cli.eval_zero_shot`
 is `biglm-eval-zero-shot`), installed with the package; `biglm-eval` and `biglm-export` are
-aliases of the two commands marked below. The two drivers that wire the floors together are here too, because they are what the commands run:
-`train.train` (the one loop with the run's callbacks) and `finetune.finetune` (a recipe on it).
+aliases of the two commands marked below. A command that runs training (train, finetune, instruct_tune,
+lowdata, quickstart) parses its arguments, loads a config once and calls a driver of `megatron_biglm/run/`.
 
   quickstart         the README's main job end to end           biglm-quickstart
   train              pretraining (also under torchrun)            biglm-train
@@ -40,3 +40,33 @@ def command_logging() -> None:
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     logging.getLogger("megatron_biglm").setLevel(logging.INFO)
     warnings.filterwarnings("ignore", message="Transformer Engine and Apex are not installed")
+
+
+def run_command(argv, *, description: str, config_help: str, overrides_help: str, run, summary) -> int:
+    """A run's command line: `--config FILE` and `section.key=value` overrides go to
+    `run(config, overrides)`, which loads the config once and calls the driver; `summary(result)`
+    is printed as one JSON line (exit 0). A config, checkpoint or non-finite-loss error is printed
+    as `error: ...` (exit 2, 3 for non-finite)."""
+    import argparse
+    import json
+    import logging
+    import sys
+    import warnings
+
+    parser = argparse.ArgumentParser(description=description, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--config", required=True, help=config_help)
+    parser.add_argument("overrides", nargs="*", help=overrides_help)
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s: %(message)s")
+    warnings.filterwarnings("ignore", message="Transformer Engine and Apex are not installed")
+    from megatron_biglm.checkpoint.dirs import CheckpointError
+    from megatron_biglm.common.hub import HubUnavailable
+    from megatron_biglm.config import ConfigError
+    from megatron_biglm.training.nonfinite import TooManyNonFinite
+    try:
+        result = run(args.config, args.overrides)
+    except (ConfigError, CheckpointError, HubUnavailable, TooManyNonFinite) as exc:
+        print(f"error: {exc}", file=sys.stderr, flush=True)
+        return 2 if not isinstance(exc, TooManyNonFinite) else 3
+    print(json.dumps(summary(result)), flush=True)
+    return 0

@@ -13,6 +13,7 @@ every fine-tune (`finetune/epochs.py`); `finetune.init_from=CKPT` starts from pr
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
 
@@ -40,21 +41,24 @@ def main(argv=None) -> int:
 
 
 def _instruct_tune(args) -> dict:
-    from megatron_biglm.cli.finetune import finetune
-    from megatron_biglm.config import load_config
+    """The config loaded once; the `finetune:` settings the flags and the config's own schedule
+    decide are set on its typed section, except those the command line's overrides name."""
+    from megatron_biglm.config import derive, load_config, parse_override
     from megatron_biglm.finetune.epochs import train_steps
     from megatron_biglm.finetune.instruct import InstructionData
+    from megatron_biglm.run import finetune
 
     cfg = load_config(args.config, list(args.overrides))
     steps = train_steps(len(InstructionData.load(args.data)), args.epochs, cfg.training.global_batch_size)
-    task = {"kind": "instruct", "eval_splits": ["validation"] if args.valid_data else []}
-    overrides = [f"finetune.task={json.dumps(task)}", f"finetune.data.train={args.data}",
-                 f"finetune.epochs={args.epochs}", f"finetune.max_length={cfg.data.seq_length}",
-                 f"finetune.schedule={cfg.schedule.style}",
-                 f"finetune.warmup_fraction={min(cfg.schedule.warmup_steps, steps - 1) / steps}"]
-    if args.valid_data:
-        overrides.append(f"finetune.data.validation={args.valid_data}")
-    return finetune(args.config, [*overrides, *args.overrides])
+    named = {".".join(parse_override(text)[0]) for text in args.overrides}
+    data = {"train": args.data, **({"validation": args.valid_data} if args.valid_data else {})}
+    data = {**cfg.finetune.data, **{k: v for k, v in data.items() if f"finetune.data.{k}" not in named}}
+    settings = {"task": {"kind": "instruct", "eval_splits": ["validation"] if args.valid_data else []},
+                "data": data, "epochs": args.epochs, "max_length": cfg.data.seq_length,
+                "schedule": cfg.schedule.style,
+                "warmup_fraction": min(cfg.schedule.warmup_steps, steps - 1) / steps}
+    settings = {k: v for k, v in settings.items() if f"finetune.{k}" not in named}
+    return finetune(derive(cfg, finetune=dataclasses.replace(cfg.finetune, **settings)))
 
 
 if __name__ == "__main__":

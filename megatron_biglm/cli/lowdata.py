@@ -6,7 +6,7 @@
         [--tasks boolq cb copa rte wic] [--ns 0 8 16 32 64 128] [--seeds 0 1 2] \
         [--steps 300] [--lr 1e-5] [key=value ...]
 
-Every cell (task × paradigm × N × seed) is one fine-tune through `cli.finetune.finetune`
+Every cell (task × paradigm × N × seed) is one fine-tune through `run.finetune`
 (experiments/lowdata/cells.py says which task, start point and overrides), one after the
 other in this process; `key=value` overrides apply to every cell (put them before the list
 options --tasks/--ns/--seeds, or after `--`). `--runner PARADIGM=MODULE:CALLABLE` plugs in any
@@ -28,7 +28,6 @@ def main(argv=None) -> int:
     from megatron_biglm.experiments.lowdata import PARADIGMS, Grid, load_runner, run_sweep
     from megatron_biglm.experiments.lowdata.cells import SEED001_LR, SEED001_STEPS, FinetuneCells
     from megatron_biglm.experiments.lowdata.grid import SEED001_NS, SEED001_SEEDS, SEED001_TASKS
-    from megatron_biglm.cli.finetune import finetune
 
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", required=True)
@@ -69,7 +68,7 @@ def main(argv=None) -> int:
             parser.error(f"--steps must be >= 1, got {args.steps}")
         if args.steps < SEED001_STEPS:
             print(f"note: --steps {args.steps} is below seed 001's >= {SEED001_STEPS} steps", flush=True)
-        cells = FinetuneCells(finetune, args.config, args.data, args.out, args.base_checkpoint,
+        cells = FinetuneCells(args.config, args.data, args.out, args.base_checkpoint,
                               args.instruct_checkpoint, steps=args.steps, lr=args.lr, overrides=args.overrides,
                               keep_checkpoints=args.keep_checkpoints)
         runners.update({p: cells for p in fine_tuned})

@@ -84,7 +84,8 @@ def stage_preprocess(out: Path, corpus: Path, tok_dir: Path, workers: int) -> di
 def stage_pretrain(out: Path, tok_dir: Path, data_prefix: Path, steps: int, vocab_size: int) -> dict:
     """Train in two calls — stop at half, resume from the saved checkpoint — as a
     preempted cluster job would; the loss must fall across the whole run."""
-    from megatron_biglm.cli.train import train
+    from megatron_biglm.config import load_config
+    from megatron_biglm.run import train
 
     run_dir = out / "pretrain"
     marker = run_dir / STOPPED_MARKER
@@ -109,7 +110,7 @@ def stage_pretrain(out: Path, tok_dir: Path, data_prefix: Path, steps: int, voca
     def call(extra: list[str]):
         nonlocal val_loss_start
         try:
-            result = train(config, overrides + extra)
+            result = train(load_config(config, overrides + extra))
         except Stopped as stop:  # before the trainer took the signal over: nothing new was saved
             raise stopped(str(stop), "its last checkpoint") from None
         if val_loss_start is None:

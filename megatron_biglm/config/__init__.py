@@ -19,6 +19,7 @@ from .run_config import (
     ScheduleConfig,
     TrainingConfig,
     check_batch_arithmetic,
+    derive,
     save_resolved,
     validate,
 )
@@ -27,7 +28,7 @@ from .finetune_section import FinetuneConfig
 from .zero_shot_eval import ZeroShotEvalConfig
 
 __all__ = [
-    "ConfigError", "RunConfig", "DataConfig", "OptimizerConfig", "ScheduleConfig", "ParallelismConfig",
+    "ConfigError", "RunConfig", "derive", "DataConfig", "OptimizerConfig", "ScheduleConfig", "ParallelismConfig",
     "DeepSpeedConfig", "TrainingConfig", "LoggingConfig", "CheckpointConfig", "ModelSection",
     "ObjectiveSection", "load_config", "load_yaml_tree", "parse_override", "expand_env", "validate",
     "check_batch_arithmetic", "save_resolved", "ZeroShotEvalConfig", "FinetuneConfig",

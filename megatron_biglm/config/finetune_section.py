@@ -23,7 +23,7 @@ task's verbalizer prompt; `loss_over` is `labels` (softmax over the verbalizer) 
 `init_from`: a checkpoint (pretraining run, `from-hf` import) whose model weights a fresh
 fine-tune starts from (fresh optimizer and schedule). `label_names`: what a `head` task's
 label indices are called (index order). The fine-tune fills it in from the data set's schema
-(e.g. MNLI: entailment, neutral, contradiction) as a derived key, so the checkpoint's
+(e.g. MNLI: entailment, neutral, contradiction) in the typed section the run saves, so the checkpoint's
 config.yaml carries it and the HF export names config.json's `id2label` after it; set it to
 rename the labels (one distinct name per label); `problem_type` (derived the same way) is the head's
 HF problem type. `options`: recipe-specific settings

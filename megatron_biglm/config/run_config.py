@@ -265,6 +265,20 @@ def _validate_deepspeed(config: RunConfig) -> None:
                           f"DeepSpeed offloads parameters only when it partitions them")
 
 
+def derive(config: RunConfig, **sections) -> RunConfig:
+    """`config` with whole sections replaced (`dataclasses.replace` on the typed sections,
+    e.g. `derive(cfg, schedule=replace(cfg.schedule, train_steps=48))`), checked once by the
+    same cross-field rules as a loaded config. The one way a run derives its config from facts
+    it learned after loading (a start checkpoint's shape, the epochs in steps); `config` is left
+    as it was."""
+    unknown = sorted(set(sections) - {f.name for f in dataclasses.fields(RunConfig)})
+    if unknown:
+        raise TypeError(f"derive: RunConfig has no section {unknown}")
+    derived = dataclasses.replace(config, **sections)
+    validate(derived)
+    return derived
+
+
 def check_batch_arithmetic(config: RunConfig, data_parallel_size: int) -> int:
     """Micro-batches per step per rank; the global batch must split evenly over them."""
     t = config.training

@@ -87,6 +87,12 @@ class ModelSection(_WrittenSection):
         """The `BiGLMModelConfig` fields set here, on top of the preset's."""
         return {k: v for k, v in self.to_dict().items() if k != "preset"}
 
+    def with_values(self, **values) -> "ModelSection":
+        """This section with `values` set on top (`BiGLMModelConfig` fields, checked and typed
+        as at load): how a run derives its model from another typed fact (a start checkpoint's
+        shape, a recipe's head size) without writing keys as text."""
+        return ModelSection({**self.to_dict(), **values})
+
     @property
     def resolved(self) -> BiGLMModelConfig:
         """The preset with the overrides applied (read once, then kept)."""

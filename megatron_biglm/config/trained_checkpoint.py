@@ -10,7 +10,7 @@ as the pretraining config gave it, relative to where that run was launched): it 
 beside the run's saved config and in each folder above it (the checkpoint folder, its root,
 the run directory, ... up to `/`), then in the working directory; the first directory found
 wins. Not found, it stays as saved, and whoever needs it says which key to set. Runs save
-an absolute tokenizer path (cli/train.py), so this rule is for checkpoints saved before.
+an absolute tokenizer path (run/train.py), so this rule is for checkpoints saved before.
 """
 from __future__ import annotations
 
@@ -22,9 +22,11 @@ from megatron_biglm.checkpoint.dirs import CheckpointError
 from megatron_biglm.checkpoint.dist_reader import DistCheckpointWeights
 from megatron_biglm.checkpoint.run_checkpoint import SavedCheckpoint, read_checkpoint
 from megatron_biglm.checkpoint.signature import check_compatible, signature_of
+from megatron_biglm.checkpoint.task_head import EmbedderRecord, HeadRecord, read_task_head
 
 from .loading import load_config
 from .run_config import RunConfig
+from .task_head_migration import migrate_task_head
 
 __all__ = ["TrainedCheckpoint", "open_checkpoint"]
 
@@ -46,6 +48,13 @@ class TrainedCheckpoint(SavedCheckpoint):
 
     def weights(self) -> DistCheckpointWeights:
         return DistCheckpointWeights(self.dist_dir, self.model_config.num_layers)
+
+    def task_head(self) -> tuple[HeadRecord | EmbedderRecord | None, str | None]:
+        """(the checkpoint's task-head record, a note): its `task_head.json`, or for a
+        checkpoint saved without one the record `migrate_task_head` works out (with its note);
+        None for a masked-LM model."""
+        saved = read_task_head(self.path)
+        return (saved, None) if saved is not None else migrate_task_head(self)
 
 
 def open_checkpoint(path, key: str | None = None) -> TrainedCheckpoint:

@@ -4,7 +4,7 @@ Off by default. When `enabled`, every `every_n_steps` steps the live model score
 (lm-eval names, `limit` documents each) with the masked-LM `scoring` rule, and the scores go
 to metrics.jsonl as a `kind: zero_shot` record at that step (the paper's Fig. 3: ARC average
 over training). `data_dir`: local task jsonl for offline machines; None loads the tasks'
-data from the HF hub. The evaluation itself is evaluation/training_hook.py; cli/train.py wires
+data from the HF hub. The evaluation itself is evaluation/training_hook.py; run/train.py wires
 it into the loop. Here only the settings, so the run config can hold them without
 importing evaluation.
 """

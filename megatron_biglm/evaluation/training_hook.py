@@ -1,6 +1,6 @@
 """Zero-shot accuracy during training: a small suite every N steps, opt-in by config.
 
-cli/train.py builds it from the run config's `zero_shot_eval:` section and hands it to the loop
+run/train.py builds it from the run config's `zero_shot_eval:` section and hands it to the loop
 as a callback; the loop calls `on_step(step, loop_state, ctx)` after every step, which is
 
     hook(step, ctx.model_chunks[0], log=...)   # a `kind: zero_shot` record in metrics.jsonl

@@ -17,8 +17,7 @@ from __future__ import annotations
 import tempfile
 from pathlib import Path
 
-#: the prefixes of E5-style retrieval models: the model is told which side a text is on.
-DEFAULT_PROMPTS = {"query": "query: ", "passage": "passage: "}
+from megatron_biglm.checkpoint.task_head import DEFAULT_PROMPTS, EmbedderRecord
 
 #: our pooling mode -> sentence-transformers' pooling_mode
 ST_POOLING = {"mean": "mean", "first": "cls", "cls": "cls", "last": "lasttoken"}
@@ -66,17 +65,18 @@ def to_st(checkpoint, output, *, pooling: str | None = None, normalize: bool | N
     """A megatron-biglm checkpoint (pretrained or fine-tuned) -> sentence-transformers dir.
 
     A contrastive fine-tune embeds as it was trained and validated: its pooling,
-    normalisation, prefixes and `finetune.max_length` (the tokens each text keeps) come from its
-    run config unless given here; any other checkpoint gets mean pooling, normalised, the
-    default prefixes and the model's own length."""
+    normalisation, prefixes and max length (the tokens each text keeps) come from its
+    task-head record (`checkpoint/task_head.py`) unless given here; any other checkpoint gets the
+    record's defaults (mean pooling, normalised, the default prefixes) and the model's own length."""
     from megatron_biglm.config.trained_checkpoint import open_checkpoint
 
     from .convert_to_hf import to_hf
 
-    trained = contrastive_settings(open_checkpoint(checkpoint).run_config.finetune)
-    pooling = pooling or trained.get("pooling", "mean")
-    normalize = trained.get("normalize", True) if normalize is None else normalize
-    prompts = prompts or trained.get("prompts")
+    record, _ = open_checkpoint(checkpoint).task_head()
+    trained = record if isinstance(record, EmbedderRecord) else EmbedderRecord()
+    pooling = pooling or trained.pooling
+    normalize = trained.normalize if normalize is None else normalize
+    prompts = prompts or trained.prompts
     our_pooling(pooling)  # refuse an unknown mode before converting anything
     output = Path(output)
     if output.exists() and any(output.iterdir()):
@@ -85,20 +85,5 @@ def to_st(checkpoint, output, *, pooling: str | None = None, normalize: bool | N
         hf_dir = Path(tmp) / "hf"
         to_hf(str(checkpoint), str(hf_dir), tokenizer=tokenizer, progress=progress)
         build_st_directory(hf_dir, output, pooling=pooling, normalize=normalize, prompts=prompts,
-                           max_seq_length=trained.get("max_length"))
+                           max_seq_length=trained.max_length)
     return output
-
-
-def contrastive_settings(finetune) -> dict:
-    """What a contrastive fine-tune embedded with (empty for any other run): pooling, normalize,
-    prompts and max_length, as `to_st` exports them and `biglm-serve` embeds with them."""
-    task = finetune.task
-    if not (isinstance(task, dict) and task.get("kind") == "contrastive"):
-        return {}
-    options = finetune.options or {}
-    return {"pooling": options.get("pooling", "mean"), "normalize": options.get("normalize", True),
-            "prompts": {"query": options.get("query_prefix", DEFAULT_PROMPTS["query"]),
-                        "passage": options.get("passage_prefix", DEFAULT_PROMPTS["passage"])},
-            "max_length": finetune.max_length}
-
-

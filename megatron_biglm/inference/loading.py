@@ -87,7 +87,7 @@ def load_megatron_checkpoint(path, *, tokenizer=None, device: str = "cpu",
     from megatron_biglm.checkpoint.weights_only import load_model_weights
     from megatron_biglm.config.trained_checkpoint import open_checkpoint
     from megatron_biglm.model import init_single_process, model_provider
-    from megatron_biglm.model.head_model import head_model_provider, head_of_checkpoint
+    from megatron_biglm.model.head_model import head_model_provider, head_of_record
 
     checkpoint = open_checkpoint(path)  # clear CheckpointError for missing/partial folders
     notes: list = [verify_checkpoint(checkpoint.path).note() if verify else
@@ -96,7 +96,9 @@ def load_megatron_checkpoint(path, *, tokenizer=None, device: str = "cpu",
     params_dtype = _params_dtype(dtype, checkpoint)
     init_single_process(tp=1, pp=1)
     _ensure_rng_tracker()
-    head = head_of_checkpoint(checkpoint)
+    record, note = checkpoint.task_head()
+    notes += [note] if note else []
+    head = head_of_record(record)
     if head is None:
         model = model_provider(True, True, config=checkpoint.model_config, params_dtype=params_dtype)
     else:  # a fine-tuned classification / span model: the trunk and its task head

@@ -54,22 +54,14 @@ def head_model_provider(head: str, head_options: Optional[dict] = None):
     return provider
 
 
-def head_of_weights(shapes, pooling: str = "mean") -> tuple[str, dict] | None:
-    """(head name, head options) of a checkpoint from its weight names -> shapes (TP=1), or
-    None for a masked-LM model. Read off the weights so a checkpoint tells what it holds
-    (`pooling` is not a weight: pass the run's `finetune.options.pooling`)."""
-    names = set(shapes)
-    if "task_head.dense.weight" in names:
-        return "classification", {"num_labels": int(shapes["task_head.classifier.weight"][0]), "pooling": pooling}
-    if "task_head.classifier.weight" in names:
-        return "span", {}
-    return None
+def head_of_record(record) -> tuple[str, dict] | None:
+    """(head name, head options) that build the model a checkpoint's task-head record
+    (`checkpoint/task_head.py`) describes, or None for the masked-LM model (no record, or an
+    embedder's, which pools the trunk's hidden states and owns no weights)."""
+    from megatron_biglm.checkpoint.task_head import HeadRecord
 
-
-def head_of_checkpoint(checkpoint) -> tuple[str, dict] | None:
-    """`head_of_weights` for a `TrainedCheckpoint` (its dist weights and saved run config)."""
-    weights = checkpoint.weights()
-    finetune = getattr(checkpoint.run_config, "finetune", None)
-    pooling = str(finetune.get("pooling", "mean")) if finetune is not None else "mean"
-    return head_of_weights({name: weights.shape(name) for name in weights if name.startswith("task_head.")},
-                           pooling)
+    if not isinstance(record, HeadRecord):
+        return None
+    if record.head == "classification":
+        return "classification", {"num_labels": record.num_labels, "pooling": record.pooling}
+    return record.head, {}

@@ -3,7 +3,7 @@ template of instruction tuning, then an ordinary completion.
 
 An instruction-tuned BiGLM saw `[BOS] user INSTRUCTION assistant TARGET end [EOS]`
 (`finetune.instruct.chat_template`), and the multitask evaluation prompts it with
-`user + source + assistant` (`finetune.multitask.genset.prompt_of`); a chat request is that
+`user + source + assistant` (`finetune.instruct.chat_template.prompt_of`); a chat request is that
 prompt, with the completion fields of the request (`max_tokens` or `max_completion_tokens`,
 sampling, `n`, `stream`, BiGLM's decoding fields). The model was tuned on single
 instructions, so a conversation (a system message, earlier turns) is refused with a 400
@@ -15,7 +15,7 @@ from typing import Literal, Optional
 
 from pydantic import Field
 
-from megatron_biglm.finetune.multitask.genset import prompt_of
+from megatron_biglm.finetune.instruct.chat_template import prompt_of
 
 from .schema import BadRequest, CompletionRequest, DecodingFields, StrictBody
 

@@ -5,7 +5,7 @@ Two kinds of model embed:
   sentence-transformers itself, so its pooling, normalisation and prompts are the export's;
 - a megatron checkpoint embeds through our own code (`finetune.retrieval.embed`: the tokenizer
   call sentence-transformers makes, `model/pooling.py`), with a contrastive run's pooling,
-  normalisation, prefixes and length (`export.sentence_transformers_dir.contrastive_settings`,
+  normalisation, prefixes and length (the checkpoint's task-head record,
   what `to-st` writes into its export) and mean pooling, normalised, the default prefixes and
   the model's length for any other checkpoint. So the server's vectors equal the export's.
 
@@ -47,17 +47,17 @@ class CheckpointEmbedder:
     """Our embedding code over the served checkpoint's own model (one copy in memory)."""
 
     def __init__(self, path, model, tokenizer):
+        from megatron_biglm.checkpoint.task_head import EmbedderRecord
         from megatron_biglm.config.trained_checkpoint import open_checkpoint
-        from megatron_biglm.export.sentence_transformers_dir import contrastive_settings
         from megatron_biglm.finetune.retrieval.embed import EmbeddingOptions
 
         checkpoint = open_checkpoint(path)
-        trained = contrastive_settings(checkpoint.run_config.finetune)
+        record, _ = checkpoint.task_head()
+        trained = record if isinstance(record, EmbedderRecord) else EmbedderRecord()
         self.model, self.tokenizer = model, tokenizer
         self.options = EmbeddingOptions(
-            pooling=trained.get("pooling", "mean"), normalize=trained.get("normalize", True),
-            max_length=trained.get("max_length") or int(checkpoint.model_config.seq_length),
-            **({"prompts": trained["prompts"]} if "prompts" in trained else {}))
+            pooling=trained.pooling, normalize=trained.normalize, prompts=dict(trained.prompts),
+            max_length=trained.max_length or int(checkpoint.model_config.seq_length))
         self.prompts = dict(self.options.prompts)
 
     @torch.no_grad()

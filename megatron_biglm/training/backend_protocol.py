@@ -31,7 +31,7 @@ def load_initial_weights(path: Path, modules, config) -> None:
     """Collective: copy a checkpoint's model weights into each bare model chunk (any saved
     TP/PP: dist_checkpointing reshards); refuses a checkpoint of another shape, and a head of
     another shape unless the run config's `finetune.reinit_mismatched_heads` starts it fresh.
-    cli/train.py has verified the checkpoint (checkpoint.verify) before anything was built."""
+    run/train.py has verified the checkpoint (checkpoint.verify) before anything was built."""
     for module in modules:
         load_model_weights(path, module, verify=False, fresh_heads=True,  # a fine-tune's new heads
                            reinit_mismatched=config.finetune.reinit_mismatched_heads)

@@ -1,4 +1,4 @@
-"""The training backends behind one small interface, so cli/train.py and loop.py stay backend-blind.
+"""The training backends behind one small interface, so run/train.py and loop.py stay backend-blind.
 
 `megatron` (default): megatron DDP + megatron optimizer, schedules for TP/PP, and
 dist_checkpointing checkpoints that reshard to any layout. `deepspeed`: a DeepSpeed ZeRO

@@ -1,6 +1,6 @@
 """What the loop needs from each part it is handed, as `typing.Protocol`s.
 
-`loop.Components` is built by cli/train.py from whichever backend runs (megatron or
+`loop.Components` is built by run/train.py from whichever backend runs (megatron or
 DeepSpeed) and by tests; these Protocols say what each field must do, so a backend or a
 test part is checked against one written contract instead of the loop's call sites.
 """

@@ -1,6 +1,5 @@
-"""The real cell runners of the low-data sweep: every cell is one run of the one fine-tuning
-entry (`cli.finetune.finetune(config, overrides)`, passed in: this package sits below the
-entry points) on the sweep's base config, with the cell's overrides:
+"""The real cell runners of the low-data sweep: every cell is one run of the fine-tuning driver
+(`run.finetune`) on the sweep's base config with the cell's keys, loaded once per cell:
 
 | paradigm | task | start point (`finetune.init_from`) |
 |---|---|---|
@@ -26,7 +25,9 @@ from __future__ import annotations
 import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
+
+from megatron_biglm.config import load_config
+from megatron_biglm.run import finetune
 
 from .grid import Cell
 
@@ -48,9 +49,8 @@ def task_files(data_dir, task: str, n: int) -> dict[str, str]:
 
 @dataclass
 class FinetuneCells:
-    """`cells(cell) -> score`: one fine-tune per cell (see the module doc). `finetune` is the
-    entry's `finetune(config, overrides) -> results`; `overrides` go before the cell's own."""
-    finetune: Callable
+    """`cells(cell) -> score`: one fine-tune per cell (see the module doc); `overrides` (the
+    sweep's command line) go before the cell's own keys."""
     config: str | None
     data_dir: str
     out_dir: str
@@ -88,7 +88,7 @@ class FinetuneCells:
         return list(self.overrides) + [f"{k}={v}" for k, v in over.items()]
 
     def __call__(self, cell: Cell) -> float:
-        results = self.finetune(self.config, self.cell_overrides(cell))
+        results = finetune(load_config(self.config, self.cell_overrides(cell)))
         if not results["finished"] or not results["validations"]:
             raise RuntimeError(f"cell {cell.key} stopped before its last validation (see {self.run_dir(cell)}); "
                                f"rerun the sweep to resume it")

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from megatron_biglm.data.rows import json_lines
 
-from megatron_biglm.finetune.instruct.chat_template import get_template
+from megatron_biglm.finetune.instruct.chat_template import prompt_of
 from megatron_biglm.finetune.metrics.generation import genset_scores
 
 
@@ -46,14 +46,6 @@ def read_pairs(path) -> list[dict]:
     if not rows:
         raise BadGensetData(f"--genset {path} holds no pairs; {_HINT}")
     return rows
-
-
-def prompt_of(source: str, template: str | None) -> str:
-    """The source itself, or `user + source + assistant` of the named chat template."""
-    if template is None:
-        return source
-    t = get_template(template)
-    return t.user + source + t.assistant
 
 
 def evaluate_genset(generator, path, config, *, template: str | None = None,

@@ -61,6 +61,16 @@ def get_template(spec) -> ChatTemplate:
     return ChatTemplate.from_dict(spec)
 
 
+def prompt_of(source: str, template) -> str:
+    """What an instruction-tuned model is prompted with for one instruction: the source itself
+    (no template), or `user + source + assistant` of the template (a name, fields, or itself),
+    as training laid it out before the target."""
+    if template is None:
+        return source
+    t = get_template(template)
+    return t.user + source + t.assistant
+
+
 @dataclass
 class Encoded:
     """One laid-out sample: token ids, a role per token, where the target is, what was cut."""

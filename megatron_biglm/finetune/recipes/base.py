@@ -199,10 +199,16 @@ class FinetuneRecipe(Recipe):
     def steps_per_epoch(self, global_batch_size: int) -> int:
         return epoch_steps(len(self.train_examples), global_batch_size)
 
-    def derived_settings(self, config) -> dict:  # noqa: ARG002 - per kind
-        """Run-config keys this recipe settles (e.g. the head's label names), written into the
-        run's config.yaml with the schedule so that its checkpoints carry them."""
-        return {}
+    def task_head(self):
+        """The record its checkpoints carry (`checkpoint/task_head.py`: a head's or an
+        embedder's), or None for a masked-LM model."""
+        return None
+
+    def settle(self, config):
+        """The run config with what this recipe settles (e.g. the head's label names) written
+        into its typed sections (`config.derive`), so that the run's config.yaml and its
+        checkpoints carry them; `config` as it is when the kind settles nothing."""
+        return config
 
     def build_data(self, config, model_config, dp_size: int) -> RecipeData:  # noqa: ARG002
         if not self.train_examples:

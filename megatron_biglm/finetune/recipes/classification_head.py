@@ -17,11 +17,14 @@ run config, so its checkpoints carry them).
 """
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Literal, Sequence
 
 import torch
 
+from megatron_biglm.checkpoint.task_head import HeadRecord
+from megatron_biglm.config import derive
 from megatron_biglm.data.token_ids import TokenIds
 from megatron_biglm.model.head_model import head_model_provider
 
@@ -63,8 +66,12 @@ class HeadClassificationRecipe(LabelRecipe):
     def head_options(self) -> dict:
         return {"num_labels": self.num_labels, "pooling": self.pooling}
 
-    def derived_settings(self, config) -> dict:  # noqa: ARG002
-        return {"finetune.label_names": self.label_names, "finetune.problem_type": self.problem_type}
+    def task_head(self) -> HeadRecord:
+        return HeadRecord("classification", self.num_labels, self.pooling, self.problem_type, tuple(self.label_names))
+
+    def settle(self, config):
+        return derive(config, finetune=dataclasses.replace(config.finetune, label_names=list(self.label_names),
+                                                           problem_type=self.problem_type))
 
     def model_provider(self, pre_process, post_process, config, transformer_config):
         return head_model_provider("classification", self.head_options)(

@@ -29,7 +29,7 @@ from typing import Literal
 
 import torch
 
-from megatron_biglm.export.sentence_transformers_dir import DEFAULT_PROMPTS
+from megatron_biglm.checkpoint.task_head import DEFAULT_PROMPTS, EmbedderRecord
 from megatron_biglm.training.recipe import LOSS_KEY, RecipeData
 
 from ..epochs import EpochSamples
@@ -44,8 +44,8 @@ from .base import FinetuneRecipe
 class ContrastiveOptions:
     hard_negatives: int = 0
     temperature: float = 0.05
-    pooling: Literal["mean", "first", "cls", "last"] = "mean"
-    normalize: bool = True
+    pooling: Literal["mean", "first", "cls", "last"] = EmbedderRecord.pooling
+    normalize: bool = EmbedderRecord.normalize
     query_prefix: str = DEFAULT_PROMPTS["query"]
     passage_prefix: str = DEFAULT_PROMPTS["passage"]
     split: str = "test"   # qrels/<split>.tsv of the validation folders
@@ -81,6 +81,10 @@ class ContrastiveRecipe(FinetuneRecipe):
                                           prompts={"query": self.opts.query_prefix,
                                                    "passage": self.opts.passage_prefix},
                                           max_length=options.max_length)
+
+    def task_head(self) -> EmbedderRecord:
+        e = self.embedding
+        return EmbedderRecord(pooling=e.pooling, normalize=e.normalize, prompts=dict(e.prompts), max_length=e.max_length)
 
     # ---- data -------------------------------------------------------------------------
     def prepare(self, config) -> None:

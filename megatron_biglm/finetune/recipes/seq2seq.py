@@ -44,6 +44,7 @@ from typing import Literal, Optional, Sequence
 import numpy as np
 import torch
 
+from megatron_biglm.config import derive
 from megatron_biglm.training.recipe import LOSS_KEY, RecipeData, padding_excluded
 
 from ..metrics import task_scores
@@ -149,11 +150,12 @@ class Seq2SeqRecipe(FinetuneRecipe):
                            max_target_length=self.max_target_length, append_eos=self.encoder.append_eos,
                            overlong_source=self.encoder.overlong_source)
 
-    def derived_settings(self, config) -> dict:
+    def settle(self, config):
         """The CMLM length head must cover the targets: `model.length_head_max` is raised to
         `max_target_length` when the run's model has a smaller one (none, from a pretraining start)."""
-        have = config.model.resolved.length_head_max
-        return {} if have >= self.max_target_length else {"model.length_head_max": self.max_target_length}
+        if config.model.resolved.length_head_max >= self.max_target_length:
+            return config
+        return derive(config, model=config.model.with_values(length_head_max=self.max_target_length))
 
     def build_data(self, config, model_config, dp_size: int) -> RecipeData:
         head = getattr(model_config, "length_head_max", 0)

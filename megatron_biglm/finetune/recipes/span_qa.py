@@ -23,6 +23,7 @@ from typing import Sequence
 
 import torch
 
+from megatron_biglm.checkpoint.task_head import HeadRecord
 from megatron_biglm.data.token_ids import TokenIds
 from megatron_biglm.model.head_model import head_model_provider
 from megatron_biglm.training.recipe import LOSS_KEY
@@ -50,6 +51,9 @@ class SpanQARecipe(FinetuneRecipe):
         self.doc_stride, self.max_query_length = self.opts.doc_stride, self.opts.max_query_length
         self.n_best, self.max_answer_length = self.opts.n_best, self.opts.max_answer_length
         self.pad_id = TokenIds.from_tokenizer(tokenizer).pad_id
+
+    def task_head(self) -> HeadRecord:
+        return HeadRecord("span", 2, id2label=("start", "end"))
 
     def encoder_options(self, training: bool) -> dict:
         return {"doc_stride": self.doc_stride, "max_query_length": self.max_query_length, "training": training}

@@ -12,7 +12,8 @@ from typing import Sequence
 
 import torch
 
-from megatron_biglm.export.sentence_transformers_dir import DEFAULT_PROMPTS, our_pooling
+from megatron_biglm.checkpoint.task_head import DEFAULT_PROMPTS
+from megatron_biglm.export.sentence_transformers_dir import our_pooling
 from megatron_biglm.model.pooling import pool_hidden
 
 

@@ -1,41 +1,41 @@
-"""From a run config with a `finetune:` section to what `train()` runs: the recipe (picked
-by the task's kind), the schedule in steps, and the validation callback.
+"""From a loaded run config with a `finetune:` section to what `train()` runs: the config the
+run really has, the recipe (picked by the task's kind), the schedule in steps, and the
+validation callback.
 
-`finetune.train_examples=0` plans no training (`train_steps` 0, no schedule overrides): the
-entry point scores the start point on the evaluation splits instead (`finetune/start_scores.py`).
+`finetune.train_examples=0` plans no training (`train_steps` 0, the schedule as loaded): the
+driver scores the start point on the evaluation splits instead (`finetune/start_scores.py`).
 
-The epochs become steps here because only the encoded training set says how many examples
-there are (the one rule: `finetune/epochs.py`). What is derived (the schedule, and the
-settings a recipe settles, e.g. a head's `finetune.label_names`) is returned as `key=value`
-overrides, so the run's saved config.yaml holds the steps it really ran and what an export
-needs to know.
+What the plan learns after loading is written into the typed sections with `config.derive`
+(`dataclasses.replace`, checked once): the start checkpoint's model shape and tokenizer, the
+epochs as steps (only the encoded training set says how many examples there are; the one rule
+is `finetune/epochs.py`), and what the recipe settles (a head's `finetune.label_names`, the
+length head's size). The run's saved config.yaml is that config: the steps it really ran and
+what an export needs to know.
 """
 from __future__ import annotations
 
-import json
+import dataclasses
 from dataclasses import dataclass, field
 
-from megatron_biglm.config import ConfigError, load_config
+from megatron_biglm.config import ConfigError, RunConfig, derive
 from megatron_biglm.config.finetune_section import INIT_KEY
-
-from .data_files import check_split_files
-from .epochs import steps_per_epoch, train_steps
-from .recipes import recipe_for
-from .tasks import get_task
-from .tasks.declaration import with_labels
-from .validation import TaskValidator
+from megatron_biglm.finetune.data_files import check_split_files
+from megatron_biglm.finetune.epochs import steps_per_epoch, train_steps
+from megatron_biglm.finetune.recipes import recipe_for
+from megatron_biglm.finetune.tasks import get_task
+from megatron_biglm.finetune.tasks.declaration import with_labels
+from megatron_biglm.finetune.validation import TaskValidator
 
 
 @dataclass
 class FinetunePlan:
+    config: RunConfig  # what the run trains with: the loaded config with every derived section
     recipe: object
-    overrides: list[str]
     validator: TaskValidator
     steps_per_epoch: int
     train_steps: int
     init_from: str | None
     notes: list[str] = field(default_factory=list)
-    config: object = None  # the run config loaded with the caller's overrides (before the derived ones)
 
 
 def validation_interval(n_train: int, options, global_batch_size: int) -> int:
@@ -47,22 +47,20 @@ def validation_interval(n_train: int, options, global_batch_size: int) -> int:
     return options.validate_every_steps or (steps if stretched else steps_per_epoch(n_train, global_batch_size))
 
 
-def derived_schedule(n_train: int, options, global_batch_size: int) -> dict:
-    """The schedule keys the epochs decide (the rule: `epochs.train_steps`). A fine-tune is
-    validated by its task's metrics (`validation.TaskValidator`), not by a validation-loss pass."""
-    steps = train_steps(n_train, options.epochs, global_batch_size, options.min_steps)
-    interval = validation_interval(n_train, options, global_batch_size)
+def derived_schedule(cfg: RunConfig, n_train: int) -> RunConfig:
+    """`cfg` with the sections the epochs decide (the rule: `epochs.train_steps`): sequence
+    length, schedule, a checkpoint at every task validation. A fine-tune is validated by its
+    task's metrics (`validation.TaskValidator`), not by a validation-loss pass."""
+    options, gbs = cfg.finetune, cfg.training.global_batch_size
+    steps = train_steps(n_train, options.epochs, gbs, options.min_steps)
     warmup = int(round(options.warmup_fraction * steps))
-    return {
-        "data.seq_length": options.max_length,
-        "schedule.style": options.schedule,
-        "schedule.train_steps": steps,
-        "schedule.warmup_steps": min(warmup, steps - 1),
-        "training.eval_interval": 0,
-        "training.eval_iters": 0,
-        "checkpoint.save_interval": interval,
-        "checkpoint.save_at_end": True,
-    }
+    return derive(
+        cfg, data=dataclasses.replace(cfg.data, seq_length=options.max_length),
+        schedule=dataclasses.replace(cfg.schedule, style=options.schedule, train_steps=steps,
+                                     warmup_steps=min(warmup, steps - 1)),
+        training=dataclasses.replace(cfg.training, eval_interval=0, eval_iters=0),
+        checkpoint=dataclasses.replace(cfg.checkpoint, save_interval=validation_interval(n_train, options, gbs),
+                                       save_at_end=True))
 
 
 #: the model keys a fine-tune takes from its start checkpoint (what its weights' shapes and
@@ -73,23 +71,24 @@ START_MODEL_KEYS = ("num_layers", "hidden_size", "num_attention_heads", "ffn_hid
                     "make_vocab_size_divisible_by", "untie_embeddings_and_output_weights", "name")
 
 
-def start_overrides(init_from, tokenizer_set: bool) -> tuple[list[str], str]:
-    """The `model.*` overrides (and `data.tokenizer`, unless the run sets one) that build the
-    start checkpoint's model, and the note that says so. A fine-tune's weights come from its
-    start point, so its shape does too: no preset to match by hand."""
+def from_start(cfg: RunConfig) -> tuple[RunConfig, str]:
+    """`cfg` with the start checkpoint's model shape (`START_MODEL_KEYS`) and its tokenizer
+    (unless the run sets one), and the note that says so. A fine-tune's weights come from its
+    start point (`finetune.init_from`), so its shape does too: no preset to match by hand."""
     from megatron_biglm.checkpoint.run_checkpoint import locate
     from megatron_biglm.config.trained_checkpoint import open_checkpoint
     from megatron_biglm.data.tokenizer import looks_like_hub_name
     from megatron_biglm.data.tokenizer_check import TokenizerMismatch, check_trained_digest
 
-    start = open_checkpoint(locate(init_from, INIT_KEY), INIT_KEY)
+    start = open_checkpoint(locate(cfg.finetune.init_from, INIT_KEY), INIT_KEY)
     fields = start.model_config.to_dict()
-    out = [f"model.{k}={json.dumps(fields[k])}" for k in START_MODEL_KEYS if k in fields and fields[k] is not None]
+    model = cfg.model.with_values(**{k: fields[k] for k in START_MODEL_KEYS if fields.get(k) is not None})
     note = (f"model from finetune.init_from {start.path}: {fields['num_layers']} layers, hidden "
             f"{fields['hidden_size']}, {fields['num_attention_heads']} heads, vocabulary {fields['vocab_size']}")
+    data = cfg.data
     saved_tokenizer = start.run_config.data.tokenizer
-    if not tokenizer_set and saved_tokenizer:
-        out.append(f"data.tokenizer={saved_tokenizer}")
+    if not cfg.data.tokenizer and saved_tokenizer:
+        data = dataclasses.replace(cfg.data, tokenizer=saved_tokenizer)
         note += f"; its tokenizer {saved_tokenizer}"
         if start.tokenizer_lookup and not looks_like_hub_name(saved_tokenizer):  # found nowhere by the rule
             raise ConfigError(f"data.tokenizer: the tokenizer {saved_tokenizer!r} saved with finetune.init_from "
@@ -101,7 +100,7 @@ def start_overrides(init_from, tokenizer_set: bool) -> tuple[list[str], str]:
                                  f"the tokenizer saved with finetune.init_from {start.path},")
         except TokenizerMismatch as exc:
             raise ConfigError(f"data.tokenizer: {exc} (set data.tokenizer=DIR)") from None
-    return out, note
+    return derive(cfg, model=model, data=data), note
 
 
 def check_metrics(recipe) -> None:
@@ -109,7 +108,7 @@ def check_metrics(recipe) -> None:
     a score the task reports (else the first validation, after training, would fail)."""
     from megatron_biglm.common.config_fields import unknown_key_error
 
-    from .metrics.task_scores import score_keys, user_metric
+    from megatron_biglm.finetune.metrics.task_scores import score_keys, user_metric
 
     metrics = recipe.task.metrics
     for name in metrics:
@@ -150,18 +149,20 @@ def refuse_foreign_resume(cfg) -> None:
         f"pass finetune.init_from={load} instead of checkpoint.load")
 
 
-def plan_finetune(config_or_path, overrides=()) -> FinetunePlan:
+def plan_finetune(cfg: RunConfig) -> FinetunePlan:
+    """Everything a fine-tune checks and derives before anything is built, from the config
+    its command loaded once; `plan.config` is the config the run trains with."""
     from megatron_biglm.data.tokenizer import TokenizerLoadError, load_tokenizer
 
-    cfg = load_config(config_or_path, list(overrides))
+    if not isinstance(cfg, RunConfig):
+        raise TypeError(f"plan_finetune takes a loaded RunConfig (megatron_biglm.config.load_config), "
+                        f"got {type(cfg).__name__}")
     refuse_foreign_resume(cfg)
     start_note = None
     # a run that trains builds the start's model; scoring it (train_examples=0) loads it as
     # saved, and needs only its tokenizer when the run names none
     if cfg.finetune.enabled and cfg.finetune.init_from and (cfg.finetune.train_examples != 0 or not cfg.data.tokenizer):
-        shape, start_note = start_overrides(cfg.finetune.init_from, bool(cfg.data.tokenizer))
-        overrides = [*shape, *overrides]  # the caller's own keys still win
-        cfg = load_config(config_or_path, list(overrides))
+        cfg, start_note = from_start(cfg)
     options = cfg.finetune
     if not options.enabled:
         raise ConfigError("this config has no finetune.task; name one (e.g. finetune.task=mnli) or use "
@@ -196,11 +197,10 @@ def plan_finetune(config_or_path, overrides=()) -> FinetunePlan:
         raise ConfigError(f"task {task.name}: {exc}") from None
     gbs = cfg.training.global_batch_size
     if options.train_examples == 0:
-        return _no_training_plan(cfg, list(overrides), recipe)
-    derived = derived_schedule(len(recipe.train_examples), options, gbs)
-    interval = derived["checkpoint.save_interval"]  # a checkpoint at every task validation
-    settled = {k: json.dumps(v) for k, v in recipe.derived_settings(cfg).items()}  # YAML reads JSON back
-    steps = derived["schedule.train_steps"]
+        return _no_training_plan(cfg, recipe)
+    cfg = recipe.settle(derived_schedule(cfg, len(recipe.train_examples)))
+    interval = cfg.checkpoint.save_interval  # a checkpoint at every task validation
+    steps = cfg.schedule.train_steps
     validator = TaskValidator(recipe, interval=interval,
                               steps_per_epoch=recipe.steps_per_epoch(gbs), train_steps=steps,
                               run_dir=cfg.run_dir, checkpoint_root=cfg.checkpoint_dir,
@@ -216,12 +216,10 @@ def plan_finetune(config_or_path, overrides=()) -> FinetunePlan:
     notes.append(f"{len(recipe.train_examples)} training examples / global batch {gbs} = "
                  f"{recipe.steps_per_epoch(gbs)} steps per epoch (rounded up) x {options.epochs} epochs{lifted} = "
                  f"{steps} steps; validation every {interval} steps")
-    derived_keys = [f"{k}={v}" for k, v in {**derived, **settled}.items()]
-    return FinetunePlan(recipe, list(overrides) + derived_keys, validator,
-                        recipe.steps_per_epoch(gbs), steps, options.init_from, notes, cfg)
+    return FinetunePlan(cfg, recipe, validator, recipe.steps_per_epoch(gbs), steps, options.init_from, notes)
 
 
-def _no_training_plan(cfg, overrides: list[str], recipe) -> FinetunePlan:
+def _no_training_plan(cfg: RunConfig, recipe) -> FinetunePlan:
     """`finetune.train_examples=0`: nothing to train; the start point is scored as it is,
     which needs one (`init_from`) and a task that reads answers off the pretrained head."""
     options = cfg.finetune
@@ -237,4 +235,4 @@ def _no_training_plan(cfg, overrides: list[str], recipe) -> FinetunePlan:
     notes = [f"{name}: {line}" for name, line in recipe.row_summaries().items()]
     notes.append(f"finetune.train_examples=0: no training; {options.init_from} is scored as it is "
                  f"on {', '.join(recipe.eval_split_names())}")
-    return FinetunePlan(recipe, overrides, validator, 0, 0, options.init_from, notes, cfg)
+    return FinetunePlan(cfg, recipe, validator, 0, 0, options.init_from, notes)

@@ -1,0 +1,75 @@
+"""What a fine-tune's checkpoint says about its task head: `task_head.json`, beside its
+config.yaml, written by the run that trained it and read by every export and loader.
+
+Two shapes, one file:
+
+  HeadRecord      {head, num_labels, pooling, problem_type, id2label}   a head that owns
+                  weights (`classification`, `span`): which `BiGLMHeadModel` head to build
+                  and what the HF export's config.json says about its outputs;
+  EmbedderRecord  {pooling, normalize, prompts, max_length}   a contrastive fine-tune: how
+                  its texts are embedded (the sentence-transformers export repeats exactly that).
+
+A masked-LM checkpoint (pretraining, verbalizer, seq2seq, instruct) has no record. The
+embedder's defaults are defined here once; the contrastive recipe's options take theirs from
+them, so training and export cannot drift apart.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .dirs import CheckpointError
+
+TASK_HEAD_FILE = "task_head.json"
+
+#: the prefixes of E5-style retrieval models: the model is told which side a text is on.
+DEFAULT_PROMPTS = {"query": "query: ", "passage": "passage: "}
+
+
+@dataclass(frozen=True)
+class HeadRecord:
+    head: str                       # "classification" or "span" (model/heads.py)
+    num_labels: int
+    pooling: str = "mean"           # classification: over the valid tokens, or "first"
+    problem_type: str = "single_label_classification"   # HF's: also regression, multi_label_classification
+    id2label: tuple = ()            # label names in index order
+
+    def to_json(self) -> dict:
+        return {"head": self.head, "num_labels": self.num_labels, "pooling": self.pooling,
+                "problem_type": self.problem_type, "id2label": {str(i): n for i, n in enumerate(self.id2label)}}
+
+
+@dataclass(frozen=True)
+class EmbedderRecord:
+    pooling: str = "mean"           # model/pooling.py's names: mean, first (alias cls), last
+    normalize: bool = True
+    prompts: dict = field(default_factory=lambda: dict(DEFAULT_PROMPTS))   # {query, passage} prefixes
+    max_length: int | None = None   # the tokens each text keeps
+
+    def to_json(self) -> dict:
+        return {"embedder": dataclasses.asdict(self)}
+
+
+def write_task_head(folder, record: HeadRecord | EmbedderRecord) -> Path:
+    path = Path(folder) / TASK_HEAD_FILE
+    path.write_text(json.dumps(record.to_json(), indent=1) + "\n", encoding="utf-8")
+    return path
+
+
+def read_task_head(folder) -> HeadRecord | EmbedderRecord | None:
+    """The record in `folder`, or None when the checkpoint has none (see `config.trained_checkpoint`
+    for what a checkpoint without one is read as)."""
+    path = Path(folder) / TASK_HEAD_FILE
+    if not path.is_file():
+        return None
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+        if "embedder" in data:
+            return EmbedderRecord(**data["embedder"])
+        id2label = data.pop("id2label", {})
+        return HeadRecord(**data, id2label=tuple(id2label[str(i)] for i in range(len(id2label))))
+    except (ValueError, TypeError, KeyError) as exc:
+        raise CheckpointError(f"{path} is not a task-head record ({exc}); restore it from a copy of the "
+                              f"checkpoint, or delete it to read the checkpoint by its saved config") from None

@@ -1,0 +1,29 @@
+"""The fine-tuning driver: `finetune(cfg)` plans the run from its loaded config (`plan.py`:
+recipe, start shape, schedule, validation) and runs the plan's config through `train()` with
+the task's recipe and validator; `finetune.train_examples=0` scores the start point instead.
+Writes `results.json` in the run directory and the `best` pointer beside `latest`."""
+from __future__ import annotations
+
+from megatron_biglm.config import RunConfig
+
+from .plan import plan_finetune
+from .train import train
+
+
+def finetune(cfg: RunConfig, *, callbacks=()) -> dict:
+    """Run (or resume) a fine-tune; return the results (what results.json holds) and the
+    `TrainResult` under "train"."""
+    from megatron_biglm.finetune.run_claim import check_run_dir
+    from megatron_biglm.finetune.start_scores import score_start
+
+    plan = plan_finetune(cfg)
+    claim, overwritten = check_run_dir(plan.config)  # refuses another run; the record is written once started
+    for note in [*plan.notes, *([overwritten] if overwritten else [])]:
+        print(f"finetune: {note}", flush=True)
+    if plan.train_steps == 0:
+        return score_start(plan, claim)
+    result = train(plan.config, recipe=plan.recipe, callbacks=[claim, plan.validator, *callbacks],
+                   init_from=plan.init_from)
+    out = plan.validator.results()
+    out["train"] = result.__dict__
+    return out
