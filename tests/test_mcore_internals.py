@@ -49,3 +49,23 @@ def test_version_reads_the_installed_release():
     from importlib.metadata import version
 
     assert ".".join(map(str, mcore_version())) == ".".join(version("megatron-core").split(".")[:3])
+
+
+def test_the_grad_norm_gradients_have_a_method_on_this_release_and_a_rename_is_named():
+    """The device-side optimizer step takes the norm over the gradients megatron counts; the
+    method was renamed between the tested releases, so the wrapper must find one of them on
+    megatron's base optimizer here, and name the member when neither exists."""
+    from megatron.core.optimizer.optimizer import MegatronOptimizer
+
+    from megatron_biglm.common.mcore_internals import grads_for_grad_norm
+
+    assert any(hasattr(MegatronOptimizer, name)
+               for name in ("get_grads_for_grad_norm", "get_main_grads_for_grad_norm"))
+
+    class Renamed:
+        def get_main_grads_for_grad_norm(self):
+            return ["old"]
+
+    assert grads_for_grad_norm(Renamed()) == ["old"]
+    with pytest.raises(UnsupportedMegatronCore, match=r"get_grads_for_grad_norm.*tested on"):
+        grads_for_grad_norm(object())

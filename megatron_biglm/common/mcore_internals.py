@@ -112,3 +112,18 @@ def start_checkpoint_writer_queue() -> None:
             for key in ("__spec__", "__file__"):
                 if key in saved:
                     setattr(main, key, saved[key])
+
+
+def grads_for_grad_norm(optimizer) -> list:
+    """The gradients one megatron optimizer (not a chained one) counts in its gradient norm:
+    no shared or tensor-parallel duplicate parameter twice.
+
+    megatron-core renamed the method: ``get_main_grads_for_grad_norm()`` up to 0.16,
+    ``get_grads_for_grad_norm()`` from 0.19 on (whose default, no separate grad-norm group
+    registered, is the same set)."""
+    for name in ("get_grads_for_grad_norm", "get_main_grads_for_grad_norm"):
+        method = getattr(optimizer, name, None)
+        if method is not None:
+            return method()
+    raise _unsupported("MegatronOptimizer.get_grads_for_grad_norm",
+                       f"no such method on {type(optimizer).__name__}")

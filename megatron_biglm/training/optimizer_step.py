@@ -6,7 +6,8 @@ the host); the non-finite guard read the loss there too. Here the step is megatr
 pieces, in megatron's order, over its public methods:
 
     prepare_grads()                      model grads -> main grads (megatron)
-    norm of get_main_grads_for_grad_norm(), summed over get_grad_stats_parallel_group()
+    norm of the grads megatron counts (common/mcore_internals.grads_for_grad_norm), summed over
+                                         get_grad_stats_parallel_group()
     clip by min(1, clip_grad / (norm + 1e-6))   (megatron's coefficient, applied on the device)
     found_inf = guard.observe(iteration, loss, norm)       non-finite loss or gradient: skip the update
     step_with_ready_grads()              torch's fused Adam, which skips on found_inf
@@ -19,6 +20,8 @@ from __future__ import annotations
 
 import torch
 import torch.distributed as dist
+
+from megatron_biglm.common.mcore_internals import grads_for_grad_norm
 
 _FUSED_DTYPES = (torch.float32, torch.float16, torch.bfloat16, torch.float64)
 
@@ -61,11 +64,11 @@ def device_skipping_optimizers(optimizer) -> list | None:
 
 def grad_norm(optimizer, device) -> torch.Tensor:
     """The global L2 norm of the main gradients (0-d float32 on `device`), as megatron counts it:
-    each part's `get_main_grads_for_grad_norm()` (shared and duplicated parameters once),
+    each part's norm gradients (`grads_for_grad_norm`: shared and duplicated parameters once),
     squared and summed over the part's grad-stats group."""
     total = torch.zeros((), dtype=torch.float32, device=device)
     for part in _parts(optimizer):
-        grads = part.get_main_grads_for_grad_norm()
+        grads = grads_for_grad_norm(part)
         squares = torch.zeros(1, dtype=torch.float32, device=device)
         if grads:
             norms = torch._foreach_norm(grads)
