@@ -226,6 +226,7 @@ def trainer_clock(start: float):
 def ours(kind: str, inputs: dict, run: Path) -> dict:
     import megatron.core  # noqa: F401 - imports are not timed, on either side
     import yaml
+    from transformers import AutoTokenizer  # noqa: F401 - the tokenizer library, imported before the clock as the peers do
 
     import megatron_biglm.cli.train  # noqa: F401
     import megatron_biglm.finetune.plan  # noqa: F401
