@@ -8,7 +8,8 @@ hyperparameters, 1 CPU thread, each side in its own process, run alternately.
                with `MultipleNegativesRankingLoss` (in-batch negatives, scale 1/temperature): the
                standard library's docstring pairs, nDCG@10 on the held-out BEIR folder at the end
 
-The start point is one random `tiny` EuroBERT (the HF directory the peers load, and its
+The start point is one random EuroBERT of the `--shape`'s preset (`tiny`, or `136m`: BiGLM-136M's
+layers and width on 160-word reviews cut at 128 tokens; the HF directory the peers load, and its
 `from-hf` import that our entry starts from), the tokenizer our BPE on the sample corpus.
 Like for like: the classifier pools the same way on both sides (mean over the valid tokens,
 then dense, GELU, linear: `classifier_pooling="mean"` for `EuroBertForSequenceClassification`),
@@ -34,6 +35,7 @@ Ours is timed by wrapping the loop's step functions, the validator and the check
 this benchmark's child process; the peers by a `TrainerCallback` on their own events.
 
     python -m benchmarks finetune [--which head,contrastive] [--repeats 3] [--seed 1234]
+    python -m benchmarks finetune --which head --shape 136m --repeats 2
 
 Needs the `bench` extra (accelerate, which Trainer requires) and the `retrieval` extra.
 """
@@ -64,14 +66,18 @@ def CLOCK() -> float:  # noqa: N802 - a clock, used like time.perf_counter
 
 PHASES = ("setup", "data", "fwd/bwd", "optimizer", "evaluation", "saving", "other")
 HEAD = dict(epochs=4, lr=1e-3, batch=16, max_length=64, warmup=0.06, weight_decay=0.01)
+# the model preset and the head task's data per --shape: `tiny`, and the 136M model (BiGLM-136M's
+# layers and width) on reviews long enough to fill 128 tokens, one epoch of 4 steps (CPU: ~30 s a step)
+SHAPES = {"tiny": dict(preset="tiny", words=8, train=512, valid=128, head=dict(HEAD)),
+          "136m": dict(preset="136m", words=160, train=64, valid=32, head=dict(HEAD, epochs=1, max_length=128))}
 CONTRASTIVE = dict(epochs=2, lr=1e-3, batch=32, max_length=64, warmup=0.06, weight_decay=0.01, temperature=0.05)
 GOOD = ["sweet", "noble", "gentle", "fair", "good"]
 BAD = ["foul", "vile", "wicked", "base", "false"]
 
 
 # ------------------------------------------------------------------ shared inputs (parent)
-def reviews(path: Path, n: int, seed: int) -> str:
-    """`text,label` rows: eight words of Shakespeare's, one of them a cue of the sentiment."""
+def reviews(path: Path, n: int, seed: int, words_per_row: int = 8) -> str:
+    """`text,label` rows: `words_per_row` words of Shakespeare's, one of them a cue of the sentiment."""
     import csv
 
     from megatron_biglm.data import sample_corpus
@@ -83,26 +89,33 @@ def reviews(path: Path, n: int, seed: int) -> str:
         out = csv.writer(f)
         out.writerow(["text", "label"])
         for i in range(n):
-            text = [rng.choice(words) for _ in range(7)]
-            text.insert(rng.randrange(8), rng.choice(GOOD if i % 2 else BAD))
+            text = [rng.choice(words) for _ in range(words_per_row - 1)]
+            text.insert(rng.randrange(words_per_row), rng.choice(GOOD if i % 2 else BAD))
             out.writerow([" ".join(text), "pos" if i % 2 else "neg"])
     return str(path)
 
 
-def prepare(folder: Path) -> dict:
+def prepare(folder: Path, shape: dict) -> dict:
     """The start model (HF directory and its megatron import), the tokenizer and the data."""
-    from benchmarks.bench_eval import build_model, sample_tokenizer
+    import torch
+    from transformers import EuroBertForMaskedLM
+
+    from benchmarks.bench_eval import sample_tokenizer
     from megatron_biglm.export.convert_from_hf import from_hf
+    from megatron_biglm.export.hf_config import hf_config_from_biglm
     from megatron_biglm.finetune.retrieval.stdlib_set import build_stdlib_set
+    from megatron_biglm.model.presets import load_preset
 
     tokenizer, _ = sample_tokenizer(folder)
-    model = build_model(tokenizer, "cpu")
+    torch.manual_seed(0)
+    model = EuroBertForMaskedLM(hf_config_from_biglm(load_preset(shape["preset"]), tokenizer)).eval()
     model.save_pretrained(folder / "hf")
     tokenizer.save_pretrained(folder / "hf")
     from_hf(folder / "hf", folder / "ckpt", progress=False, verify=False)
     stdlib = build_stdlib_set(folder / "stdlib")
     return {"hf": str(folder / "hf"), "ckpt": str(folder / "ckpt"),
-            "train": reviews(folder / "train.csv", 512, 1), "valid": reviews(folder / "valid.csv", 128, 2),
+            "train": reviews(folder / "train.csv", shape["train"], 1, shape["words"]),
+            "valid": reviews(folder / "valid.csv", shape["valid"], 2, shape["words"]), "head": shape["head"],
             "pairs": stdlib["train_file"], "beir": stdlib["beir_dir"], "folder": str(folder)}
 
 
@@ -226,13 +239,14 @@ def trainer_clock(start: float):
 def ours(kind: str, inputs: dict, run: Path) -> dict:
     import megatron.core  # noqa: F401 - imports are not timed, on either side
     import yaml
+    from transformers import AutoTokenizer  # noqa: F401 - the tokenizer library, imported before the clock as the peers do
 
     from megatron_biglm.config import load_config
     from megatron_biglm.run import finetune
 
     seed = inputs["seed"]
 
-    h = HEAD if kind == "head" else CONTRASTIVE
+    h = inputs["head"] if kind == "head" else CONTRASTIVE
     if kind == "head":
         task = {"kind": "head", "fields": ["text"], "label_field": "label"}
         data = {"train": inputs["train"], "validation": inputs["valid"]}
@@ -272,7 +286,7 @@ def hf_trainer(inputs: dict, run: Path) -> dict:
     from transformers import (AutoTokenizer, DataCollatorWithPadding, EuroBertForSequenceClassification, Trainer,
                               TrainingArguments)
 
-    h, seed = HEAD, inputs["seed"]
+    h, seed = inputs["head"], inputs["seed"]
     start, cpu_start = time.perf_counter(), CLOCK()
     clock = trainer_clock(cpu_start)
     tok = AutoTokenizer.from_pretrained(inputs["hf"])
@@ -409,15 +423,20 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--which", default="head,contrastive")
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--seed", type=int, default=SEED, help="the training seed of both sides")
+    p.add_argument("--shape", choices=sorted(SHAPES), default="tiny",
+                   help="the model and head data (136m: the head task only)")
     args = p.parse_args(argv)
+    if args.shape != "tiny" and args.which != "head":
+        p.error(f"--shape {args.shape} runs the head task only: add --which head")
     pairs = {"head": ("ours-head", "hf-head"), "contrastive": ("ours-contrastive", "st-contrastive")}
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
-        inputs = {**prepare(folder), "seed": args.seed}
+        inputs = {**prepare(folder, SHAPES[args.shape]), "seed": args.seed}
         inputs_file = folder / "inputs.json"
         inputs_file.write_text(json.dumps(inputs))
         print(f"CPU, 1 torch thread per side; {args.repeats} interleaved runs per side; seed {args.seed}; "
-              f"tiny EuroBERT (random), head: {HEAD}; contrastive: {CONTRASTIVE}")
+              f"{args.shape} EuroBERT (random), head: {inputs['head']}, {SHAPES[args.shape]['words']} words a row; "
+              f"contrastive: {CONTRASTIVE}")
         for which in args.which.split(","):
             runs: dict = {side: [] for side in pairs[which]}
             for r in range(args.repeats):

@@ -64,8 +64,8 @@ def test_a_callback_without_events_is_refused_before_the_run_starts(train_data, 
 @pytest.mark.slow
 def test_a_driver_script_without_a_main_guard_saves_checkpoints(train_data, tmp_path):
     """A plain script calling train() at top level (no `if __name__ == "__main__":`) runs to
-    the end and saves: megatron's checkpoint writer starts its spawned helper without
-    re-running the script (common/mcore_internals.start_checkpoint_writer_queue)."""
+    the end and saves: the checkpoint is written in-process, so no spawned helper re-runs the
+    script (common/mcore_internals.in_process_save_strategy)."""
     import subprocess
     import sys
 

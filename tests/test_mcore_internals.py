@@ -69,3 +69,43 @@ def test_the_grad_norm_gradients_have_a_method_on_this_release_and_a_rename_is_n
     assert grads_for_grad_norm(Renamed()) == ["old"]
     with pytest.raises(UnsupportedMegatronCore, match=r"get_grads_for_grad_norm.*tested on"):
         grads_for_grad_norm(object())
+
+
+def _sharded(tensors: dict) -> dict:
+    from megatron.core.dist_checkpointing import ShardedTensor
+
+    return {key: ShardedTensor.from_rank_offsets(key, value, replica_id=0) for key, value in tensors.items()}
+
+
+def test_the_in_process_save_strategy_writes_what_the_default_writes_without_forking(tmp_path, process_group):
+    """`in_process_save_strategy` wraps the torch_dist writer's private per-save function: its
+    checkpoint loads back (through the public `dist_checkpointing.load`) to the same tensors as
+    one written by megatron's default strategy, and it starts no process, where the default
+    forks a writer per file (0.16; 0.19's default writes from threads)."""
+    import os
+
+    from megatron.core import dist_checkpointing
+
+    from megatron_biglm import patches
+    from megatron_biglm.common.mcore_internals import in_process_save_strategy
+
+    patches.apply_cpu()
+    forks = []
+    os.register_at_fork(before=lambda: forks.append(1))
+    generator = torch.Generator().manual_seed(5)
+    tensors = {f"layer{i}.weight": torch.randn(7 + i, 3, generator=generator) for i in range(5)}
+    tensors["step"] = torch.tensor([11], dtype=torch.int64)
+    loaded = {}
+    for name, strategy in (("default", None), ("in_process", in_process_save_strategy())):
+        folder = tmp_path / name
+        folder.mkdir()
+        before = len(forks)
+        dist_checkpointing.save(_sharded(tensors), str(folder), sharded_strategy=strategy)
+        loaded[name] = (dist_checkpointing.load(_sharded({k: torch.zeros_like(v) for k, v in tensors.items()}),
+                                                str(folder)), len(forks) - before)
+    assert loaded["in_process"][1] == 0
+    # megatron's own writer forks a process per file up to 0.16; from 0.19 it runs threads
+    assert (loaded["default"][1] > 0) == (mcore_version() < (0, 19))
+    for name, (state, _) in loaded.items():
+        for key, value in tensors.items():
+            assert torch.equal(state[key], value), (name, key)

@@ -11,7 +11,9 @@ patches.apply_distopt_checkpoint_fixes applied, which makes its load exact (stat
 optimizer, AdamW steps).
 
 All ranks write into one temp dir; rank 0 seals it after a barrier (files.py),
-so a crash at any point leaves the previous checkpoint as `latest`.
+so a crash at any point leaves the previous checkpoint as `latest`. Each rank writes its shards
+from its own process (common/mcore_internals.in_process_save_strategy: no writer processes per
+save).
 """
 from __future__ import annotations
 
@@ -22,7 +24,7 @@ import torch
 from megatron.core import dist_checkpointing, parallel_state
 
 from megatron_biglm import patches
-from megatron_biglm.common.mcore_internals import start_checkpoint_writer_queue
+from megatron_biglm.common.mcore_internals import in_process_save_strategy
 
 from .dirs import TRAIN_STATE, CheckpointError, refuse_weights_only
 from .files import begin_checkpoint, restore_rng, seal_checkpoint, world_size
@@ -40,8 +42,8 @@ def save_checkpoint(root: Path, iteration: int, model_chunks, optimizer, schedul
     """Write `root/iter_N` atomically; return its path (on every rank). `config`: the run
     config (see files.seal_checkpoint)."""
     tmp = begin_checkpoint(root, iteration, subdirs=("dist",))
-    start_checkpoint_writer_queue()  # a driver script needs no main guard
-    dist_checkpointing.save(_sharded(model_chunks, optimizer, is_loading=False), str(tmp / "dist"))
+    dist_checkpointing.save(_sharded(model_chunks, optimizer, is_loading=False), str(tmp / "dist"),
+                            sharded_strategy=in_process_save_strategy())
     state = dict(train_state, iteration=iteration, scheduler=scheduler.state_dict(), world_size=world_size(),
                  tp=parallel_state.get_tensor_model_parallel_world_size(),
                  pp=parallel_state.get_pipeline_model_parallel_world_size(),

@@ -79,39 +79,76 @@ def transformer_config_release_defaults() -> dict:
     return {}
 
 
-def start_checkpoint_writer_queue() -> None:
-    """Start megatron's checkpoint-writer results queue now, so that a driver script without an
-    ``if __name__ == "__main__":`` guard can save.
+def in_process_save_strategy():
+    """A `dist_checkpointing.save` strategy for the torch_dist format that writes this rank's
+    shards from this process, into one file, with no helper process.
 
-    `dist_checkpointing.save` (torch_dist format) hands its results through one queue served by
-    a `multiprocessing` Manager started with "spawn" (`strategies.filesystem_async`: private
-    `_get_write_results_queue` in 0.16, public `get_write_results_queue` from 0.19; created on
-    the first save). A spawned
-    child re-imports the parent's ``__main__`` script, so a script without the guard runs again
-    inside it and the save fails with multiprocessing's bootstrapping error. The Manager's
-    server runs none of the caller's code, so it is started here with ``__main__``'s file and
-    spec hidden: the child then imports nothing of the script. Later saves reuse the queue."""
-    import sys
+    megatron's default torch_dist saver (`TorchDistSaveShardedStrategy`) hands its write plan to
+    `FileSystemWriterAsync.write_preloaded_data_multiproc`, which forks one writer process per
+    file (two by default) on every save, and returns the results through a queue served by a
+    `multiprocessing` Manager that it spawns on the first save. That machinery serves
+    megatron's asynchronous checkpointing (the write runs in another process); a synchronous
+    save, which is the only kind this project makes, pays a fork per file and a round trip to
+    the Manager per save for nothing, and a spawned Manager re-imports the ``__main__`` of a
+    driver script without an ``if __name__ == "__main__":`` guard. Here the same plan, the same
+    per-file writer (`FileSystemWriterAsync.write_preloaded_data`, fsync included) and the same
+    finalisation (metadata) run in this process, and the results queue is an in-process queue.
+    The files are megatron's torch_dist format: any reader, and `dist_checkpointing.load`,
+    reads them as before.
+
+    Relies on two private members, checked here: the writer's per-save function is
+    ``partial(write_preloaded_data_multiproc, transform_list, use_msc)`` called with
+    ``(rank, write_buckets, results_queue)`` (0.16; 0.19's writer runs threads in this process,
+    ``write_preloaded_data_multithread``, and is kept as it is), and `filesystem_async` keeps its
+    results queue in the module global ``_results_queue``, created on first use."""
+    import functools
+    import queue
 
     from megatron.core.dist_checkpointing.strategies import filesystem_async
+    from megatron.core.dist_checkpointing.strategies.torch import TorchDistSaveShardedStrategy
 
-    start = getattr(filesystem_async, "get_write_results_queue", None) or \
-        getattr(filesystem_async, "_get_write_results_queue", None)
-    if not callable(start):
-        raise _unsupported("dist_checkpointing.strategies.filesystem_async.get_write_results_queue",
-                           "nothing (the member is gone)")
-    main = sys.modules.get("__main__")
-    saved = dict(vars(main)) if main is not None else {}
-    try:
-        if main is not None:  # what an interactive session looks like to multiprocessing.spawn
-            main.__spec__ = None
-            vars(main).pop("__file__", None)
-        start()
-    finally:
-        if main is not None:
-            for key in ("__spec__", "__file__"):
-                if key in saved:
-                    setattr(main, key, saved[key])
+    writer = filesystem_async.FileSystemWriterAsync
+    if not hasattr(filesystem_async, "_results_queue") or not callable(getattr(writer, "write_preloaded_data", None)):
+        raise _unsupported("dist_checkpointing.strategies.filesystem_async", "no _results_queue or write_preloaded_data")
+    if filesystem_async._results_queue is None:  # no Manager: the queue is read in this process
+        filesystem_async._results_queue = queue.Queue()
+
+    class InProcessTorchDistSave(TorchDistSaveShardedStrategy):
+        def async_save(self, sharded_state_dict, checkpoint_dir, **release_kwargs):
+            # 0.19's synchronous save asks for async_strategy="mcore" (megatron's own writer,
+            # the one checked below); 0.16 has no such argument
+            request = super().async_save(sharded_state_dict, checkpoint_dir, **release_kwargs)
+            if request.async_fn is None:  # nothing to write on this rank
+                return request
+            fn = request.async_fn
+            if isinstance(fn, functools.partial) and getattr(fn.func, "__name__", "") == \
+                    "write_preloaded_data_multithread":
+                return request  # 0.19: megatron's writer already writes from this process (threads)
+            if not (isinstance(fn, functools.partial) and getattr(fn.func, "__name__", "") ==
+                    "write_preloaded_data_multiproc" and len(fn.args) == 2 and len(request.async_fn_args) == 3):
+                raise _unsupported("FileSystemWriterAsync.get_save_function_and_args", repr(fn))
+            return request._replace(async_fn=functools.partial(_write_here, writer, *fn.args))
+
+    return InProcessTorchDistSave("torch_dist", 1, thread_count=1)
+
+
+def _write_here(writer, transform_list, use_msc, rank, write_buckets, results_queue) -> None:  # noqa: ARG001
+    """`write_preloaded_data_multiproc`'s contract without its processes: write each bucket in
+    turn and put ``{bucket index: write results}`` (or the first error) on `results_queue`."""
+    import queue
+
+    results: dict = {}
+    for index, bucket in enumerate(write_buckets):
+        local, count = queue.Queue(), queue.Queue()
+        count.put(index)
+        writer.write_preloaded_data(transform_list, index, bucket, local, count, use_fsync=True,
+                                    **({"use_msc": True} if use_msc else {}))
+        _, written = local.get_nowait()
+        if isinstance(written, Exception):
+            results_queue.put(written)
+            return
+        results[index] = written
+    results_queue.put(results)
 
 
 def grads_for_grad_norm(optimizer) -> list:

@@ -181,7 +181,7 @@ def write_checkpoint(plan: ImportPlan, output_dir: Path, tp: int, pp: int, progr
     from megatron_biglm.checkpoint.files import begin_checkpoint, seal_when_written
     from megatron_biglm.model import model_provider
     from megatron_biglm.common import process_groups
-    from megatron_biglm.common.mcore_internals import start_checkpoint_writer_queue
+    from megatron_biglm.common.mcore_internals import in_process_save_strategy
     from megatron_biglm.model.standalone import init_single_process
 
     created_group = not dist.is_initialized()
@@ -210,8 +210,8 @@ def write_checkpoint(plan: ImportPlan, output_dir: Path, tp: int, pp: int, progr
             raise VerificationError(f"rank {rank}: parameters not covered by the HF weights: {unfilled[:4]}")
         dist.barrier()  # every rank has checked that the output is new before rank 0 writes into it
         temp = begin_checkpoint(output_dir, 0, subdirs=("dist",))  # the trainer's own temp-dir protocol
-        start_checkpoint_writer_queue()  # a driver script needs no main guard
-        dist_checkpointing.save({"model": model.sharded_state_dict()}, str(temp / "dist"))
+        dist_checkpointing.save({"model": model.sharded_state_dict()}, str(temp / "dist"),
+                                sharded_strategy=in_process_save_strategy())
         if rank == 0:
             _write_metadata(plan, temp, output_dir, tp, pp, dist.get_world_size())
         return seal_when_written(temp, 0)

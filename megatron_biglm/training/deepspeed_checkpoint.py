@@ -44,7 +44,7 @@ def save_model_weights(engine, folder: Path) -> None:
     partitioned parameters for the duration of the save)."""
     from megatron.core import dist_checkpointing
 
-    from megatron_biglm.common.mcore_internals import start_checkpoint_writer_queue
+    from megatron_biglm.common.mcore_internals import in_process_save_strategy
 
     module = engine.module
     gathered = contextlib.nullcontext()
@@ -52,8 +52,8 @@ def save_model_weights(engine, folder: Path) -> None:
         import deepspeed
         gathered = deepspeed.zero.GatheredParameters(list(module.parameters()), modifier_rank=None)
     with gathered:
-        start_checkpoint_writer_queue()  # a driver script needs no main guard
-        dist_checkpointing.save({"model": module.sharded_state_dict()}, str(folder))
+        dist_checkpointing.save({"model": module.sharded_state_dict()}, str(folder),
+                                sharded_strategy=in_process_save_strategy())
 
 
 def load_checkpoint(path: Path, model_chunks, optimizer, scheduler) -> dict:  # noqa: ARG001
