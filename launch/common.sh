@@ -128,7 +128,7 @@ if [[ "$ENTRY" == "megatron_biglm.cli.train" ]]; then
 fi
 
 mkdir -p "$RUN_DIR"
-echo "launch: job $JOB_ID, $NODES nodes, TP=$TP PP=$PP DP=$DP, run dir $RUN_DIR"
+echo "launch: job $JOB_ID, $NODES nodes x $GPUS_PER_NODE processes x $OMP_NUM_THREADS threads, TP=$TP PP=$PP DP=$DP, run dir $RUN_DIR"
 set +e
 "${LAUNCH[@]}"
 rc=$?
