@@ -49,3 +49,44 @@ def test_version_reads_the_installed_release():
     from importlib.metadata import version
 
     assert ".".join(map(str, mcore_version())) == ".".join(version("megatron-core").split(".")[:3])
+
+
+WRITER_PROBE = """
+import json, multiprocessing, os, signal, time
+from megatron.core.dist_checkpointing.strategies import filesystem_async
+from megatron_biglm.common.mcore_internals import start_checkpoint_writer_queue
+got = []
+signal.signal(signal.SIGUSR1, lambda *_: got.append("USR1"))
+start_checkpoint_writer_queue()
+children = multiprocessing.active_children()
+for sig in (signal.SIGTERM, signal.SIGUSR1, signal.SIGHUP, signal.SIGINT):
+    for child in children:
+        os.kill(child.pid, sig)
+os.kill(os.getpid(), signal.SIGUSR1)
+time.sleep(0.5)
+queue = (getattr(filesystem_async, "get_write_results_queue", None)
+         or getattr(filesystem_async, "_get_write_results_queue"))()
+alive = [child.is_alive() for child in children]
+queue.put("still serving")
+print(json.dumps({"alive": alive, "served": queue.get(timeout=10), "got": got}))
+"""
+
+
+def test_the_checkpoint_writer_server_outlives_the_signals_a_scheduler_sends():
+    """SLURM signals every process of a job step; the writer's Manager server must survive them
+    (or the save they ask for fails), while the trainer still receives them. In a fresh process:
+    the server starts on the first save."""
+    import json
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    repo = str(Path(__file__).resolve().parents[1])
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [repo, os.environ.get("PYTHONPATH")]))}
+    proc = subprocess.run([sys.executable, "-c", WRITER_PROBE], capture_output=True, text=True, env=env,
+                          timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert out["alive"] and all(out["alive"]) and out["served"] == "still serving"
+    assert out["got"] == ["USR1"]  # the caller's own handler is untouched

@@ -90,8 +90,18 @@ def start_checkpoint_writer_queue() -> None:
     child re-imports the parent's ``__main__`` script, so a script without the guard runs again
     inside it and the save fails with multiprocessing's bootstrapping error. The Manager's
     server runs none of the caller's code, so it is started here with ``__main__``'s file and
-    spec hidden: the child then imports nothing of the script. Later saves reuse the queue."""
+    spec hidden: the child then imports nothing of the script. Later saves reuse the queue.
+
+    The server starts with the stop signals blocked (SIGTERM, SIGINT, SIGHUP, SIGUSR1, SIGUSR2),
+    a mask it inherits and keeps. SLURM signals every process of a job step (scancel's SIGTERM,
+    the `--signal` warning before the time limit, preemption), this server too: dying of the
+    signal, it would fail the very save the signal asks the trainer for (EOFError on the queue).
+    In the calling thread they are blocked only while the server (and multiprocessing's resource
+    tracker) start, then arrive (pending signals are delivered at the unblock); the server ends
+    with the process that started it (its finalizer), and SIGKILL still ends it."""
+    import signal
     import sys
+    from multiprocessing import resource_tracker
 
     from megatron.core.dist_checkpointing.strategies import filesystem_async
 
@@ -102,12 +112,19 @@ def start_checkpoint_writer_queue() -> None:
                            "nothing (the member is gone)")
     main = sys.modules.get("__main__")
     saved = dict(vars(main)) if main is not None else {}
+    blocked = {signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2}
+    mask = signal.pthread_sigmask(signal.SIG_BLOCK, blocked)
     try:
+        # multiprocessing's resource tracker, which the spawn starts first, unblocks SIGINT and
+        # SIGTERM in this thread after starting it: start it now, then block again
+        resource_tracker.ensure_running()
+        signal.pthread_sigmask(signal.SIG_BLOCK, blocked)
         if main is not None:  # what an interactive session looks like to multiprocessing.spawn
             main.__spec__ = None
             vars(main).pop("__file__", None)
         start()
     finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, mask)
         if main is not None:
             for key in ("__spec__", "__file__"):
                 if key in saved:

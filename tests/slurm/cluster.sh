@@ -16,7 +16,8 @@
 # Settings chosen for tests: proctrack/linuxproc and task/none (no cgroups: this works in a
 # container), KillWait 10 s (SIGTERM -> SIGKILL), MinJobAge 30 s, a job-credential lifetime of
 # 5 s (a requeued job restarts on the same node only after its old credential expires: the
-# default 120 s would idle the test for two minutes), and jobcomp/filetxt: every job's end
+# default 120 s would idle the test for two minutes), a scheduler pass every 2 s (a requeued job
+# becomes eligible by the clock, which only the periodic pass notices: 60 s by default), and jobcomp/filetxt: every job's end
 # state (COMPLETED, FAILED, CANCELLED, TIMEOUT, ...) is appended to jobcomp.log after
 # MinJobAge has dropped it from squeue/scontrol.
 set -euo pipefail
@@ -93,6 +94,7 @@ JobCompLoc=$DIR/jobcomp.log
 SwitchType=switch/none
 MpiDefault=none
 SchedulerType=sched/backfill
+SchedulerParameters=sched_interval=2,bf_interval=2
 SelectType=select/cons_tres
 SelectTypeParameters=CR_Core
 ReturnToService=2
