@@ -107,9 +107,11 @@ class Cluster:
             if records and records[-1].get("JobState") in END_STATES and not self.queued(job_id):
                 return JobEnd(job_id, records)
             time.sleep(1)
+        where = subprocess.run(["scontrol", "show", "job", job_id], env=self.env(), capture_output=True,
+                               text=True, timeout=60).stdout
         self.scancel(job_id)
         tail = log.read_text()[-4000:] if log is not None and log.exists() else "(no log)"
-        raise AssertionError(f"job {job_id} did not end within {timeout} s; its log ends:\n{tail}")
+        raise AssertionError(f"job {job_id} did not end within {timeout} s:\n{where}\nits log ends:\n{tail}")
 
     def job_processes(self, job_id: str, **env) -> list:
         """The pids on this host whose environment names this job (and the given variables)."""

@@ -50,20 +50,29 @@ install_packages() {
 
 multiple_slurmd() {
   # a build with --enable-multiple-slurmd says so in the controller's config dump
-  for _ in $(seq 20); do
-    SLURM_CONF=$CONF scontrol ping 2>/dev/null | grep -q UP && break
+  local config=""
+  for _ in $(seq 120); do
+    config=$(SLURM_CONF=$CONF scontrol show config 2>/dev/null) && [[ -n $config ]] && break
     sleep 0.5
   done
-  SLURM_CONF=$CONF scontrol show config 2>/dev/null | grep -q '^MULTIPLE_SLURMD *= *Yes'
+  [[ -n $config ]] || die "slurmctld does not answer: see $DIR/slurmctld.log"
+  grep -q '^MULTIPLE_SLURMD *= *Yes' <<<"$config"
 }
 
 node_names() {
   if [[ -f $DIR/nodes ]]; then cat "$DIR/nodes"; else hostname -s; fi
 }
 
+host_cpus() {
+  # what slurmd detects (nproc would follow OMP_NUM_THREADS, e.g. a test runner's 1)
+  local slurmd
+  slurmd=$(command -v slurmd || echo /usr/sbin/slurmd)
+  "$slurmd" -C 2>/dev/null | grep -o 'CPUs=[0-9]*' | head -n 1 | cut -d= -f2
+}
+
 write_conf() {
   local two=$1 cpus mem host
-  cpus=$(nproc)
+  cpus=$(host_cpus)
   mem=$(awk '/MemTotal/ {print int($2 / 1024 * 0.9)}' /proc/meminfo)
   host=$(hostname -s)
   cat >"$CONF" <<CONF
@@ -145,9 +154,9 @@ up() {
     echo "export SLURM_CONF=$CONF"
     return 0
   fi
-  [[ $(id -u) == 0 ]] || die "the test cluster's daemons run as root: run 'sudo bash $0 up'"
-  mkdir -p "$DIR"
+  mkdir -p "$DIR" 2>/dev/null || die "cannot create $DIR (set BIGLM_SLURM_DIR to a folder of your own)"
   install_packages
+  [[ $(id -u) == 0 ]] || die "the test cluster's daemons run as root: run 'sudo bash $0 up'"
   rm -rf "$DIR/ctld" "$DIR/spool" "$DIR/nodes"
   mkdir -p "$DIR/ctld" "$DIR/spool"
   write_conf 0
@@ -168,7 +177,7 @@ up() {
     "$slurmd" -f "$CONF" -N "$node" || die "slurmd $node did not start: see $DIR/slurmd-$node.log"
   done <"$DIR/nodes"
   wait_idle
-  say "up: $(wc -l <"$DIR/nodes") node(s) $(paste -sd, "$DIR/nodes"), $(nproc) CPUs"
+  say "up: $(wc -l <"$DIR/nodes") node(s) $(paste -sd, "$DIR/nodes"), $(host_cpus) CPUs each"
   echo "export SLURM_CONF=$CONF"
 }
 
