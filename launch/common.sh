@@ -2,18 +2,32 @@
 # Sourced, not executed. Every setting is an environment variable with a per-script default:
 #   CONFIG        YAML run config                 RUN_DIR     where logs/checkpoints go
 #   NODES         nodes (default: SLURM_JOB_NUM_NODES, else the script's NODES_DEFAULT)
-#   GPUS_PER_NODE 8                               TP, PP, MBS, GBS  parallel layout and batch
-#   MASTER_PORT   29500                           PYTHON      python with the package installed
-#   EXTRA_ARGS    more key=value overrides        REQUEUE     1: requeue after a signal-stop
-#   DRY_RUN=1     print the resolved environment and command; run nothing
+#   DEVICE        gpu (default) or cpu: no GPU visible (the trainer takes gloo), one process per
+#                 CPU of the task, e.g. `DEVICE=cpu sbatch --gpus-per-node=0 --cpus-per-task=2 ...`
+#   GPUS_PER_NODE processes per node: 8 (gpu), SLURM_CPUS_PER_TASK or 1 (cpu)
+#   OMP_NUM_THREADS  threads per process: the task's CPUs / processes per node (at least 1)
+#   TP, PP, MBS, GBS  parallel layout and batch   PYTHON      python with the package installed
+#   MASTER_PORT   29500                           REQUEUE     1: requeue after a signal-stop
+#   EXTRA_ARGS    more key=value overrides        DRY_RUN=1   print the resolved environment and command
 #   ENTRY         the module torchrun runs (megatron_biglm.cli.train; launch/finetune.sh: megatron_biglm.cli.finetune)
 # Extra key=value arguments given to the script are appended as overrides too.
 # Before launching it prints the kernel report (megatron_biglm.cli.kernels) and stops
 # if the config names a kernel that is not installed.
+# Signals (what SLURM sends, see README "Running on a cluster"): the `--signal=USR1@120` warning
+# reaches every process of the job step on every node (torchrun and the trainers); launch/step.sh
+# runs torchrun with USR1 ignored (its default action is to die, which would orphan the trainers
+# mid-save), the trainers finish the step, save and exit 0, and this script requeues the job. SIGTERM
+# (scancel, the time limit, preemption) makes the trainers save too, within SLURM's KillWait.
 set -euo pipefail
 
 : "${NODES:=${SLURM_JOB_NUM_NODES:-$NODES_DEFAULT}}"
-: "${GPUS_PER_NODE:=8}"
+: "${DEVICE:=gpu}"
+case $DEVICE in
+  gpu) : "${GPUS_PER_NODE:=8}" ;;
+  cpu) : "${GPUS_PER_NODE:=${SLURM_CPUS_PER_TASK:-1}}"
+       export CUDA_VISIBLE_DEVICES="" ;;
+  *) echo "launch: DEVICE=$DEVICE: use gpu or cpu" >&2; exit 2 ;;
+esac
 : "${TP:=$TP_DEFAULT}"
 : "${PP:=$PP_DEFAULT}"
 : "${MBS:=$MBS_DEFAULT}"
@@ -42,7 +56,10 @@ if [[ ! -f "$CONFIG" ]]; then
 fi
 
 if [[ -n "${SLURM_JOB_NODELIST:-}" ]]; then
+  # the first node's address as SLURM reaches it (NodeAddr; the node name where none is set)
   MASTER_ADDR=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)
+  addr=$(scontrol show node -o "$MASTER_ADDR" 2>/dev/null | grep -o 'NodeAddr=[^ ]*' | cut -d= -f2 || true)
+  MASTER_ADDR=${addr:-$MASTER_ADDR}
 else
   MASTER_ADDR=${MASTER_ADDR:-localhost}
 fi
@@ -54,7 +71,9 @@ export TORCH_NCCL_ASYNC_ERROR_HANDLING=${TORCH_NCCL_ASYNC_ERROR_HANDLING:-1}  # 
 export NCCL_DEBUG=${NCCL_DEBUG:-WARN}
 export NCCL_IB_TIMEOUT=${NCCL_IB_TIMEOUT:-22}
 export NCCL_SOCKET_IFNAME=${NCCL_SOCKET_IFNAME:-^lo,docker}
-export OMP_NUM_THREADS=${OMP_NUM_THREADS:-8}
+# the CPUs SLURM gave each task, shared by its processes (64 CPUs / 8 GPUs = 8 threads each)
+CPUS=${SLURM_CPUS_PER_TASK:-$(nproc)}
+export OMP_NUM_THREADS=${OMP_NUM_THREADS:-$(( CPUS / GPUS_PER_NODE > 0 ? CPUS / GPUS_PER_NODE : 1 ))}
 export HF_HUB_OFFLINE=${HF_HUB_OFFLINE:-1}
 export PYTHONUNBUFFERED=1
 
@@ -72,7 +91,21 @@ TORCHRUN=("$PYTHON" -m torch.distributed.run
   --nnodes="$NODES" --nproc-per-node="$GPUS_PER_NODE"
   --rdzv-id="$JOB_ID" --rdzv-backend=c10d --rdzv-endpoint="$MASTER_ADDR:$MASTER_PORT"
   -m "$ENTRY" --config "$CONFIG" "${OVERRIDES[@]}")
-LAUNCH=(srun --ntasks-per-node=1 --kill-on-bad-exit=1 --cpu-bind=none "${TORCHRUN[@]}")
+# srun of SLURM 22.05 no longer reads SLURM_CPUS_PER_TASK: the step gets the job's CPUs only when
+# told. On each node launch/step.sh runs torchrun (USR1 ignored; see "Signals" above) and ends
+# what a killed rank left behind.
+LAUNCH=(srun --ntasks-per-node=1 ${SLURM_CPUS_PER_TASK:+--cpus-per-task=$SLURM_CPUS_PER_TASK}
+        --kill-on-bad-exit=1 --cpu-bind=none bash "$REPO/launch/step.sh" "${TORCHRUN[@]}")
+
+# A failure inside a job names the job, the step and the log (the job's StdOut).
+failed() {
+  local what=$1 rc=$2 log="" step=""
+  if [[ -n "${SLURM_JOB_ID:-}" ]]; then
+    log=$(scontrol show job -o "$SLURM_JOB_ID" 2>/dev/null | grep -o 'StdOut=[^ ]*' | cut -d= -f2 || true)
+    [[ -n "$log" && -r "$log" ]] && step=$(grep -o '^launch: step [0-9.]*' "$log" | tail -n 1 | cut -d' ' -f3 || true)
+  fi
+  echo "launch: job $JOB_ID failed: $what${step:+ (step $step)} exited with status $rc; log: ${log:-this output}" >&2
+}
 
 if [[ "${DRY_RUN:-0}" == "1" ]]; then
   echo "# nodes=$NODES gpus_per_node=$GPUS_PER_NODE world=$WORLD tp=$TP pp=$PP dp=$DP mbs=$MBS gbs=$GBS"
@@ -90,11 +123,12 @@ fi
 # naming a kernel that is not installed stops here, before srun, saying what to pip install.
 # A fine-tune takes its model from the checkpoint it starts from: its ranks print the report.
 if [[ "$ENTRY" == "megatron_biglm.cli.train" ]]; then
-  "$PYTHON" -m megatron_biglm.cli.kernels --config "$CONFIG" "${OVERRIDES[@]}" || exit 2
+  "$PYTHON" -m megatron_biglm.cli.kernels --config "$CONFIG" "${OVERRIDES[@]}" \
+    || { failed "the kernel check before srun" 2; exit 2; }
 fi
 
 mkdir -p "$RUN_DIR"
-echo "launch: job $JOB_ID, $NODES nodes, TP=$TP PP=$PP DP=$DP, run dir $RUN_DIR"
+echo "launch: job $JOB_ID, $NODES nodes x $GPUS_PER_NODE processes x $OMP_NUM_THREADS threads, TP=$TP PP=$PP DP=$DP, run dir $RUN_DIR"
 set +e
 "${LAUNCH[@]}"
 rc=$?
@@ -106,4 +140,5 @@ if [[ $rc -eq 0 && ! -f "$RUN_DIR/train_done.json" && "$REQUEUE" == "1" && -n "$
   echo "launch: stopped before the end; requeueing job $SLURM_JOB_ID"
   scontrol requeue "$SLURM_JOB_ID"
 fi
+(( rc == 0 )) || failed "srun $ENTRY on $NODES node(s)" "$rc"
 exit $rc
