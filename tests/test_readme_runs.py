@@ -35,7 +35,11 @@ QUICKSTART = ["--max-plays", "8", "--steps", "40", "--eval-questions", "12", "--
 
 
 def _env() -> dict:
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false",
+    """A user's shell: the installed python first on PATH, offline. `PYTHON` is dropped: make
+    passes its own (the interpreter a venv was made from) to the tests, and the launch scripts
+    would take it for the python that has the package."""
+    env = {key: value for key, value in os.environ.items() if key != "PYTHON"}
+    env = {**env, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false",
            "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "PYTHONUNBUFFERED": "1",
            "PYTHONPATH": os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p),
            "PATH": os.pathsep.join((os.path.dirname(sys.executable), os.environ.get("PATH", "")))}
