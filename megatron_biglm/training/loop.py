@@ -11,7 +11,7 @@ loop is the same for every recipe.
 `callbacks` (`training/callbacks.py`: step, save, log and evaluate events, as Protocols) run on
 every rank; a step callback gets a `LoopContext` holding the live model chunks, the tokenizer,
 the config and the metrics logger (the in-training zero-shot evaluation plugs in here, wired by
-cli/train.py). A callback that sets `loop_state.stop_requested` (early stopping) ends the run
+run/train.py). A callback that sets `loop_state.stop_requested` (early stopping) ends the run
 with a save, as a signal does. Validation and callbacks run with the RNG streams saved and
 restored around them, so they never change the training trajectory.
 
@@ -46,7 +46,7 @@ from megatron_biglm.training.step import evaluate, train_step
 
 @dataclass
 class Components:
-    """Everything the loop needs, built by cli/train.py (or by a test); what each part must do
+    """Everything the loop needs, built by run/train.py (or by a test); what each part must do
     is its Protocol in loop_parts.py."""
     config: RunConfig
     info: DistInfo
