@@ -48,14 +48,17 @@ def _signal_at(proc, marker: str, sig, *, with_children: bool = False):
     return proc.returncode, "".join(lines) + rest, children, time.time() - sent
 
 
-def _gone(pids) -> bool:
+def _gone(pids, grace: float = 10.0) -> bool:
+    """Every pid has ended within `grace` seconds of the parent's exit. multiprocessing's resource
+    tracker ends by itself when it reads EOF from the parent it served, a moment after that parent."""
+    procs = []
     for pid in pids:
         try:
-            if psutil.Process(pid).status() != psutil.STATUS_ZOMBIE:
-                return False
+            procs.append(psutil.Process(pid))
         except psutil.NoSuchProcess:
             pass
-    return True
+    _, alive = psutil.wait_procs(procs, timeout=grace)
+    return all(p.status() == psutil.STATUS_ZOMBIE for p in alive if p.is_running())
 
 
 def test_sigterm_in_pretraining_saves_stops_and_a_rerun_resumes(tmp_path):
