@@ -31,6 +31,15 @@ lowdata, quickstart) parses its arguments, loads a config once and calls a drive
 """
 
 
+def refuse(exc: BaseException, code: int) -> int:
+    """How a command refuses: one line `error: ...` on stderr (the exception's message names the
+    file, line or key and what to do), and the exit code it returns."""
+    import sys
+
+    print(f"error: {exc}", file=sys.stderr, flush=True)
+    return code
+
+
 def command_logging() -> None:
     """The logging of a data command: warnings from everything, progress from ours, and not
     megatron's note that optional fused kernels are missing (they are for GPU runs)."""
@@ -66,7 +75,6 @@ def run_command(argv, *, description: str, config_help: str, overrides_help: str
     try:
         result = run(args.config, args.overrides)
     except (ConfigError, CheckpointError, HubUnavailable, TooManyNonFinite) as exc:
-        print(f"error: {exc}", file=sys.stderr, flush=True)
-        return 2 if not isinstance(exc, TooManyNonFinite) else 3
+        return refuse(exc, 3 if isinstance(exc, TooManyNonFinite) else 2)
     print(json.dumps(summary(result)), flush=True)
     return 0

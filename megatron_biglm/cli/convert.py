@@ -15,6 +15,8 @@ import re
 import sys
 import warnings
 
+from megatron_biglm.cli import refuse
+
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMGT]?i?B?)?\s*$", re.IGNORECASE)
 _UNITS = {"": 1, "B": 1, "KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12,
           "KIB": 2**10, "MIB": 2**20, "GIB": 2**30, "TIB": 2**40}
@@ -108,8 +110,7 @@ def main(argv=None) -> int:
             summary = from_hf(args.hf, args.output, tp=args.tp, pp=args.pp, progress=not args.quiet,
                               verify=not args.no_verify)
     except (*refused, FileExistsError) as exc:
-        print(f"error: {exc}", file=sys.stderr, flush=True)
-        return 1
+        return refuse(exc, 1)
     if summary is not None:
         print(summary.format(), flush=True)
     return 0

@@ -15,6 +15,7 @@ import yaml
 from megatron_biglm.model.config import ModelConfigError
 from megatron_biglm.model.param_count import count_params, param_breakdown
 from megatron_biglm.model.presets import load_preset
+from megatron_biglm.cli import refuse
 
 
 def main(argv=None) -> int:
@@ -32,8 +33,7 @@ def main(argv=None) -> int:
     try:
         cfg = load_preset(args.preset, overrides)
     except ModelConfigError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
+        return refuse(exc, 2)
     total = count_params(cfg)
     print(f"preset {cfg.name}: {cfg.num_layers} layers, hidden {cfg.hidden_size}, "
           f"{cfg.num_attention_heads} heads / {cfg.query_groups} kv groups, ffn {cfg.ffn_hidden_size}, "

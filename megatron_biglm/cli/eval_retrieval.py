@@ -15,6 +15,7 @@ import sys
 from pathlib import Path
 
 from megatron_biglm.finetune.retrieval.beir import METRICS, BeirFormatError, evaluate_beir
+from megatron_biglm.cli import refuse
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -99,8 +100,7 @@ def main(argv=None) -> int:
                            unknown_documents="skip" if args.skip_unknown_documents else "error",
                            duplicate_ids="keep_first" if args.keep_first_duplicate else "error")
     except (BeirFormatError, FileNotFoundError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 1
+        return refuse(exc, 1)
     print(format_table(results), flush=True)
     failed = {n: r["error"] for n, r in results["datasets"].items() if "error" in r}
     for name, error in failed.items():

@@ -18,6 +18,7 @@ import sys
 import tempfile
 from pathlib import Path
 
+from megatron_biglm.cli import refuse
 from megatron_biglm.common.hub import HubUnavailable, hub_access
 from megatron_biglm.evaluation import register_lm_eval_models
 from megatron_biglm.evaluation.tasks import (MissingTaskData, SuiteTask, average, format_table, local_task_manager, resolve_tasks,
@@ -92,8 +93,7 @@ def main(argv: list[str] | None = None) -> int:
             device=args.device, log_samples=args.log_samples)
     except (BadTaskData, MissingTaskData, CheckpointError, HubUnavailable, FileNotFoundError) as exc:
         # bad input or no hub: the message, exit 1
-        print(f"error: {exc}", file=sys.stderr, flush=True)
-        return 1
+        return refuse(exc, 1)
     label = args.label or _model_label(args.model, args.model_args)
     suite = summarize(results, tasks, skipped, label)
     results["zero_shot_suite"] = suite

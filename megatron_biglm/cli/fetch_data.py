@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
+from megatron_biglm.cli import refuse
 
 
 def _corpus(args) -> int:
@@ -89,8 +90,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return {"corpus": _corpus, "bigbench": _bigbench, "wordnet": _wordnet}[args.source](args)
     except (CorpusUnavailable, WordNetUnavailable, ValueError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 1
+        return refuse(exc, 1)
 
 
 if __name__ == "__main__":

@@ -15,6 +15,8 @@ import logging
 import sys
 import warnings
 
+from megatron_biglm.cli import refuse
+
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__,
@@ -54,8 +56,7 @@ def main(argv=None) -> int:
             if tokenizer is not None:
                 print(tokenizer.decode(tokens.tolist()))
     except (ValueError, IndexError, TokenizerLoadError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 1
+        return refuse(exc, 1)
     return 0
 
 

@@ -17,6 +17,8 @@ import dataclasses
 import json
 import sys
 
+from megatron_biglm.cli import refuse
+
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -34,8 +36,7 @@ def main(argv=None) -> int:
     try:
         result = _instruct_tune(args)
     except (ConfigError, CheckpointError, HubUnavailable) as exc:
-        print(f"error: {exc}", file=sys.stderr, flush=True)
-        return 2
+        return refuse(exc, 2)
     print(json.dumps({"result": result["train"]}), flush=True)
     return 0
 

@@ -8,6 +8,8 @@ from __future__ import annotations
 import argparse
 import sys
 
+from megatron_biglm.cli import refuse
+
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -22,8 +24,7 @@ def main(argv=None) -> int:
         cfg = load_config(args.config, args.overrides)
         print(kernels(cfg, resolve_precision(cfg)), flush=True)
     except ConfigError as exc:
-        print(f"error: {exc}", file=sys.stderr, flush=True)
-        return 2
+        return refuse(exc, 2)
     return 0
 
 

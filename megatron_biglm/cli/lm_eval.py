@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import sys
 
+from megatron_biglm.cli import refuse
+
 
 def main(argv=None) -> int:
     import megatron_biglm.evaluation  # noqa: F401 - registers biglm / hf-mlm
@@ -25,8 +27,7 @@ def main(argv=None) -> int:
                         "(or --include_path with task YAMLs that read local files)"):
             cli_evaluate()
     except HubUnavailable as exc:
-        print(f"error: {exc}", file=sys.stderr, flush=True)
-        return 1
+        return refuse(exc, 1)
     return 0
 
 

@@ -28,6 +28,8 @@ import json
 import sys
 import warnings
 
+from megatron_biglm.cli import refuse
+
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__,
@@ -70,8 +72,7 @@ def main(argv=None) -> int:
             if args.blend:
                 blend = write_blend(args.shards, args.blend, args.json_key, allow_stale=args.allow_stale)
     except (ValueError, TokenizerLoadError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 1
+        return refuse(exc, 1)
     stale = next(iter(results.values()), {}).get("stale_shards") or (blend["stale_shards"] if args.blend else [])
     for why in stale:
         print(f"--allow-stale: merged the stale {why}", file=sys.stderr)

@@ -19,6 +19,7 @@ import argparse
 import sys
 
 from megatron_biglm.cli import command_logging
+from megatron_biglm.cli import refuse
 
 
 HF_TOKENIZER_TYPE = "HuggingFaceTokenizer"
@@ -107,8 +108,7 @@ def main(argv=None) -> int:
                              batch_size=args.batch_size, text_mode=args.text_mode,
                              input_format=args.input_format, progress=not args.quiet)
     except (BadInputError, PreprocessError, TokenizerLoadError, CorruptDatasetError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 1
+        return refuse(exc, 1)
     except ValueError as exc:
         print(f"usage error: {exc}", file=sys.stderr)
         return 2

@@ -20,6 +20,7 @@ import json
 import sys
 
 from megatron_biglm.cli import command_logging
+from megatron_biglm.cli import refuse
 
 
 def parse_args(argv):
@@ -60,8 +61,7 @@ def main(argv=None) -> int:
     try:
         plan = plan_from_inputs(args.input, args.shards)
     except ShardError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 1
+        return refuse(exc, 1)
     if args.dry_run:
         print("\n".join(plan.describe()), flush=True)
         return 0
@@ -93,8 +93,7 @@ def _run(args, plan, settings) -> int:
                             "documents": manifest["documents"], "tokens": manifest["tokens"],
                             "skipped": skipped, "seconds": manifest["seconds"]})
     except (ShardError, BadInputError, PreprocessError, TokenizerLoadError, CorruptDatasetError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 1
+        return refuse(exc, 1)
     except ValueError as exc:
         print(f"usage error: {exc}", file=sys.stderr)
         return 2

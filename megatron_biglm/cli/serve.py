@@ -19,6 +19,8 @@ from pathlib import Path
 
 import uvicorn
 
+from megatron_biglm.cli import refuse
+
 _DRAIN_POLL_S = 0.05
 
 
@@ -54,8 +56,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         server = _build(args)
     except (ValueError, FileNotFoundError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
+        return refuse(exc, 2)
     server.run()
     return 0
 

@@ -20,6 +20,8 @@ import json
 import logging
 import sys
 
+from megatron_biglm.cli import refuse
+
 
 def parse_args(argv):
     from megatron_biglm.data.tokenizer import DEFAULT_SPECIAL_TOKENS
@@ -69,11 +71,9 @@ def main(argv=None) -> int:
                                                   special_tokens=special,
                                                   min_frequency=args.min_frequency)
     except BadInputError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 1
+        return refuse(exc, 1)
     except ValueError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 1 if "no training text" in str(exc) or "no document fits" in str(exc) else 2
+        return refuse(exc, 1 if "no training text" in str(exc) or "no document fits" in str(exc) else 2)
     tokenizer = load_tokenizer(output)
     ids = {role: tokenizer.convert_tokens_to_ids(token) for role, token in special.items()}
     print(f"saved tokenizer to {output}: vocab {len(tokenizer):,}; special ids "
