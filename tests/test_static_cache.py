@@ -7,6 +7,10 @@ forward by tests/test_inference_prefix_cache.py (the megatron adapter has no unc
 block-causal path to decode with). Suffix logits over the pool equal the growing cache's with
 rows in order (the buffers read as a view), out of order and repeated (gathered); slots are
 taken, given back and copied as requests join, leave and fork.
+
+A block's iterations over the pool (sampling and re-masking included) read nothing back from
+the device: counted on CPU with `host_reads.HostReads`, and on CUDA under torch's sync debug
+mode set to error (`-m gpu`).
 """
 from __future__ import annotations
 
@@ -14,10 +18,13 @@ import gc
 
 import pytest
 import torch
+from host_reads import HostReads
 from model_fixtures import build_model, init_megatron, spread_weights, tiny_config
 
 from benchmarks.bench_generation import IdsTokenizer
 from megatron_biglm.generation import GenerationConfig, MaskPredictGenerator
+from megatron_biglm.generation.mask_predict import live_rows, run_block
+from megatron_biglm.generation.slot_forward import SlotForward
 from megatron_biglm.inference import TokenIds
 from megatron_biglm.inference.megatron_adapter import MegatronMaskedLMAdapter, SlotState
 from megatron_biglm.model.kv_pool import KVSlotPool, KVSlots
@@ -119,3 +126,90 @@ def test_static_cache_states_give_their_slots_back(model):
     del nxt
     gc.collect()
     assert len(pool._free) == pool.num_slots
+
+
+# ------------------------------------------------------------------ a block without host reads
+BLOCK_CONFIGS = {
+    "greedy": GenerationConfig(length=8, steps=5, block_size=8, blocks="cached"),
+    "sampled_top_k": GenerationConfig(length=8, steps=5, block_size=8, blocks="cached", temperature=0.9, top_k=20),
+    "random_remask": GenerationConfig(length=8, steps=5, block_size=8, blocks="cached", remask="random",
+                                      temperature=1.0, top_p=0.9),
+    "llada_remask": GenerationConfig(length=8, steps=5, block_size=8, blocks="cached", remask="none"),
+}
+
+
+def _block_forward(model, device="cpu"):
+    """A pool forward with three cached prefixes, one extended by a block (slots at different
+    lengths), ready to decode the next block."""
+    adapter = _adapter(model, "pool")
+    forward = SlotForward(adapter, use_cache=True, block_causal=True)
+    forward.set_prefixes(_prompts(3, seed=7))
+    forward.extend([0, 1, 2], [[5, 6, 7], [8], [9, 10]])
+    return forward
+
+
+def _generators(n, device="cpu"):
+    return [torch.Generator(device=device).manual_seed(10 + i) for i in range(n)]
+
+
+@pytest.mark.parametrize("name", list(BLOCK_CONFIGS))
+def test_static_cache_block_reads_nothing_back_from_the_device(model, name):
+    """Sampling, re-masking and the pool forwards of a whole block: no `.item()`, `.tolist()`,
+    `bool()`, `nonzero` or `.cpu()` of a computed tensor between the block's start and end."""
+    config = BLOCK_CONFIGS[name]
+    forward = _block_forward(model)
+    with torch.no_grad(), HostReads() as reads:
+        tokens, _, iterations, _ = run_block(forward, [2, 0, 1], [8, 3, 6], 3, config, SPECIAL.mask_id,
+                                             SPECIAL.eos_id, _generators(3))
+    assert reads.reads == []
+    assert iterations == [5, 4, 5]  # 3 slots over 5 steps: masked_after(3, 5, 4) == 0 ends it early
+    assert not bool((tokens[0] == SPECIAL.mask_id).any())
+
+
+def test_static_cache_block_reads_are_counted_where_a_threshold_needs_them(model):
+    """The counter is real: with a confidence threshold the live rows depend on the model's
+    confidences and are read once per iteration, and the counter sees those reads."""
+    config = BLOCK_CONFIGS["greedy"].replace(confidence_threshold=0.5)
+    with torch.no_grad(), HostReads() as reads:
+        run_block(_block_forward(model), [0, 1], [8, 8], 0, config, SPECIAL.mask_id, SPECIAL.eos_id, None)
+    assert any(name == "tolist" and "mask_predict" in where for name, where in reads.reads)
+
+
+@pytest.mark.parametrize("name", list(BLOCK_CONFIGS))
+def test_static_cache_live_rows_follow_the_schedule(model, name):
+    """What the block decides on the host (which rows still run) is what the device computes:
+    after every iteration a row holds a masked slot exactly when `live_rows` runs it next."""
+    config = BLOCK_CONFIGS[name].replace(return_steps=True)
+    g = torch.Generator().manual_seed(len(name))
+    for _ in range(4):
+        widths = torch.randint(1, 9, (3,), generator=g).tolist()
+        steps = int(torch.randint(2, 9, (1,), generator=g))
+        cfg = config.replace(steps=steps)
+        with torch.no_grad():
+            _, _, iterations, canvases = run_block(_block_forward(model), [0, 1, 2], widths, 0, cfg,
+                                                   SPECIAL.mask_id, SPECIAL.eos_id, _generators(3))
+        for canvas in canvases:
+            still = canvas.masked.any(dim=-1).nonzero()[:, 0].tolist()
+            assert still == live_rows(widths, steps, canvas.iteration + 1)
+        assert iterations == [sum(i in live_rows(widths, steps, t) for t in range(1, steps + 1)) for i in range(3)]
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA: torch's sync debug mode counts device syncs")
+def test_gpu_static_cache_block_makes_no_device_sync():
+    """On CUDA, a block's iterations over the pool under `torch.cuda.set_sync_debug_mode("error")`:
+    any synchronizing call (a read, a blocking copy) raises."""
+    init_megatron(1, 1)
+    cuda_model = spread_weights(build_model(tiny_config(vocab_size=VOCAB), seed=4), 0.15).cuda()
+    for name, config in BLOCK_CONFIGS.items():
+        forward = _block_forward(cuda_model)
+        gens = _generators(3, "cuda")
+        with torch.no_grad():
+            torch.cuda.synchronize()
+            torch.cuda.set_sync_debug_mode("error")
+            try:
+                tokens, _, _, _ = run_block(forward, [2, 0, 1], [8, 3, 6], 3, config, SPECIAL.mask_id,
+                                            SPECIAL.eos_id, gens)
+            finally:
+                torch.cuda.set_sync_debug_mode("default")
+        assert not bool((tokens[0] == SPECIAL.mask_id).any()), name

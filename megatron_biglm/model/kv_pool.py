@@ -135,7 +135,7 @@ class PoolForward:
         kbuf, vbuf = self.pool.keys[index], self.pool.values[index]
         if not self.in_place:
             width = max(self.base) if self.base else 0
-            rows = torch.tensor(self.slots, dtype=torch.long, device=kbuf.device)
+            rows = on_device(self.slots, kbuf.device)
             return (torch.cat([kbuf[:width].index_select(1, rows), key], dim=0),
                     torch.cat([vbuf[:width].index_select(1, rows), value], dim=0))
         end = max(self.base) + q
@@ -152,18 +152,18 @@ class PoolForward:
         if self._view:
             first = self.slots[0]
             return kbuf[:end, first:first + len(self.slots)], vbuf[:end, first:first + len(self.slots)]
-        rows = torch.tensor(self.slots, dtype=torch.long, device=kbuf.device)
+        rows = on_device(self.slots, kbuf.device)
         return kbuf[:end].index_select(1, rows), vbuf[:end].index_select(1, rows)
 
     def _scatter_index(self, q: int, device):
-        base = torch.tensor(self.base, dtype=torch.long, device=device)
+        base = on_device(self.base, device)
         pos = base[None, :] + torch.arange(q, device=device)[:, None]      # [q, b]
-        cols = torch.tensor(self.slots, dtype=torch.long, device=device)[None, :].expand(q, -1)
+        cols = on_device(self.slots, device)[None, :].expand(q, -1)
         return pos, cols
 
     def positions(self, q: int) -> torch.Tensor:
         """RoPE positions `[b, q]`: row b's token j sits at its slot's length + j."""
-        base = torch.tensor(self.base, dtype=torch.long, device=self.pool.device)
+        base = on_device(self.base, self.pool.device)
         return base[:, None] + torch.arange(q, device=self.pool.device)[None]
 
     def position_limit(self, q: int) -> int:
@@ -175,7 +175,7 @@ class PoolForward:
         `lengths [b]` real rows, whichever layout `update` returns (the one split rule: these
         rows are all past the cached prefix, so they see every real key)."""
         dev = lengths.device
-        base = torch.tensor(self.base, dtype=torch.long).to(dev, non_blocking=True)
+        base = on_device(self.base, dev)
         if self.in_place:
             keys = torch.arange(max(self.base) + q, device=dev)[None]
             return ~(keys < (base + lengths)[:, None])[:, None, None, :]
@@ -191,3 +191,10 @@ class PoolForward:
             raise ValueError("only a forward over distinct slots, told its rows' real counts, can be committed")
         for s, b, n in zip(self.slots, self.base, self.valid):
             self.pool.lengths[s] = b + n
+
+
+def on_device(values: Sequence[int], device) -> torch.Tensor:
+    """Host ints (slots, lengths, row indices) as a long tensor on `device`, copied without
+    making the host wait: a cached step, and the block of iterations around it, read nothing
+    back from the device and wait for nothing."""
+    return torch.tensor(list(values), dtype=torch.long).to(device, non_blocking=True)
