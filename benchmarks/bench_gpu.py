@@ -20,7 +20,9 @@ is rewritten after each one, so whatever the time allows comes back:
               slot-pool cache, the growing cache as reference; `hf`: EuroBERT's growing cache, the
               uncached block-causal forward as reference. Identity with the reference and every
               output's length are checked before any speed; repetitions are interleaved.
-  eval        zero-shot scoring with eval's prefix cache on vs off (`benchmarks.bench_eval`).
+  eval        zero-shot scoring with eval's prefix cache on vs off (`benchmarks.bench_eval`): the
+              HF export (transformers' cache) and its megatron checkpoint with the slot pool,
+              each prompt's continuations scored in one batch against its slot.
   generation  Mask-Predict (T=10, N=64, exact prefix cache) vs autoregressive decoding with a KV
               cache of a same-shape Llama (`benchmarks.bench_generation`; eager HF `generate`,
               labelled as such), in generated tokens/s.
@@ -262,12 +264,13 @@ def eval_prefix_cache(args, device: torch.device) -> dict:
         tokenizer, corpus = sample_tokenizer(Path(tmp), max_plays=1)
         pairs = build_requests(tokenizer, corpus, args.eval_questions, args.eval_context, *args.eval_choices)
         model = build_model(tokenizer, str(device))
-        sources = {"hf": model, "megatron": megatron_checkpoint(model, tokenizer, Path(tmp))}
+        checkpoint = megatron_checkpoint(model, tokenizer, Path(tmp))
+        sources = {"hf": ("hf", model, "grow"), "megatron(pool)": ("megatron", checkpoint, "pool")}
         for rule in args.eval_rules:
-            for backend, source in sources.items():
-                best, scores, passes = time_rule(eval_lms(backend, source, tokenizer, rule, 16, str(device)),
-                                                 pairs, args.reps)
-                rules[f"{backend}:{rule}"] = dict(
+            for name, (backend, source, layout) in sources.items():
+                lms = eval_lms(backend, source, tokenizer, rule, 16, str(device), cache_layout=layout)
+                best, scores, passes = time_rule(lms, pairs, args.reps)
+                rules[f"{name}:{rule}"] = dict(
                     passes_per_request=passes, requests_per_s_off=len(pairs) / best[False],
                     requests_per_s_on=len(pairs) / best[True], speedup=best[False] / best[True],
                     max_score_diff=max(abs(a - b) for a, b in zip(scores[False], scores[True])))

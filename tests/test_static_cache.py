@@ -213,3 +213,48 @@ def test_gpu_static_cache_block_makes_no_device_sync():
             finally:
                 torch.cuda.set_sync_debug_mode("default")
         assert not bool((tokens[0] == SPECIAL.mask_id).any()), name
+
+
+# ------------------------------------------------------------------ lm-eval's prefix cache
+def _questions(n_questions: int, n_choices: int, seed: int):
+    from megatron_biglm.evaluation.scoring import ScoreRequest
+
+    g = torch.Generator().manual_seed(seed)
+    requests = []
+    for prompt in _prompts(n_questions, seed):
+        for _ in range(n_choices):
+            n = int(torch.randint(1, 5, (1,), generator=g))
+            requests.append(ScoreRequest((SPECIAL.bos_id, *prompt), tuple(torch.randint(4, VOCAB, (n,), generator=g).tolist())))
+    return requests
+
+
+@pytest.mark.parametrize("rule", ["beam", "pll"])
+@pytest.mark.parametrize("questions", [1, 3], ids=["one_prompt_broadcast", "three_prompts_gathered"])
+def test_static_cache_serves_eval_scores_equal_to_uncached(model, rule, questions):
+    """lm-eval's prefix cache over the pool: a prompt is encoded once into a slot and all its
+    continuations are scored in one batch against it (read once and broadcast when the batch
+    holds one prompt, gathered otherwise); every score equals the uncached forward's (fp32)."""
+    from megatron_biglm.evaluation.runner import score_requests
+    from megatron_biglm.evaluation.scoring import make_rule
+
+    adapter = _adapter(model, "pool")
+    requests = _questions(questions, 4, seed=questions)
+    scored = {reuse: score_requests(adapter, requests, make_rule(rule, SPECIAL.mask_id), batch_size=16,
+                                    prefix_reuse=reuse) for reuse in (True, False)}
+    assert adapter._pool is not None and len(adapter._pool._free) == adapter._pool.num_slots  # used, given back
+    for cached, plain in zip(scored[True], scored[False]):
+        assert abs(cached.logprob - plain.logprob) <= 1e-5
+        assert cached.is_greedy == plain.is_greedy
+
+
+def test_static_cache_layout_is_asked_for_megatron_checkpoints_only(tmp_path):
+    from megatron_biglm.inference.loading import load_adapter
+
+    with pytest.raises(ValueError, match="cache_layout='pool' is for megatron checkpoints"):
+        load_adapter(tmp_path, device="cpu", cache_layout="pool")
+
+
+
+def test_static_cache_layout_must_be_known(model):
+    with pytest.raises(ValueError, match="cache_layout must be one of"):
+        _adapter(model, "paged")

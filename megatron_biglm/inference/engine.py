@@ -92,8 +92,10 @@ class PrefixCache:
         ids, lengths = pad(distinct, adapter.special.pad_id, adapter.device, adapter=adapter)
         return cls(adapter.encode_prefix(ids, lengths), {p: k for k, p in enumerate(distinct)})
 
-    def rows(self, prefixes: Sequence[tuple[int, ...]], device) -> torch.Tensor:
-        return torch.tensor([self.row_of[tuple(p)] for p in prefixes], device=device)
+    def rows(self, prefixes: Sequence[tuple[int, ...]]) -> torch.Tensor:
+        """The cached row of each prefix, on the host: a slot pool reads it there, the other
+        caches move it to their device without waiting."""
+        return torch.tensor([self.row_of[tuple(p)] for p in prefixes], dtype=torch.long)
 
 
 def check_prefix_cache(adapter: MaskedLMAdapter) -> None:
@@ -142,5 +144,5 @@ def _forward_cached(adapter: MaskedLMAdapter, cache: PrefixCache, rows: list[Row
     suffix, suffix_lengths = pad([r.suffix for r in rows], adapter.special.pad_id, dev,
                                  adapter=adapter, room=room)
     positions, _ = pad([r.positions for r in rows], 0, dev)
-    return adapter.logits_with_prefix(cache.state, cache.rows([r.prefix for r in rows], dev),
+    return adapter.logits_with_prefix(cache.state, cache.rows([r.prefix for r in rows]),
                                       suffix, suffix_lengths, positions)

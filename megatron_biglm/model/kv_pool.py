@@ -135,9 +135,8 @@ class PoolForward:
         kbuf, vbuf = self.pool.keys[index], self.pool.values[index]
         if not self.in_place:
             width = max(self.base) if self.base else 0
-            rows = on_device(self.slots, kbuf.device)
-            return (torch.cat([kbuf[:width].index_select(1, rows), key], dim=0),
-                    torch.cat([vbuf[:width].index_select(1, rows), value], dim=0))
+            return (torch.cat([self._cached(kbuf, width), key], dim=0),
+                    torch.cat([self._cached(vbuf, width), value], dim=0))
         end = max(self.base) + q
         if end > self.pool.capacity:
             raise ValueError(f"a slot would hold {end} positions; the pool's capacity is {self.pool.capacity}")
@@ -154,6 +153,14 @@ class PoolForward:
             return kbuf[:end, first:first + len(self.slots)], vbuf[:end, first:first + len(self.slots)]
         rows = on_device(self.slots, kbuf.device)
         return kbuf[:end].index_select(1, rows), vbuf[:end].index_select(1, rows)
+
+    def _cached(self, buf: torch.Tensor, width: int) -> torch.Tensor:
+        """The rows' cached positions `[width, b, ng, d]`: one slot shared by every row (the
+        continuations of one prompt, scored together) is read once and broadcast, not gathered."""
+        if len(set(self.slots)) == 1:
+            first = self.slots[0]
+            return buf[:width, first:first + 1].expand(-1, len(self.slots), -1, -1)
+        return buf[:width].index_select(1, on_device(self.slots, buf.device))
 
     def _scatter_index(self, q: int, device):
         base = on_device(self.base, device)
