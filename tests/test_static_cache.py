@@ -258,3 +258,54 @@ def test_static_cache_layout_is_asked_for_megatron_checkpoints_only(tmp_path):
 def test_static_cache_layout_must_be_known(model):
     with pytest.raises(ValueError, match="cache_layout must be one of"):
         _adapter(model, "paged")
+
+
+# ------------------------------------------------------------------ the step a CUDA graph captures
+def test_static_cache_fixed_shape_step_equals_the_pool_step(model):
+    """The fixed-shape step (slot lengths as a device input, attention over each slot's whole
+    capacity) that a CUDA graph captures gives the pool step's logits and writes the same keys."""
+    from megatron_biglm.model.kv_pool import FixedShapePoolForward, PoolForward, on_device
+
+    adapter = _adapter(model, "pool")
+    g = torch.Generator().manual_seed(11)
+    state = adapter.encode_prefix(torch.randint(4, VOCAB, (3, 9), generator=g), torch.tensor([9, 4, 6]))
+    state = adapter.extend_prefix(state, torch.tensor([0, 1, 2]), torch.randint(4, VOCAB, (3, 5), generator=g),
+                                  torch.tensor([5, 2, 3]))
+    pool, slots = state.pool, state.slots
+    assert slots == [0, 1, 2] and [pool.length(s) for s in slots] == [14, 6, 9]
+    ids = torch.randint(4, VOCAB, (3, 6), generator=g)
+    lengths, positions = torch.tensor([6, 4, 5]), torch.tensor([[0, 2, 5], [1, 3, 0], [4, 0, 2]])
+    want = adapter._pool_step(ids, lengths, positions, PoolForward(pool, slots))
+    written = [k[:, :3].clone() for k in pool.keys]
+    fixed = FixedShapePoolForward(pool, 0, 3, on_device([pool.length(s) for s in slots], "cpu"))
+    got = adapter._pool_step(ids, lengths, positions, fixed)
+    torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
+    for before, now in zip(written, pool.keys):
+        torch.testing.assert_close(now[:, :3], before, atol=1e-6, rtol=1e-6)
+    with pytest.raises(ValueError, match="never committed"):
+        fixed.commit()
+
+
+def test_static_cache_step_graphs_need_the_pool(model):
+    with pytest.raises(ValueError, match="set cache_layout='pool'"):
+        MegatronMaskedLMAdapter(model, SPECIAL, vocab_size=VOCAB, max_length=128, step_graphs=True)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA: CUDA graphs")
+def test_gpu_static_cache_step_graphs_decode_the_eager_tokens():
+    """Generation whose cached steps replay CUDA graphs (one per batch and block shape) gives
+    the eager pool's tokens, fp32."""
+    init_megatron(1, 1)
+    cuda_model = spread_weights(build_model(tiny_config(vocab_size=VOCAB), seed=4), 0.15).cuda()
+    prompts = [p[:6] + [5] * (6 - len(p[:6])) for p in _prompts(4, seed=5)]  # equal lengths: consecutive slots
+    config = GenerationConfig(length=24, steps=4, block_size=8, blocks="cached")
+    outputs = {}
+    for graphs in (False, True):
+        adapter = MegatronMaskedLMAdapter(cuda_model, SPECIAL, vocab_size=VOCAB, max_length=128,
+                                          cache_layout="pool", step_graphs=graphs)
+        gen = MaskPredictGenerator(adapter, IdsTokenizer(), use_cache=True)
+        outputs[graphs] = [list(o.ids) for o in gen.generate_ids(prompts, config, batch_size=4)]
+        if graphs:
+            assert adapter._graphs._steps, "no step was captured"
+    assert outputs[True] == outputs[False]

@@ -200,6 +200,48 @@ class PoolForward:
             self.pool.lengths[s] = b + n
 
 
+class FixedShapePoolForward(PoolForward):
+    """The kv_cache hook of a forward whose tensor shapes depend only on (rows, width): what a
+    CUDA graph can capture once per shape and replay at every iteration of every block.
+
+    The rows are slots `first .. first + rows - 1` (a view of the buffers); their lengths come
+    as a device tensor `base [rows]` (a graph's static input, refilled before each replay)
+    instead of host ints. Each layer writes its keys/values at `base + j` with an index put,
+    and attention covers each slot's whole capacity under a key-padding mask `keys < base +
+    lengths` (the same visible set as `PoolForward`, so the same logits up to rounding; the
+    zero-filled or stale keys past a slot's length are masked). RoPE's table spans the
+    capacity. The caller keeps `base + width <= capacity` (checked on the host, where the
+    lengths live); such a forward is never committed (a block's extension runs `PoolForward`)."""
+
+    def __init__(self, pool: KVSlotPool, first: int, rows: int, base: torch.Tensor):
+        super().__init__(pool, list(range(first, first + rows)))
+        self.first, self.rows, self.base_t = first, rows, base
+
+    def update(self, layer_number: int, key: torch.Tensor, value: torch.Tensor):
+        index = self._layer_index.setdefault(layer_number, len(self._layer_index))
+        q = key.shape[0]
+        kbuf, vbuf = self.pool.keys[index], self.pool.values[index]
+        pos = self.base_t[None, :] + torch.arange(q, device=kbuf.device)[:, None]          # [q, b]
+        cols = torch.arange(self.first, self.first + self.rows, device=kbuf.device)[None, :].expand(q, -1)
+        kbuf.index_put_((pos, cols), key)
+        vbuf.index_put_((pos, cols), value)
+        end = self.first + self.rows
+        return kbuf[:, self.first:end], vbuf[:, self.first:end]
+
+    def positions(self, q: int) -> torch.Tensor:
+        return self.base_t[:, None] + torch.arange(q, device=self.base_t.device)[None]
+
+    def position_limit(self, q: int) -> int:
+        return self.pool.capacity
+
+    def masked_keys(self, lengths: torch.Tensor, q: int) -> torch.Tensor:
+        keys = torch.arange(self.pool.capacity, device=lengths.device)[None]
+        return ~(keys < (self.base_t.to(lengths.device) + lengths)[:, None])[:, None, None, :]
+
+    def commit(self) -> None:
+        raise ValueError("a fixed-shape forward is never committed; extend a block with PoolForward")
+
+
 def on_device(values: Sequence[int], device) -> torch.Tensor:
     """Host ints (slots, lengths, row indices) as a long tensor on `device`, copied without
     making the host wait: a cached step, and the block of iterations around it, read nothing
