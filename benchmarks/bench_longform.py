@@ -155,7 +155,7 @@ def run(args) -> dict:
         gens["uncached"] = reference
         source["reference"] = "growing K/V cache (exact), not an uncached forward"
         source["cache"] = ("slot pool (megatron adapter, cache_layout=pool"
-                           + (", steps replayed from CUDA graphs)" if adapter._graphs is not None else ")"))
+                           + (", steps replayed from CUDA graphs)" if adapter.step_graphs else ")"))
     base = dict(length=args.new_tokens, steps=args.steps, block_size=args.block)  # fixed length: no EOS cut
     configs = {"cached": GenerationConfig(**base, blocks="cached"),
                "uncached": GenerationConfig(**base, blocks="cached"),

@@ -277,11 +277,12 @@ def test_static_cache_fixed_shape_step_equals_the_pool_step(model):
     lengths, positions = torch.tensor([6, 4, 5]), torch.tensor([[0, 2, 5], [1, 3, 0], [4, 0, 2]])
     want = adapter._pool_step(ids, lengths, positions, PoolForward(pool, slots))
     written = [k[:, :3].clone() for k in pool.keys]
-    fixed = FixedShapePoolForward(pool, 0, 3, on_device([pool.length(s) for s in slots], "cpu"))
-    got = adapter._pool_step(ids, lengths, positions, fixed)
-    torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
-    for before, now in zip(written, pool.keys):
-        torch.testing.assert_close(now[:, :3], before, atol=1e-6, rtol=1e-6)
+    for keys in (None, 32):  # the whole capacity, or a bound past the longest slot (14 + 6)
+        fixed = FixedShapePoolForward(pool, 0, 3, on_device([pool.length(s) for s in slots], "cpu"), keys)
+        got = adapter._pool_step(ids, lengths, positions, fixed)
+        torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
+        for before, now in zip(written, pool.keys):
+            torch.testing.assert_close(now[:, :3], before, atol=1e-6, rtol=1e-6)
     with pytest.raises(ValueError, match="never committed"):
         fixed.commit()
 

@@ -66,6 +66,7 @@ class MegatronMaskedLMAdapter(MaskedLMAdapter):
         self.cache_layout = cache_layout
         if step_graphs and cache_layout != "pool":
             raise ValueError("step_graphs replays steps over the slot pool: set cache_layout='pool'")
+        self.step_graphs = bool(step_graphs)
         self._graphs = StepGraphs(self._pool_step) if step_graphs else None
         self._pool = None
         self.model = model.eval()

@@ -7,8 +7,10 @@ address, so the step runs through `kv_pool.FixedShapePoolForward` (shapes depend
 rows and the block width; the slots' lengths are a device input) and the inputs are copied
 into static tensors before each replay.
 
-One graph per (first slot, rows, width, logit positions) and per pool buffers: a pool that
-grows gets new buffers, and the graphs of the old ones are dropped. A step whose rows are not
+The keys a step attends to are bounded by the slots' longest length plus the width, rounded
+up to `KEY_BUCKET` positions: attention stays near the work the eager step does, and one graph
+serves every block whose bound rounds alike. One graph per (first slot, rows, width, logit
+positions, key bound) and per pool buffers: a pool that grows gets new buffers, and the graphs of the old ones are dropped. A step whose rows are not
 consecutive slots (rows gathered or repeated) runs eagerly. CUDA only; the warm-up and the
 capture run on the first call of a shape with that call's own inputs, so their key/value
 writes land where the step writes anyway (the open block's positions, never committed).
@@ -22,19 +24,21 @@ import torch
 from megatron_biglm.model.kv_pool import FixedShapePoolForward, KVSlotPool, on_device
 
 WARMUP_RUNS = 2
+KEY_BUCKET = 256
 
 
 class CapturedStep:
     """One shape's graph: static inputs, the captured forward and head, the static output."""
 
-    def __init__(self, run: Callable, pool: KVSlotPool, first: int, ids, lengths, base: list[int], positions):
+    def __init__(self, run: Callable, pool: KVSlotPool, first: int, keys: int, ids, lengths, base: list[int],
+                 positions):
         dev = pool.device
         self.ids, self.lengths, self.positions = ids.clone(), lengths.clone(), positions.clone()
         self.base = on_device(base, dev)
 
         def step():
             return run(self.ids, self.lengths, self.positions,
-                       FixedShapePoolForward(pool, first, ids.shape[0], self.base))
+                       FixedShapePoolForward(pool, first, ids.shape[0], self.base, keys))
 
         side = torch.cuda.Stream(dev)
         side.wait_stream(torch.cuda.current_stream(dev))
@@ -76,8 +80,9 @@ class StepGraphs:
         if buffers != self._buffers:  # the pool grew: its old buffers' graphs are stale
             self._steps.clear()
             self._buffers = buffers
-        key = (first, b, q, tuple(positions.shape))
+        keys = min(pool.capacity, -(-(max(base) + q) // KEY_BUCKET) * KEY_BUCKET)
+        key = (first, b, q, tuple(positions.shape), keys)
         step = self._steps.get(key)
         if step is None:
-            step = self._steps[key] = CapturedStep(self.run, pool, first, ids, lengths, base, positions)
+            step = self._steps[key] = CapturedStep(self.run, pool, first, keys, ids, lengths, base, positions)
         return step(ids, lengths, base, positions)

@@ -207,15 +207,17 @@ class FixedShapePoolForward(PoolForward):
     The rows are slots `first .. first + rows - 1` (a view of the buffers); their lengths come
     as a device tensor `base [rows]` (a graph's static input, refilled before each replay)
     instead of host ints. Each layer writes its keys/values at `base + j` with an index put,
-    and attention covers each slot's whole capacity under a key-padding mask `keys < base +
-    lengths` (the same visible set as `PoolForward`, so the same logits up to rounding; the
-    zero-filled or stale keys past a slot's length are masked). RoPE's table spans the
-    capacity. The caller keeps `base + width <= capacity` (checked on the host, where the
-    lengths live); such a forward is never committed (a block's extension runs `PoolForward`)."""
+    and attention covers each slot's first `keys` positions (a fixed bound the caller rounds
+    up, so one graph serves many blocks; default the capacity) under a key-padding mask
+    `position < base + lengths`: the same visible set as `PoolForward`, so the same logits up
+    to rounding (the zero-filled or stale keys past a slot's length are masked). The caller
+    keeps `base + q <= keys <= capacity` (checked on the host, where the lengths live); such a
+    forward is never committed (a block's extension runs `PoolForward`)."""
 
-    def __init__(self, pool: KVSlotPool, first: int, rows: int, base: torch.Tensor):
+    def __init__(self, pool: KVSlotPool, first: int, rows: int, base: torch.Tensor, keys: int | None = None):
         super().__init__(pool, list(range(first, first + rows)))
         self.first, self.rows, self.base_t = first, rows, base
+        self.keys_bound = pool.capacity if keys is None else int(keys)
 
     def update(self, layer_number: int, key: torch.Tensor, value: torch.Tensor):
         index = self._layer_index.setdefault(layer_number, len(self._layer_index))
@@ -225,17 +227,17 @@ class FixedShapePoolForward(PoolForward):
         cols = torch.arange(self.first, self.first + self.rows, device=kbuf.device)[None, :].expand(q, -1)
         kbuf.index_put_((pos, cols), key)
         vbuf.index_put_((pos, cols), value)
-        end = self.first + self.rows
-        return kbuf[:, self.first:end], vbuf[:, self.first:end]
+        end, n = self.first + self.rows, self.keys_bound
+        return kbuf[:n, self.first:end], vbuf[:n, self.first:end]
 
     def positions(self, q: int) -> torch.Tensor:
         return self.base_t[:, None] + torch.arange(q, device=self.base_t.device)[None]
 
     def position_limit(self, q: int) -> int:
-        return self.pool.capacity
+        return self.keys_bound
 
     def masked_keys(self, lengths: torch.Tensor, q: int) -> torch.Tensor:
-        keys = torch.arange(self.pool.capacity, device=lengths.device)[None]
+        keys = torch.arange(self.keys_bound, device=lengths.device)[None]
         return ~(keys < (self.base_t.to(lengths.device) + lengths)[:, None])[:, None, None, :]
 
     def commit(self) -> None:
