@@ -148,6 +148,12 @@ class BiGLMModelConfig:
         return self.hidden_size // self.num_attention_heads
 
     @property
+    def gated_mlp(self) -> bool:
+        """BiGLM's MLP is SwiGLU (fc1 = [gate; up]): megatron's `gated_linear_unit`, and the
+        MLP's third matrix that FLOP counts read from the shape."""
+        return True
+
+    @property
     def padded_vocab_size(self) -> int:
         """Embedding rows: vocab_size rounded up to `make_vocab_size_divisible_by`."""
         m = self.make_vocab_size_divisible_by
@@ -200,7 +206,7 @@ class BiGLMModelConfig:
             hidden_dropout=float(self.hidden_dropout),
             attention_dropout=float(self.attention_dropout),
             normalization="RMSNorm",
-            gated_linear_unit=True,
+            gated_linear_unit=self.gated_mlp,
             activation_func=torch.nn.functional.silu,
             add_bias_linear=False,
             add_qkv_bias=False,
