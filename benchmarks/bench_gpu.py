@@ -23,9 +23,9 @@ is rewritten after each one, so whatever the time allows comes back:
   eval        zero-shot scoring with eval's prefix cache on vs off (`benchmarks.bench_eval`): the
               HF export (transformers' cache) and its megatron checkpoint with the slot pool,
               each prompt's continuations scored in one batch against its slot.
-  generation  Mask-Predict (T=10, N=64, exact prefix cache) vs autoregressive decoding with a KV
-              cache of a same-shape Llama (`benchmarks.bench_generation`; eager HF `generate`,
-              labelled as such), in generated tokens/s.
+  generation  Mask-Predict (T=10, N=64) with our model of the first preset's true shape and the
+              slot-pool cache vs a same-shape Llama at its best (HF static cache, forward compiled
+              with `reduce-overhead`), in the run's dtype, generated tokens/s, interleaved.
   parity      bf16 forward + backward of each split-attention kernel (local, sdpa, flex,
               sdpa_split, varlen where torch has it, flash when flash-attn imports) on one layer's q/k/v, against sdpa in fp32 on the
               same (bf16-rounded) inputs: max |diff| / max |reference| of the output and of
@@ -215,39 +215,65 @@ def split_vs_full_attention(args, device: torch.device, dtype: torch.dtype) -> d
 
 
 # ------------------------------------------------------------------ generation
-def mask_predict_vs_ar(args, device: torch.device) -> dict:
-    """Generated tokens/s: Mask-Predict with the prefix cache vs a Llama's KV-cached `generate`."""
-    from benchmarks.bench_generation import BOS, PAD, SPECIAL, IdsTokenizer, causal_lm, masked_lm, shapes, timed
+def mask_predict_vs_ar(args, device: torch.device, dtype: torch.dtype) -> dict:
+    """Generated tokens/s on the preset's true shape, in the run's dtype: Mask-Predict with our
+    model and the slot-pool cache (steps replayed from CUDA graphs on a GPU) vs an autoregressive
+    Llama of the same shape at its best: transformers' static K/V cache with its forward
+    compiled (`torch.compile(mode="reduce-overhead")`, CUDA graphs), greedy. The dry run
+    leaves the compile out (a CPU compile would take minutes) and says so in `ar_baseline`."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from benchmarks.bench_generation import PAD, shapes, timed
+    from benchmarks.bench_longform import random_megatron_model
     from megatron_biglm.generation import GenerationConfig, MaskPredictGenerator
-    from megatron_biglm.inference.hf_adapter import HFMaskedLMAdapter
+    from megatron_biglm.model import load_preset
 
-    gen = SimpleNamespace(layers=args.gen_layers, hidden=args.gen_hidden, vocab=args.gen_vocab,
-                          prefix=args.gen_prefix, new_tokens=64, steps=10)
-    b, n = args.gen_batch, gen.new_tokens
-    import random
+    preset = args.presets[0]
+    cfg = load_preset(preset)
+    b, n, steps, prefix = args.gen_batch, 64, 10, args.gen_prefix
+    positions = 1 + prefix + n
+    adapter, tokenizer, vocab = random_megatron_model(preset, positions, device, dtype, "pool")
+    g = torch.Generator().manual_seed(0)
+    prompt_ids = torch.randint(4, vocab, (b, prefix), generator=g).tolist()
+    ar_input = torch.tensor([[adapter.special.bos_id] + ids for ids in prompt_ids], device=device)
+    llama = shapes(SimpleNamespace(vocab=vocab, hidden=cfg.hidden_size, layers=cfg.num_layers,
+                                   prefix=prefix, new_tokens=n))
+    llama.update(num_attention_heads=cfg.num_attention_heads, num_key_value_heads=cfg.query_groups,
+                 intermediate_size=cfg.ffn_hidden_size, head_dim=cfg.head_dim,
+                 max_position_embeddings=positions + 8)
+    torch.manual_seed(0)
+    clm = LlamaForCausalLM(LlamaConfig(**llama)).to(device, dtype).eval()
+    compiled = device.type == "cuda"
+    if compiled:
+        clm.forward = torch.compile(clm.forward, mode="reduce-overhead", fullgraph=True)
+    mp = MaskPredictGenerator(adapter, tokenizer, use_cache=True)
+    config = GenerationConfig(length=n, steps=steps)
 
-    rng = random.Random(0)
-    prompt_ids = [[rng.randrange(4, gen.vocab) for _ in range(gen.prefix)] for _ in range(b)]
-    prompts = [" ".join(map(str, ids)) for ids in prompt_ids]
-    ar_input = torch.tensor([[BOS] + ids for ids in prompt_ids], device=device)
+    def run_mp():
+        return mp.generate_ids(prompt_ids, config, batch_size=b)
+
+    def run_ar():
+        return clm.generate(input_ids=ar_input, attention_mask=torch.ones_like(ar_input), max_new_tokens=n,
+                            min_new_tokens=n, do_sample=False, cache_implementation="static", pad_token_id=PAD)
+
     with torch.no_grad():
-        mlm, clm = masked_lm(gen).to(device), causal_lm(gen).to(device)
-        mp = MaskPredictGenerator(HFMaskedLMAdapter(mlm, SPECIAL, prefix_cache="on"), IdsTokenizer())
-        config = GenerationConfig(length=n, steps=gen.steps)
-
-        def run_mp():
-            return mp.generate(prompts, config, batch_size=b)
-
-        def run_ar():
-            return clm.generate(input_ids=ar_input, attention_mask=torch.ones_like(ar_input), max_new_tokens=n,
-                                min_new_tokens=n, do_sample=False, use_cache=True, pad_token_id=PAD)
-
-        run_mp(), run_ar()  # warm-up
-        mp_s, outs = timed(run_mp, args.reps, device)
-        ar_s, out = timed(run_ar, args.reps, device)
-    assert all(len(o.ids) == n for o in outs) and out.shape[1] == ar_input.shape[1] + n
-    return dict(layers=gen.layers, hidden=gen.hidden, heads=shapes(gen)["num_attention_heads"], vocab=gen.vocab,
-                batch=b, prefix=gen.prefix, new_tokens=n, steps=gen.steps,
+        for _ in range(2 if compiled else 1):  # warm-up: graphs captured, compile done
+            run_mp(), run_ar()
+        mp_times, ar_times = [], []
+        for _ in range(args.reps):  # interleaved, so a load change hits both alike
+            mp_s, outs = timed(run_mp, 1, device)
+            ar_s, out = timed(run_ar, 1, device)
+            mp_times.append(mp_s)
+            ar_times.append(ar_s)
+    if not (all(len(o.ids) == n for o in outs) and out.shape[1] == ar_input.shape[1] + n):
+        raise RuntimeError("a generator returned the wrong number of tokens; no speed is reported")
+    mp_s, ar_s = statistics.median(mp_times), statistics.median(ar_times)
+    return dict(preset=preset, layers=cfg.num_layers, hidden=cfg.hidden_size, heads=cfg.num_attention_heads,
+                groups=cfg.query_groups, vocab=vocab, dtype=str(dtype).replace("torch.", ""), batch=b,
+                prefix=prefix, new_tokens=n, steps=steps,
+                mask_predict=("our model, slot-pool cache" + (", CUDA-graph steps" if adapter.step_graphs else "")),
+                ar_baseline=("Llama, HF static cache, " + ("torch.compile reduce-overhead" if compiled
+                                                           else "eager (dry run: no compile)")),
                 mask_predict_tokens_per_s=b * n / mp_s, ar_tokens_per_s=b * n / ar_s,
                 mask_predict_vs_ar=ar_s / mp_s)
 
@@ -355,9 +381,10 @@ def markdown(results: dict) -> str:
             f"{r['speedup']:.2f}x ({r['requests_per_s_off']:.1f} -> {r['requests_per_s_on']:.1f} req/s)")
     if "generation" in results:
         gen = results["generation"]
-        row("generation", f"Mask-Predict T={gen['steps']} N={gen['new_tokens']}, prefix cache",
+        shape = f"{gen['preset']} {gen['dtype']} b={gen['batch']} prompt {gen['prefix']}"
+        row("generation", f"Mask-Predict T={gen['steps']} N={gen['new_tokens']}, {gen['mask_predict']}, {shape}",
             f"{gen['mask_predict_tokens_per_s']:,.1f} tok/s")
-        row("generation", "autoregressive (Llama, KV cache, eager HF generate)", f"{gen['ar_tokens_per_s']:,.1f} tok/s")
+        row("generation", f"autoregressive ({gen['ar_baseline']}), {shape}", f"{gen['ar_tokens_per_s']:,.1f} tok/s")
     if "parity" in results:
         parity = results["parity"]
         for kernel, r in parity["kernels"].items():
@@ -408,7 +435,7 @@ def parse_args(argv):
         args.heads, args.groups, args.head_dim = 4, 2, 32
         args.parity_seq, args.attn_seq, args.attn_batch = 160, 256, 2
         args.lf_prompt, args.lf_new, args.lf_block, args.lf_steps, args.lf_batches = 12, 24, 8, 2, [1, 2]
-        args.gen_layers, args.gen_hidden, args.gen_vocab, args.gen_prefix, args.gen_batch = 2, 128, 512, 32, 2
+        args.gen_prefix, args.gen_batch = 32, 2
         args.eval_questions, args.eval_context, args.eval_choices, args.eval_rules = 2, 32, (2, 3), ["pll"]
     else:
         args.seq, args.batch, args.warmup, args.attn_reps = 2048, {"136m": 16, "1p3b": 8}, 3, 20
@@ -416,7 +443,7 @@ def parse_args(argv):
         args.heads, args.groups, args.head_dim = 32, 32, 64  # the 1.3B preset's attention
         args.parity_seq, args.attn_seq, args.attn_batch = 1000, 2048, 8
         args.lf_prompt, args.lf_new, args.lf_block, args.lf_steps, args.lf_batches = 128, 1024, 32, 8, [1, 8]
-        args.gen_layers, args.gen_hidden, args.gen_vocab, args.gen_prefix, args.gen_batch = 30, 576, 49152, 512, 8
+        args.gen_prefix, args.gen_batch = 512, 8
         args.eval_questions, args.eval_context, args.eval_choices, args.eval_rules = 12, 256, (4, 8), ["beam", "pll"]
     return args
 
@@ -470,7 +497,7 @@ def _run(args, argv) -> int:
               "attention": lambda: split_vs_full_attention(args, device, dtype),
               "longform": lambda: longform(args, device, dtype),
               "eval": lambda: eval_prefix_cache(args, device),
-              "generation": lambda: mask_predict_vs_ar(args, device),
+              "generation": lambda: mask_predict_vs_ar(args, device, dtype),
               "parity": lambda: attention_parity(args, device, dtype),
               "throughput": lambda: [preset_throughput(p, args, device, dtype, peak) for p in args.presets]}
     for name in args.sections:
