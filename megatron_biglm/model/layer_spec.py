@@ -63,66 +63,39 @@ def biglm_layer_spec(ffn_hidden_size: int | None = None, impl: str = "local") ->
     0.19 asks for it explicitly; None takes the TransformerConfig's, with 0.19's warning).
     ``impl``: "local" or "transformer_engine" (resolved, see `resolve_transformer_impl`)."""
     if impl == "transformer_engine":
-        return _te_layer_spec(ffn_hidden_size)
+        from megatron.core.extensions.transformer_engine import TELayerNormColumnParallelLinear, TERowParallelLinear
+
+        # each norm is fused into the linear after it; its weight is that linear's layer_norm_weight
+        norm, column, row, keys_map = IdentityOp, TELayerNormColumnParallelLinear, TERowParallelLinear, {}
+    else:
+        norm, column, row = BiGLMRMSNorm, ColumnParallelLinear, RowParallelLinear
+        keys_map = {"input_layernorm.": "self_attention.linear_qkv.layer_norm_",
+                    "pre_mlp_layernorm.": "mlp.linear_fc1.layer_norm_"}
     return ModuleSpec(
         module=TransformerLayer,
         submodules=TransformerLayerSubmodules(
-            input_layernorm=BiGLMRMSNorm,
+            input_layernorm=norm,
             self_attention=ModuleSpec(
                 module=SelfAttention,
                 # The mask is never causal; its content comes from BiGLMAttentionParams.
                 params={"attn_mask_type": AttnMaskType.arbitrary},
                 submodules=SelfAttentionSubmodules(
-                    linear_qkv=ColumnParallelLinear,
+                    linear_qkv=column,
                     core_attention=BiGLMCoreAttention,
-                    linear_proj=RowParallelLinear,
+                    linear_proj=row,
                     q_layernorm=IdentityOp,
                     k_layernorm=IdentityOp,
                 ),
             ),
             self_attn_bda=get_bias_dropout_add,
-            pre_mlp_layernorm=BiGLMRMSNorm,
+            pre_mlp_layernorm=norm,
             mlp=ModuleSpec(
                 module=MLP,
                 params={} if ffn_hidden_size is None else {"ffn_hidden_size": int(ffn_hidden_size)},
-                submodules=MLPSubmodules(linear_fc1=ColumnParallelLinear, linear_fc2=RowParallelLinear),
+                submodules=MLPSubmodules(linear_fc1=column, linear_fc2=row),
             ),
             mlp_bda=get_bias_dropout_add,
-            sharded_state_dict_keys_map={
-                "input_layernorm.": "self_attention.linear_qkv.layer_norm_",
-                "pre_mlp_layernorm.": "mlp.linear_fc1.layer_norm_",
-            },
-        ),
-    )
-
-
-def _te_layer_spec(ffn_hidden_size: int | None) -> ModuleSpec:
-    """The layer with Transformer Engine's modules: norms fused into the QKV and fc1 linears."""
-    from megatron.core.extensions.transformer_engine import TELayerNormColumnParallelLinear, TERowParallelLinear
-
-    return ModuleSpec(
-        module=TransformerLayer,
-        submodules=TransformerLayerSubmodules(
-            input_layernorm=IdentityOp,
-            self_attention=ModuleSpec(
-                module=SelfAttention,
-                params={"attn_mask_type": AttnMaskType.arbitrary},
-                submodules=SelfAttentionSubmodules(
-                    linear_qkv=TELayerNormColumnParallelLinear,
-                    core_attention=BiGLMCoreAttention,
-                    linear_proj=TERowParallelLinear,
-                    q_layernorm=IdentityOp,
-                    k_layernorm=IdentityOp,
-                ),
-            ),
-            self_attn_bda=get_bias_dropout_add,
-            pre_mlp_layernorm=IdentityOp,
-            mlp=ModuleSpec(
-                module=MLP,
-                params={} if ffn_hidden_size is None else {"ffn_hidden_size": int(ffn_hidden_size)},
-                submodules=MLPSubmodules(linear_fc1=TELayerNormColumnParallelLinear, linear_fc2=TERowParallelLinear),
-            ),
-            mlp_bda=get_bias_dropout_add,
+            sharded_state_dict_keys_map=keys_map,
         ),
     )
 
