@@ -58,7 +58,8 @@ def pad(seqs: Sequence[Sequence[int]], value: int, device, *,
     for r, s in enumerate(seqs):
         ids[r, :len(s)] = torch.tensor(list(s), dtype=torch.long)
     lengths = torch.tensor([len(s) for s in seqs], dtype=torch.long)
-    return ids.to(device), lengths.to(device)
+    # copies that do not make the host wait for the device (host memory is staged by torch)
+    return ids.to(device, non_blocking=True), lengths.to(device, non_blocking=True)
 
 
 def group_by_prefix(keys: Sequence[Hashable], sizes: Sequence[int], batch_size: int) -> list[list[int]]:
