@@ -69,9 +69,11 @@ def build_requests(tokenizer, corpus_jsonl: Path, questions: int, context_tokens
     return pairs
 
 
-def eval_lms(backend: str, source, tokenizer, scoring: str, batch_size: int, device: str):
+def eval_lms(backend: str, source, tokenizer, scoring: str, batch_size: int, device: str,
+             cache_layout: str = "grow"):
     """{reuse: lm-eval model} for one backend: the HF model object, or the megatron checkpoint
-    through `biglm` (the one loader; reuse off = no prefix cache at all)."""
+    through `biglm` (the one loader; reuse off = no prefix cache at all; `cache_layout` the
+    megatron cache's layout, grow or pool)."""
     from megatron_biglm.evaluation.models import BiGLMEvalLM, HFMaskedLMEvalLM
 
     if backend == "hf":
@@ -80,7 +82,7 @@ def eval_lms(backend: str, source, tokenizer, scoring: str, batch_size: int, dev
                                         progress=False) for reuse in (False, True)}
     return {reuse: BiGLMEvalLM(path=str(source), scoring=scoring, batch_size=batch_size,
                                prefix_cache="on" if reuse else "off", verify=False, device=device,
-                               progress=False)
+                               progress=False, cache_layout=cache_layout if reuse else "grow")
             for reuse in (False, True)}
 
 

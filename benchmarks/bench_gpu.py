@@ -20,16 +20,21 @@ is rewritten after each one, so whatever the time allows comes back:
               slot-pool cache, the growing cache as reference; `hf`: EuroBERT's growing cache, the
               uncached block-causal forward as reference. Identity with the reference and every
               output's length are checked before any speed; repetitions are interleaved.
-  eval        zero-shot scoring with eval's prefix cache on vs off (`benchmarks.bench_eval`).
-  generation  Mask-Predict (T=10, N=64, exact prefix cache) vs autoregressive decoding with a KV
-              cache of a same-shape Llama (`benchmarks.bench_generation`; eager HF `generate`,
-              labelled as such), in generated tokens/s.
+  eval        zero-shot scoring with eval's prefix cache on vs off (`benchmarks.bench_eval`): the
+              HF export (transformers' cache) and its megatron checkpoint with the slot pool,
+              each prompt's continuations scored in one batch against its slot.
+  generation  Mask-Predict (T=10, N=64) with our model of the first preset's true shape and the
+              slot-pool cache vs a same-shape Llama at its best (HF static cache, forward compiled
+              with `reduce-overhead`), in the run's dtype, generated tokens/s, interleaved.
   parity      bf16 forward + backward of each split-attention kernel (local, sdpa, flex,
               sdpa_split, varlen where torch has it, flash when flash-attn imports) on one layer's q/k/v, against sdpa in fp32 on the
               same (bf16-rounded) inputs: max |diff| / max |reference| of the output and of
               dq, dk, dv. Mixed splits (0, a full prefix, random). Tolerance 2e-2 in bf16.
   throughput  (only when named) fwd+bwd without optimizer of our model vs transformers'
-              `EuroBertForMaskedLM` holding the same weights (`benchmarks.bench_model`).
+              `EuroBertForMaskedLM` holding the same weights (`benchmarks.bench_model`): a
+              like-for-like row (same SDPA kernel and dense mask, full logits on both sides)
+              and the as-trained row (our split kernel and sparse head), each side's MFU over
+              its own FLOPs.
 
 The JSON's top level holds the headline figures: `train_step_mfu`, `train_loop_vs_bare`,
 `split_vs_plain`, `longform_cached_vs_canvas` (the smaller over batch sizes),
@@ -148,21 +153,45 @@ def attention_parity(args, device: torch.device, dtype: torch.dtype) -> dict:
 
 # ------------------------------------------------------------------ throughput
 def preset_throughput(preset: str, args, device: torch.device, dtype: torch.dtype, peak: float) -> dict:
-    """Our model (best split kernel) vs EuroBertForMaskedLM, fwd+bwd, same weights and batch."""
+    """Our model vs `EuroBertForMaskedLM` holding the same weights, fwd+bwd, same batch, two rows:
+
+    - like-for-like: both run SDPA with the same dense split mask and project every position to
+      the vocabulary, so they do the same work; both MFUs count full attention and all rows;
+    - as-trained: ours with the best split kernel and sparse prediction against the same
+      reference; each side's MFU counts its own work (ours: the split's pairs and the predicted
+      rows; the reference: full attention and every row)."""
     from benchmarks.bench_model import build_pair, step_ours, step_ref
     from megatron_biglm.model.shape import shape_of
     from megatron_biglm.training.flops import train_step_flops
 
     batch = args.batch.get(preset, 1)
     cfg, ours, ref, data = build_pair(batch, args.seq, preset=preset, backend="auto", device=device, dtype=dtype)
-    loss_ours = step_ours(ours, data, sparse=True)
-    loss_ref = step_ref(ref, data, cfg.vocab_size)
+    best = ours.attention_backend
+    shape = shape_of(cfg)
+    full_flops = train_step_flops(shape, args.seq, batch)
+    own_flops = train_step_flops(shape, args.seq, batch, splits=data["split"].tolist(),
+                                 predicted_tokens=int(data["loss_mask"].sum()))
+
+    def ours_step(backend, sparse):
+        def run():
+            ours.attention_backend = backend
+            return step_ours(ours, data, sparse)
+        return run
+
+    sides = {"like_for_like": {"ours": (ours_step("sdpa", False), full_flops)},
+             "as_trained": {"ours": (ours_step(best, True), own_flops)}}
+    reference = (lambda: step_ref(ref, data, cfg.vocab_size), full_flops)
+    losses = {name: float(fn()) for name, (fn, _) in
+              (("ours_full", sides["like_for_like"]["ours"]), ("ours_sparse", sides["as_trained"]["ours"]),
+               ("reference", reference))}
+    timed = {"ours sdpa full logits": sides["like_for_like"]["ours"][0],
+             f"ours {best} sparse": sides["as_trained"]["ours"][0], "reference": reference[0]}
     for _ in range(args.warmup):
-        step_ours(ours, data, True), step_ref(ref, data, cfg.vocab_size)
-    times = {"ours": [], "reference": []}
-    for _ in range(args.steps):  # interleaved, so load changes hit both alike
-        for name, fn in (("ours", lambda: step_ours(ours, data, True)),
-                         ("reference", lambda: step_ref(ref, data, cfg.vocab_size))):
+        for fn in timed.values():
+            fn()
+    times = {name: [] for name in timed}
+    for _ in range(args.steps):  # interleaved, so load changes hit every side alike
+        for name, fn in timed.items():
             ours.zero_grad(set_to_none=True)
             ref.zero_grad(set_to_none=True)
             _sync(device)
@@ -170,21 +199,31 @@ def preset_throughput(preset: str, args, device: torch.device, dtype: torch.dtyp
             fn()
             _sync(device)
             times[name].append(time.perf_counter() - t0)
-    flops = train_step_flops(shape_of(cfg), args.seq, batch, splits=data["split"].tolist(),
-                             predicted_tokens=int(data["loss_mask"].sum()))
-    row = dict(preset=preset, shape=dict(layers=cfg.num_layers, hidden=cfg.hidden_size,
-                                         heads=cfg.num_attention_heads, groups=cfg.query_groups),
-               params=sum(p.numel() for p in ours.parameters()), batch=batch, seq=args.seq,
-               attention_backend=ours.attention_backend, step_flops=flops,
-               loss_diff=abs(loss_ours.item() - loss_ref.item()))
-    for name, ts in times.items():
-        sec = statistics.median(ts)
-        row[name] = dict(step_s=sec, tokens_per_s=batch * args.seq / sec, mfu=flops / sec / peak)
-    row["speedup_vs_reference"] = row["reference"]["step_s"] / row["ours"]["step_s"]
+    ours.attention_backend = best
+
+    def side(name, flops):
+        sec = statistics.median(times[name])
+        return dict(step_s=sec, tokens_per_s=batch * args.seq / sec, step_flops=flops,
+                    mfu=flops / sec / peak, mfu_counts="forward+backward")
+
+    ref_side = side("reference", full_flops)
+    rows = {"like_for_like": dict(attention="sdpa, dense split mask, both", head="full logits, both",
+                                  ours=side("ours sdpa full logits", full_flops), reference=ref_side,
+                                  loss_diff=abs(losses["ours_full"] - losses["reference"])),
+            "as_trained": dict(attention=f"ours {best}, reference sdpa dense mask",
+                               head="ours sparse (predicted rows), reference full logits",
+                               ours=side(f"ours {best} sparse", own_flops), reference=ref_side,
+                               loss_diff=abs(losses["ours_sparse"] - losses["reference"]))}
+    for r in rows.values():
+        r["speedup_vs_reference"] = r["reference"]["step_s"] / r["ours"]["step_s"]
+    result = dict(preset=preset, shape=dict(layers=cfg.num_layers, hidden=cfg.hidden_size,
+                                            heads=cfg.num_attention_heads, groups=cfg.query_groups),
+                  params=sum(p.numel() for p in ours.parameters()), batch=batch, seq=args.seq,
+                  attention_backend=best, **rows)
     del ours, ref
     if device.type == "cuda":
         torch.cuda.empty_cache()
-    return row
+    return result
 
 
 # ------------------------------------------------------------------ attention
@@ -213,39 +252,65 @@ def split_vs_full_attention(args, device: torch.device, dtype: torch.dtype) -> d
 
 
 # ------------------------------------------------------------------ generation
-def mask_predict_vs_ar(args, device: torch.device) -> dict:
-    """Generated tokens/s: Mask-Predict with the prefix cache vs a Llama's KV-cached `generate`."""
-    from benchmarks.bench_generation import BOS, PAD, SPECIAL, IdsTokenizer, causal_lm, masked_lm, shapes, timed
+def mask_predict_vs_ar(args, device: torch.device, dtype: torch.dtype) -> dict:
+    """Generated tokens/s on the preset's true shape, in the run's dtype: Mask-Predict with our
+    model and the slot-pool cache (steps replayed from CUDA graphs on a GPU) vs an autoregressive
+    Llama of the same shape at its best: transformers' static K/V cache with its forward
+    compiled (`torch.compile(mode="reduce-overhead")`, CUDA graphs), greedy. The dry run
+    leaves the compile out (a CPU compile would take minutes) and says so in `ar_baseline`."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from benchmarks.bench_generation import PAD, shapes, timed
+    from benchmarks.bench_longform import random_megatron_model
     from megatron_biglm.generation import GenerationConfig, MaskPredictGenerator
-    from megatron_biglm.inference.hf_adapter import HFMaskedLMAdapter
+    from megatron_biglm.model import load_preset
 
-    gen = SimpleNamespace(layers=args.gen_layers, hidden=args.gen_hidden, vocab=args.gen_vocab,
-                          prefix=args.gen_prefix, new_tokens=64, steps=10)
-    b, n = args.gen_batch, gen.new_tokens
-    import random
+    preset = args.presets[0]
+    cfg = load_preset(preset)
+    b, n, steps, prefix = args.gen_batch, 64, 10, args.gen_prefix
+    positions = 1 + prefix + n
+    adapter, tokenizer, vocab = random_megatron_model(preset, positions, device, dtype, "pool")
+    g = torch.Generator().manual_seed(0)
+    prompt_ids = torch.randint(4, vocab, (b, prefix), generator=g).tolist()
+    ar_input = torch.tensor([[adapter.special.bos_id] + ids for ids in prompt_ids], device=device)
+    llama = shapes(SimpleNamespace(vocab=vocab, hidden=cfg.hidden_size, layers=cfg.num_layers,
+                                   prefix=prefix, new_tokens=n))
+    llama.update(num_attention_heads=cfg.num_attention_heads, num_key_value_heads=cfg.query_groups,
+                 intermediate_size=cfg.ffn_hidden_size, head_dim=cfg.head_dim,
+                 max_position_embeddings=positions + 8)
+    torch.manual_seed(0)
+    clm = LlamaForCausalLM(LlamaConfig(**llama)).to(device, dtype).eval()
+    compiled = device.type == "cuda"
+    if compiled:
+        clm.forward = torch.compile(clm.forward, mode="reduce-overhead", fullgraph=True)
+    mp = MaskPredictGenerator(adapter, tokenizer, use_cache=True)
+    config = GenerationConfig(length=n, steps=steps)
 
-    rng = random.Random(0)
-    prompt_ids = [[rng.randrange(4, gen.vocab) for _ in range(gen.prefix)] for _ in range(b)]
-    prompts = [" ".join(map(str, ids)) for ids in prompt_ids]
-    ar_input = torch.tensor([[BOS] + ids for ids in prompt_ids], device=device)
+    def run_mp():
+        return mp.generate_ids(prompt_ids, config, batch_size=b)
+
+    def run_ar():
+        return clm.generate(input_ids=ar_input, attention_mask=torch.ones_like(ar_input), max_new_tokens=n,
+                            min_new_tokens=n, do_sample=False, cache_implementation="static", pad_token_id=PAD)
+
     with torch.no_grad():
-        mlm, clm = masked_lm(gen).to(device), causal_lm(gen).to(device)
-        mp = MaskPredictGenerator(HFMaskedLMAdapter(mlm, SPECIAL, prefix_cache="on"), IdsTokenizer())
-        config = GenerationConfig(length=n, steps=gen.steps)
-
-        def run_mp():
-            return mp.generate(prompts, config, batch_size=b)
-
-        def run_ar():
-            return clm.generate(input_ids=ar_input, attention_mask=torch.ones_like(ar_input), max_new_tokens=n,
-                                min_new_tokens=n, do_sample=False, use_cache=True, pad_token_id=PAD)
-
-        run_mp(), run_ar()  # warm-up
-        mp_s, outs = timed(run_mp, args.reps, device)
-        ar_s, out = timed(run_ar, args.reps, device)
-    assert all(len(o.ids) == n for o in outs) and out.shape[1] == ar_input.shape[1] + n
-    return dict(layers=gen.layers, hidden=gen.hidden, heads=shapes(gen)["num_attention_heads"], vocab=gen.vocab,
-                batch=b, prefix=gen.prefix, new_tokens=n, steps=gen.steps,
+        for _ in range(2 if compiled else 1):  # warm-up: graphs captured, compile done
+            run_mp(), run_ar()
+        mp_times, ar_times = [], []
+        for _ in range(args.reps):  # interleaved, so a load change hits both alike
+            mp_s, outs = timed(run_mp, 1, device)
+            ar_s, out = timed(run_ar, 1, device)
+            mp_times.append(mp_s)
+            ar_times.append(ar_s)
+    if not (all(len(o.ids) == n for o in outs) and out.shape[1] == ar_input.shape[1] + n):
+        raise RuntimeError("a generator returned the wrong number of tokens; no speed is reported")
+    mp_s, ar_s = statistics.median(mp_times), statistics.median(ar_times)
+    return dict(preset=preset, layers=cfg.num_layers, hidden=cfg.hidden_size, heads=cfg.num_attention_heads,
+                groups=cfg.query_groups, vocab=vocab, dtype=str(dtype).replace("torch.", ""), batch=b,
+                prefix=prefix, new_tokens=n, steps=steps,
+                mask_predict=("our model, slot-pool cache" + (", CUDA-graph steps" if adapter.step_graphs else "")),
+                ar_baseline=("Llama, HF static cache, " + ("torch.compile reduce-overhead" if compiled
+                                                           else "eager (dry run: no compile)")),
                 mask_predict_tokens_per_s=b * n / mp_s, ar_tokens_per_s=b * n / ar_s,
                 mask_predict_vs_ar=ar_s / mp_s)
 
@@ -262,12 +327,13 @@ def eval_prefix_cache(args, device: torch.device) -> dict:
         tokenizer, corpus = sample_tokenizer(Path(tmp), max_plays=1)
         pairs = build_requests(tokenizer, corpus, args.eval_questions, args.eval_context, *args.eval_choices)
         model = build_model(tokenizer, str(device))
-        sources = {"hf": model, "megatron": megatron_checkpoint(model, tokenizer, Path(tmp))}
+        checkpoint = megatron_checkpoint(model, tokenizer, Path(tmp))
+        sources = {"hf": ("hf", model, "grow"), "megatron(pool)": ("megatron", checkpoint, "pool")}
         for rule in args.eval_rules:
-            for backend, source in sources.items():
-                best, scores, passes = time_rule(eval_lms(backend, source, tokenizer, rule, 16, str(device)),
-                                                 pairs, args.reps)
-                rules[f"{backend}:{rule}"] = dict(
+            for name, (backend, source, layout) in sources.items():
+                lms = eval_lms(backend, source, tokenizer, rule, 16, str(device), cache_layout=layout)
+                best, scores, passes = time_rule(lms, pairs, args.reps)
+                rules[f"{name}:{rule}"] = dict(
                     passes_per_request=passes, requests_per_s_off=len(pairs) / best[False],
                     requests_per_s_on=len(pairs) / best[True], speedup=best[False] / best[True],
                     max_score_diff=max(abs(a - b) for a, b in zip(scores[False], scores[True])))
@@ -352,9 +418,10 @@ def markdown(results: dict) -> str:
             f"{r['speedup']:.2f}x ({r['requests_per_s_off']:.1f} -> {r['requests_per_s_on']:.1f} req/s)")
     if "generation" in results:
         gen = results["generation"]
-        row("generation", f"Mask-Predict T={gen['steps']} N={gen['new_tokens']}, prefix cache",
+        shape = f"{gen['preset']} {gen['dtype']} b={gen['batch']} prompt {gen['prefix']}"
+        row("generation", f"Mask-Predict T={gen['steps']} N={gen['new_tokens']}, {gen['mask_predict']}, {shape}",
             f"{gen['mask_predict_tokens_per_s']:,.1f} tok/s")
-        row("generation", "autoregressive (Llama, KV cache, eager HF generate)", f"{gen['ar_tokens_per_s']:,.1f} tok/s")
+        row("generation", f"autoregressive ({gen['ar_baseline']}), {shape}", f"{gen['ar_tokens_per_s']:,.1f} tok/s")
     if "parity" in results:
         parity = results["parity"]
         for kernel, r in parity["kernels"].items():
@@ -363,10 +430,13 @@ def markdown(results: dict) -> str:
                 errs + ("" if "backward" not in r else "; backward not run"),
                 f"<= {parity['tolerance']:.0e}: {'ok' if r['ok'] else 'FAILED'}")
     for r in results.get("throughput", []):
-        for name in ("ours", "reference"):
-            who = f"ours ({r['attention_backend']})" if name == "ours" else "EuroBertForMaskedLM"
-            row("throughput", f"{r['preset']} b={r['batch']} s={r['seq']} {who}",
-                f"{r[name]['tokens_per_s']:,.0f} tok/s, fwd+bwd MFU {100 * r[name]['mfu']:.1f} %")
+        for kind in ("like_for_like", "as_trained"):
+            k = r[kind]
+            for name in ("ours", "reference"):
+                who = "ours" if name == "ours" else "EuroBertForMaskedLM"
+                row("throughput", f"{r['preset']} b={r['batch']} s={r['seq']} {kind.replace('_', '-')} {who} "
+                    f"({k['attention']}; {k['head']})",
+                    f"{k[name]['tokens_per_s']:,.0f} tok/s, fwd+bwd MFU {100 * k[name]['mfu']:.1f} % of its own FLOPs")
     for name, value, target in goal_rows(results):
         row("goal", name, f"{value:.2f}", f">= {target:.2f}: {'met' if value >= target else 'not met'}")
     return "\n".join(lines) + "\n"
@@ -405,7 +475,7 @@ def parse_args(argv):
         args.heads, args.groups, args.head_dim = 4, 2, 32
         args.parity_seq, args.attn_seq, args.attn_batch = 160, 256, 2
         args.lf_prompt, args.lf_new, args.lf_block, args.lf_steps, args.lf_batches = 12, 24, 8, 2, [1, 2]
-        args.gen_layers, args.gen_hidden, args.gen_vocab, args.gen_prefix, args.gen_batch = 2, 128, 512, 32, 2
+        args.gen_prefix, args.gen_batch = 32, 2
         args.eval_questions, args.eval_context, args.eval_choices, args.eval_rules = 2, 32, (2, 3), ["pll"]
     else:
         args.seq, args.batch, args.warmup, args.attn_reps = 2048, {"136m": 16, "1p3b": 8}, 3, 20
@@ -413,7 +483,7 @@ def parse_args(argv):
         args.heads, args.groups, args.head_dim = 32, 32, 64  # the 1.3B preset's attention
         args.parity_seq, args.attn_seq, args.attn_batch = 1000, 2048, 8
         args.lf_prompt, args.lf_new, args.lf_block, args.lf_steps, args.lf_batches = 128, 1024, 32, 8, [1, 8]
-        args.gen_layers, args.gen_hidden, args.gen_vocab, args.gen_prefix, args.gen_batch = 30, 576, 49152, 512, 8
+        args.gen_prefix, args.gen_batch = 512, 8
         args.eval_questions, args.eval_context, args.eval_choices, args.eval_rules = 12, 256, (4, 8), ["beam", "pll"]
     return args
 
@@ -467,7 +537,7 @@ def _run(args, argv) -> int:
               "attention": lambda: split_vs_full_attention(args, device, dtype),
               "longform": lambda: longform(args, device, dtype),
               "eval": lambda: eval_prefix_cache(args, device),
-              "generation": lambda: mask_predict_vs_ar(args, device),
+              "generation": lambda: mask_predict_vs_ar(args, device, dtype),
               "parity": lambda: attention_parity(args, device, dtype),
               "throughput": lambda: [preset_throughput(p, args, device, dtype, peak) for p in args.presets]}
     for name in args.sections:

@@ -79,7 +79,8 @@ def random_megatron_model(preset: str, positions: int, device, dtype, cache_layo
     params_dtype = {torch.float32: "fp32", torch.bfloat16: "bf16"}[dtype]
     model = model_provider(True, True, cfg, params_dtype=params_dtype).to(device)
     adapter = MegatronMaskedLMAdapter(model, SPECIAL, vocab_size=cfg.vocab_size, max_length=cfg.seq_length,
-                                      cache_layout=cache_layout)
+                                      cache_layout=cache_layout,
+                                      step_graphs=cache_layout == "pool" and torch.device(device).type == "cuda")
     return adapter, IdsTokenizer(), cfg.vocab_size
 
 
@@ -153,7 +154,8 @@ def run(args) -> dict:
                                          tokenizer, use_cache=True)
         gens["uncached"] = reference
         source["reference"] = "growing K/V cache (exact), not an uncached forward"
-        source["cache"] = "slot pool (megatron adapter, cache_layout=pool)"
+        source["cache"] = ("slot pool (megatron adapter, cache_layout=pool"
+                           + (", steps replayed from CUDA graphs)" if adapter.step_graphs else ")"))
     base = dict(length=args.new_tokens, steps=args.steps, block_size=args.block)  # fixed length: no EOS cut
     configs = {"cached": GenerationConfig(**base, blocks="cached"),
                "uncached": GenerationConfig(**base, blocks="cached"),

@@ -65,7 +65,7 @@ def test_bench_gpu_dry_run_writes_every_section(tmp_path, capsys):
     assert all(0 < kernels["local"][f"{g}_rel_err"] <= 1e-4 for g in ("dq", "dk", "dv"))
     assert results["generation"]["mask_predict_vs_ar"] > 0
     assert results["eval"]["rules"]["hf:pll"]["max_score_diff"] < 1e-4
-    assert results["eval"]["rules"]["megatron:pll"]["max_score_diff"] < 1e-4
+    assert results["eval"]["rules"]["megatron(pool):pll"]["max_score_diff"] < 1e-4
     assert [g["goal"] for g in results["goals"]] == [g for g, _, _ in bench_gpu.goal_rows(results)]
 
     table = (tmp_path / bench_gpu.MD_NAME).read_text()
@@ -96,3 +96,19 @@ def test_peak_is_looked_up_by_the_full_device_name():
     assert peak_tflops_for("NVIDIA A100-SXM4-80GB") == ("A100", 312.0)  # not the A10's
     assert peak_tflops_for("NVIDIA H200") == ("H200", 989.0)
     assert peak_tflops_for("Some CPU") is None
+
+
+def test_bench_gpu_throughput_rows_count_each_sides_own_work(tmp_path):
+    """Like-for-like: the same kernel and head on both sides, the same FLOPs, the same loss;
+    as-trained: our split kernel and sparse head count less work than the reference's."""
+    assert bench_gpu.main(["--dry-run", "--out", str(tmp_path), "--sections", "throughput"]) == 0
+    results = json.loads((tmp_path / bench_gpu.JSON_NAME).read_text())
+    (row,) = results["throughput"]
+    like, trained = row["like_for_like"], row["as_trained"]
+    assert like["ours"]["step_flops"] == like["reference"]["step_flops"] == trained["reference"]["step_flops"]
+    assert trained["ours"]["step_flops"] < trained["reference"]["step_flops"]
+    assert like["loss_diff"] < 1e-4 and trained["loss_diff"] < 1e-4
+    peak = results["meta"]["peak_tflops"] * 1e12
+    for side in (like["ours"], like["reference"], trained["ours"]):
+        assert side["mfu"] == pytest.approx(side["step_flops"] / side["step_s"] / peak)
+        assert side["mfu_counts"] == "forward+backward"

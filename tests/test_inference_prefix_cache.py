@@ -297,7 +297,8 @@ def test_megatron_adapter_refuses_a_task_head_model_saying_what_it_holds():
 @pytest.mark.parametrize("kind", ["biglm", "bert"])
 def test_hf_adapter_passes_the_cache_by_transformers_current_argument(kind):
     """No deprecation warning from the cached paths: the adapter passes its cache as `cache`
-    where this transformers renamed `past_key_values` (it warns that the old name goes away)."""
+    where this transformers renamed `past_key_values` (it warns that the old name goes away),
+    and the cached logits still equal the full forward's."""
     import warnings
 
     import transformers
@@ -309,7 +310,18 @@ def test_hf_adapter_passes_the_cache_by_transformers_current_argument(kind):
         warnings.simplefilter("error", FutureWarning)
         state = adapter.encode_prefix(ids, lengths)
         rows = torch.tensor([1, 0])
-        adapter.logits_with_prefix(state, rows, ids[:, :3], torch.tensor([3, 2]), torch.arange(3)[None].expand(2, -1))
+        suffix, suffix_lengths = ids[:, :3], torch.tensor([3, 2])
+        positions = torch.arange(3)[None].expand(2, -1)
+        cached = adapter.logits_with_prefix(state, rows, suffix, suffix_lengths, positions)
         adapter.extend_prefix(state, rows, ids[:, :2], torch.tensor([2, 1]))
+    prefix_lengths = lengths[rows]
+    full_ids = torch.zeros(2, 9, dtype=torch.long)
+    for i, r in enumerate(rows.tolist()):
+        p, n = int(prefix_lengths[i]), int(suffix_lengths[i])
+        full_ids[i, :p], full_ids[i, p:p + n] = ids[r, :p], suffix[i, :n]
+    full = adapter.logits(full_ids, prefix_lengths + suffix_lengths, prefix_lengths,
+                          (prefix_lengths[:, None] + positions).clamp(max=8))
+    valid = positions < suffix_lengths[:, None]
+    torch.testing.assert_close(cached[valid], full[valid], atol=1e-4, rtol=1e-4)
     if tuple(int(x) for x in transformers.__version__.split(".")[:2]) >= (5, 24):
         assert adapter._cache_arg == "cache"

@@ -56,6 +56,14 @@ def test_forward_flops_matches_matmul_count():
     full = train_step_flops(shape, 16, 2)
     split = train_step_flops(shape, 16, 2, splits=[4, 12])
     assert split < full and full == 3 * forward_flops(shape, 32, 2 * 256)
+    plain = BiGLMShape(**{**shape.__dict__, "gated_mlp": False})  # fc1 without the gate: two matrices
+    assert forward_flops(shape, T, pairs) - forward_flops(plain, T, pairs) == 2 * T * 2 * 64 * 160
+    from megatron_biglm.model.config import BiGLMModelConfig
+    from megatron_biglm.model.shape import shape_of
+
+    cfg = BiGLMModelConfig.from_dict({"num_layers": 2, "hidden_size": 64, "num_attention_heads": 4,
+                                      "ffn_hidden_size": 160, "vocab_size": 1000, "seq_length": 32})
+    assert shape_of(cfg).gated_mlp is cfg.gated_mlp is cfg.to_transformer_config().gated_linear_unit
     tf, u = mfu(2e12, 2.0, 4, 312.0)
     assert tf == pytest.approx(0.25) and u == pytest.approx(0.25 / 312)
     assert mfu(1e12, 1.0, 1, None)[1] is None

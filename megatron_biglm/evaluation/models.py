@@ -15,6 +15,9 @@ Model arguments (lm-eval `--model_args k=v,...`, or keyword arguments):
   split_attention     auto | on | off   (how context rows are restricted; see hf_adapter)
   prefix_cache        auto | on | off   (whether the adapter may cache prefix keys/values)
   prefix_reuse        auto | on | off   (whether scoring uses that cache)
+  cache_layout        grow | pool       (megatron checkpoints: the cache's keys/values as growing
+                      tensors, or in preallocated per-prompt slots whose continuations are
+                      scored together against one read of the prompt)
   add_eos             close inputs with EOS/SEP after the continuation (default false)
   max_length          override the model's maximum input length
   trust_remote_code   for HF models that ship their own code (default false)
@@ -69,7 +72,7 @@ class HFMaskedLMEvalLM(MaskedLMEvalLM):
                  prefix_cache=None, prefix_reuse=None, add_eos: bool = False,
                  max_length: int | None = None, trust_remote_code: bool = False,
                  progress: bool = True, elbo_samples: int = 128, seed: int = 0,
-                 length_buckets="auto", verify=True, **unknown):
+                 length_buckets="auto", verify=True, cache_layout: str = "grow", **unknown):
         if unknown:
             raise TypeError(f"unknown model argument(s) {sorted(unknown)}; see "
                             "megatron_biglm/evaluation/models.py for the supported ones")
@@ -82,7 +85,7 @@ class HFMaskedLMEvalLM(MaskedLMEvalLM):
             hf_split_attention=self.hf_split_attention,
             prefix_cache=tristate(prefix_cache, "prefix_cache"), max_length=max_length,
             trust_remote_code=bool(trust_remote_code), length_buckets=length_buckets,
-            verify=coerce(verify, bool, "verify", error=ValueError))
+            verify=coerce(verify, bool, "verify", error=ValueError), cache_layout=str(cache_layout))
         self.load_notes, self.split_attention_choice = loaded.notes, loaded.split_attention_choice
         super().__init__(loaded.adapter, loaded.tokenizer, scoring=scoring, beam=beam,
                          elbo_samples=elbo_samples, seed=seed,

@@ -15,6 +15,8 @@ from dataclasses import dataclass
 
 import torch
 
+from megatron_biglm.model.kv_pool import on_device
+
 from . import remasking, sampling
 from .config import GenerationConfig
 from .slot_forward import SlotForward
@@ -48,10 +50,36 @@ def decode_block(forward: SlotForward, rows: list[int], widths: list[int], slot_
     """Decode a block of `widths[i]` slots after prefix `rows[i]` of `forward`.
 
     `slot_offset` is the index of the block's first slot in the whole output (for min_length);
-    `generators[i]` feeds row i's random draws (None: the global generator)."""
+    `generators[i]` feeds row i's random draws (None: the global generator). The block runs on
+    the forward's device (`run_block`); its result is read to the host once, at the end."""
+    tokens, logconf, iterations, canvases = run_block(forward, rows, widths, slot_offset, config, mask_id,
+                                                      eos_id, generators)
+    return BlockResult(tokens.cpu(), logconf.cpu(), iterations, canvases)
+
+
+def live_rows(widths: list[int], steps: int, t: int) -> list[int]:
+    """The rows that still hold a masked slot when iteration `t` starts, without a confidence
+    threshold: every mode re-masks exactly `masked_after(n, steps, t - 1)` of a row's n slots
+    (all n are eligible under low_confidence and random; under none, the slots masked before,
+    of which there are at least that many), so which rows run is known on the host."""
+    return [i for i, n in enumerate(widths) if remasking.masked_after(n, steps, t - 1) > 0]
+
+
+def run_block(forward: SlotForward, rows: list[int], widths: list[int], slot_offset: int,
+              config: GenerationConfig, mask_id: int, eos_id: int | None,
+              generators: list[torch.Generator | None] | None
+              ) -> tuple[torch.Tensor, torch.Tensor, list[int], list[Canvas] | None]:
+    """The iterations of one block on the forward's device: tokens `[a, w]` and log-confidences
+    `[a, w]` (device tensors), the passes per row, the canvases when asked for.
+
+    Sampling and re-masking stay on the device and nothing is read back inside the block: which
+    rows still run is a host function of the widths and the schedule (`live_rows`), and every
+    host-made index moves to the device without waiting. Two exceptions, both asked for: with a
+    confidence threshold a row finishes when its slots are confident, so its live set is read
+    once per iteration; `return_steps` copies each canvas to the host."""
     device = forward.device
     a, w = len(rows), max(widths)
-    width_t = torch.tensor(widths, device=device)
+    width_t = on_device(widths, device)
     valid = torch.arange(w, device=device)[None] < width_t[:, None]
     tokens = torch.full((a, w), mask_id, dtype=torch.long, device=device)
     masked = valid.clone()
@@ -63,10 +91,13 @@ def decode_block(forward: SlotForward, rows: list[int], widths: list[int], slot_
     steps = config.steps
 
     for t in range(1, steps + 1):
-        live = masked.any(dim=-1).nonzero()[:, 0].tolist()
+        if config.confidence_threshold is None:
+            live = live_rows(widths, steps, t)
+        else:
+            live = masked.any(dim=-1).nonzero()[:, 0].tolist()
         if not live:
             break
-        live_t = torch.tensor(live, dtype=torch.long, device=device)
+        live_t = on_device(live, device)
         sub_widths = [widths[i] for i in live]
         sub_gens = [generators[i] for i in live] if generators is not None else None
         was_masked = masked[live_t]
@@ -85,7 +116,7 @@ def decode_block(forward: SlotForward, rows: list[int], widths: list[int], slot_
         for i in live:
             iterations[i] += 1
 
-        counts = torch.tensor([remasking.masked_after(n, steps, t) for n in sub_widths], device=device)
+        counts = on_device([remasking.masked_after(n, steps, t) for n in sub_widths], device)
         if config.remask == "none":
             eligible, mode = was_masked, "low_confidence"
         else:
@@ -95,10 +126,11 @@ def decode_block(forward: SlotForward, rows: list[int], widths: list[int], slot_
         if canvases is not None:
             ran = torch.zeros(a, dtype=torch.bool)
             ran[live] = True
-            canvases.append(Canvas(t, torch.where(masked, mask_id, tokens).cpu(), masked.cpu(), ran))
+            # a copy: on CPU `.cpu()` is the same tensor, which later iterations change in place
+            canvases.append(Canvas(t, torch.where(masked, mask_id, tokens).cpu(), masked.to("cpu", copy=True), ran))
 
     assert logconf is not None  # every row has >= 1 slot, so iteration 1 always runs
-    return BlockResult(tokens.cpu(), logconf.cpu(), iterations, canvases)
+    return tokens, logconf, iterations, canvases
 
 
 def _pad_to(x: torch.Tensor, width: int, value) -> torch.Tensor:

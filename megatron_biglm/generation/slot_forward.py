@@ -28,6 +28,7 @@ import torch
 from megatron_biglm.inference.buckets import bucket_width
 from megatron_biglm.inference.engine import pad
 from megatron_biglm.inference.protocol import BlockCausalLogits
+from megatron_biglm.model.kv_pool import on_device
 
 
 class SlotForward:
@@ -84,7 +85,7 @@ class SlotForward:
     def logits(self, rows: Sequence[int], slots: torch.Tensor, widths: Sequence[int]) -> torch.Tensor:
         """Logits `[a, w, V]` of the slots `[a, w]` (right-padded to `widths`) after prefixes `rows`."""
         a, w = slots.shape
-        suffix_lengths = torch.tensor(list(widths), dtype=torch.long, device=self.device)
+        suffix_lengths = on_device(widths, self.device)
         prefix_lengths = [len(self._prefixes[r]) for r in rows]
         if self.use_cache:
             index = torch.tensor(list(rows), dtype=torch.long)  # on the host: a slot pool reads it there

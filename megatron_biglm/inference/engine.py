@@ -58,7 +58,8 @@ def pad(seqs: Sequence[Sequence[int]], value: int, device, *,
     for r, s in enumerate(seqs):
         ids[r, :len(s)] = torch.tensor(list(s), dtype=torch.long)
     lengths = torch.tensor([len(s) for s in seqs], dtype=torch.long)
-    return ids.to(device), lengths.to(device)
+    # copies that do not make the host wait for the device (host memory is staged by torch)
+    return ids.to(device, non_blocking=True), lengths.to(device, non_blocking=True)
 
 
 def group_by_prefix(keys: Sequence[Hashable], sizes: Sequence[int], batch_size: int) -> list[list[int]]:
@@ -92,8 +93,10 @@ class PrefixCache:
         ids, lengths = pad(distinct, adapter.special.pad_id, adapter.device, adapter=adapter)
         return cls(adapter.encode_prefix(ids, lengths), {p: k for k, p in enumerate(distinct)})
 
-    def rows(self, prefixes: Sequence[tuple[int, ...]], device) -> torch.Tensor:
-        return torch.tensor([self.row_of[tuple(p)] for p in prefixes], device=device)
+    def rows(self, prefixes: Sequence[tuple[int, ...]]) -> torch.Tensor:
+        """The cached row of each prefix, on the host: a slot pool reads it there, the other
+        caches move it to their device without waiting."""
+        return torch.tensor([self.row_of[tuple(p)] for p in prefixes], dtype=torch.long)
 
 
 def check_prefix_cache(adapter: MaskedLMAdapter) -> None:
@@ -142,5 +145,5 @@ def _forward_cached(adapter: MaskedLMAdapter, cache: PrefixCache, rows: list[Row
     suffix, suffix_lengths = pad([r.suffix for r in rows], adapter.special.pad_id, dev,
                                  adapter=adapter, room=room)
     positions, _ = pad([r.positions for r in rows], 0, dev)
-    return adapter.logits_with_prefix(cache.state, cache.rows([r.prefix for r in rows], dev),
+    return adapter.logits_with_prefix(cache.state, cache.rows([r.prefix for r in rows]),
                                       suffix, suffix_lengths, positions)

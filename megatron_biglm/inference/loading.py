@@ -228,12 +228,14 @@ def load_adapter(source, *, tokenizer=None, device: str | None = None, dtype: st
                  split_attention: str | None = None, hf_split_attention: str = "on",
                  prefix_cache: str = "auto", max_length: int | None = None,
                  trust_remote_code: bool = False, length_buckets="auto",
-                 verify: bool = True) -> LoadedAdapter:
+                 verify: bool = True, cache_layout: str = "grow") -> LoadedAdapter:
     """A `MaskedLMAdapter` and its tokenizer for `source` (see the module docstring): a
     megatron checkpoint, an HF directory, or an HF model object (then `tokenizer` is needed).
     `dtype` None: `default_dtype(device)`. `prefix_cache`: auto (cache where exact), on (fail
     where it cannot be), off. `length_buckets`: padded widths rounded up so compiled kernels
-    see few shapes (`inference.buckets`). `verify`: CRC-check a megatron checkpoint first."""
+    see few shapes (`inference.buckets`). `verify`: CRC-check a megatron checkpoint first.
+    `cache_layout` (megatron checkpoints): "grow" or "pool", the prefix cache's keys/values as
+    growing tensors or in a preallocated slot pool (`MegatronMaskedLMAdapter`)."""
     from .buckets import resolve_length_buckets
 
     for name, value in (("prefix_cache", prefix_cache), ("hf_split_attention", hf_split_attention)):
@@ -245,7 +247,10 @@ def load_adapter(source, *, tokenizer=None, device: str | None = None, dtype: st
     dtype = str(dtype or default_dtype(device))
     if isinstance(source, (str, os.PathLike)) and is_megatron_checkpoint(source):
         loaded = _megatron_adapter(source, tokenizer, device, dtype, split_attention, prefix_cache,
-                                   max_length, verify)
+                                   max_length, verify, cache_layout)
+    elif cache_layout != "grow":
+        raise ValueError(f"cache_layout={cache_layout!r} is for megatron checkpoints; {source} is an HF "
+                         "model, whose cache is transformers' own: leave cache_layout at 'grow'")
     else:
         loaded = _hf_adapter(source, tokenizer, device, dtype,
                              split_attention if split_attention is not None else hf_split_attention,
@@ -255,7 +260,7 @@ def load_adapter(source, *, tokenizer=None, device: str | None = None, dtype: st
 
 
 def _megatron_adapter(path, tokenizer, device, dtype, split_attention, prefix_cache, max_length,
-                      verify) -> LoadedAdapter:
+                      verify, cache_layout) -> LoadedAdapter:
     from .megatron_adapter import MegatronMaskedLMAdapter
     from .protocol import inference_token_ids
 
@@ -268,7 +273,7 @@ def _megatron_adapter(path, tokenizer, device, dtype, split_attention, prefix_ca
         loaded.model, inference_token_ids(loaded.tokenizer),
         vocab_size=loaded.checkpoint.model_config.vocab_size,
         max_length=min(int(max_length), model_max) if max_length else model_max,
-        split_attention=split == "on", prefix_cache=prefix_cache != "off")
+        split_attention=split == "on", prefix_cache=prefix_cache != "off", cache_layout=cache_layout)
     if prefix_cache == "on" and not adapter.prefix_cache:
         raise ValueError(f"prefix_cache=on is impossible for {path}: the megatron adapter caches "
                          f"prefixes only with split attention at TP=1 (split attention: {why})")

@@ -17,6 +17,8 @@ at TP=1 only (the cache holds one rank's heads; TP>1 is untested) and with split
 extension re-gathers and concatenates; "pool" keeps them in a `model.kv_pool.KVSlotPool` of
 per-request slots sized for `max_length`, written in place (a step reads nothing from the
 device and builds no per-query mask), slots given back when a state is dropped.
+`step_graphs` (pool layout, CUDA): each scoring step over consecutive slots is replayed from a
+CUDA graph captured once per shape (`step_graphs.StepGraphs`).
 A model with the CMLM length head (`model.length_head_max > 0`) also gets `predict_lengths`.
 Pipeline parallelism is not supported here (one chunk must hold the whole model); tensor
 parallelism works for `logits` when every TP rank calls the adapter (the head gathers the
@@ -33,6 +35,7 @@ from megatron_biglm.model.kv_cache import KVCacheForward, PrefixKV
 from megatron_biglm.model.kv_pool import KVSlotPool, PoolForward
 
 from .protocol import MaskedLMAdapter, inference_token_ids
+from .step_graphs import StepGraphs
 
 
 class MegatronMaskedLMAdapter(MaskedLMAdapter):
@@ -42,7 +45,8 @@ class MegatronMaskedLMAdapter(MaskedLMAdapter):
     `prefix_cache`: offer the exact prefix cache (only with split attention at TP=1)."""
 
     def __init__(self, model, special: TokenIds, *, vocab_size: int, max_length: int,
-                 split_attention: bool = True, prefix_cache: bool = True, cache_layout: str = "grow"):
+                 split_attention: bool = True, prefix_cache: bool = True, cache_layout: str = "grow",
+                 step_graphs: bool = False):
         from megatron_biglm.model.head_model import BiGLMHeadModel
 
         if isinstance(model, BiGLMHeadModel):
@@ -60,6 +64,10 @@ class MegatronMaskedLMAdapter(MaskedLMAdapter):
         if cache_layout not in CACHE_LAYOUTS:
             raise ValueError(f"cache_layout must be one of {CACHE_LAYOUTS}, got {cache_layout!r}")
         self.cache_layout = cache_layout
+        if step_graphs and cache_layout != "pool":
+            raise ValueError("step_graphs replays steps over the slot pool: set cache_layout='pool'")
+        self.step_graphs = bool(step_graphs)
+        self._graphs = StepGraphs(self._pool_step) if step_graphs else None
         self._pool = None
         self.model = model.eval()
         self.special = special
@@ -118,14 +126,23 @@ class MegatronMaskedLMAdapter(MaskedLMAdapter):
     def logits_with_prefix(self, state: PrefixKV, rows, suffix_ids, suffix_lengths, positions):
         self._check_cache()
         if isinstance(state, SlotState):
-            cache = PoolForward(state.pool, state.slots_of(rows))
-            with torch.no_grad():
-                hidden = self.model(suffix_ids, valid_lengths=suffix_lengths, return_hidden=True, kv_cache=cache)
-            return self._head(hidden, positions)
+            slots = state.slots_of(rows)
+            if self._graphs is not None:
+                with torch.no_grad():
+                    logits = self._graphs(state.pool, slots, suffix_ids, suffix_lengths, positions)
+                if logits is not None:
+                    return logits
+            return self._pool_step(suffix_ids, suffix_lengths, positions, PoolForward(state.pool, slots))
         cache = KVCacheForward(state.select(rows), record=False)
         with torch.no_grad():
             hidden = self.model(suffix_ids, valid_lengths=suffix_lengths, return_hidden=True,
                                 kv_cache=cache)
+        return self._head(hidden, positions)
+
+    def _pool_step(self, ids, lengths, positions, cache) -> torch.Tensor:
+        """Logits at `positions` of rows `ids` that follow their pool slots (`cache`)."""
+        with torch.no_grad():
+            hidden = self.model(ids, valid_lengths=lengths, return_hidden=True, kv_cache=cache)
         return self._head(hidden, positions)
 
     def extend_prefix(self, state: PrefixKV, rows, block_ids, block_lengths) -> PrefixKV:

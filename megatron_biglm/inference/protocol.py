@@ -72,7 +72,8 @@ class MaskedLMAdapter(ABC):
     def logits_with_prefix(self, state: Any, rows: torch.Tensor, suffix_ids: torch.Tensor,
                            suffix_lengths: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
         """Logits `[b, k, V]` at suffix `positions [b, k]` of suffixes `[b, q]` that follow the
-        cached prefixes `rows [b]` (indices into the state), with split = prefix length."""
+        cached prefixes `rows [b]` (indices into the state, a host tensor: callers build it
+        there), with split = prefix length."""
         raise NotImplementedError(f"{type(self).__name__} does not cache prefixes")
 
     def extend_prefix(self, state: Any, rows: torch.Tensor, block_ids: torch.Tensor,

@@ -42,7 +42,7 @@ from .attention_params import BiGLMAttentionParams, build_attention_params, reso
 from .config import BiGLMModelConfig
 from .kv_cache import KVCacheForward
 from .kv_pool import PoolForward
-from .layer_spec import biglm_block_spec
+from .layer_spec import biglm_block_spec, resolve_transformer_impl
 from .heads import build_head
 
 
@@ -60,7 +60,8 @@ class BiGLMModel(GPTModel):
     ):
         super().__init__(
             config=config,
-            transformer_layer_spec=biglm_block_spec(config, vp_stage=vp_stage),
+            transformer_layer_spec=biglm_block_spec(
+                config, vp_stage=vp_stage, impl=resolve_transformer_impl(model_config.transformer_impl)),
             vocab_size=model_config.padded_vocab_size,
             max_sequence_length=model_config.seq_length,
             pre_process=pre_process,

@@ -34,6 +34,8 @@ ATTENTION_COMPILE = ("auto", True, False)
 #: `compile_layers` values: compile each transformer layer with torch.compile always, never, or
 #: `auto` (when CUDA is available; see `biglm_model.compile_layers_on`).
 COMPILE_LAYERS = ("auto", True, False)
+#: `transformer_impl` values: the layers' linear and norm modules (see `layer_spec.resolve_transformer_impl`).
+TRANSFORMER_IMPLS = ("auto", "local", "transformer_engine")
 
 _DTYPES = {
     "fp32": torch.float32, "float32": torch.float32,
@@ -74,6 +76,11 @@ class BiGLMModelConfig:
     # the residual adds fuse. `auto` compiles where CUDA is available; on CPU a compile costs
     # tens of seconds that a short run does not win back. Weights and state dict unchanged.
     compile_layers: Union[bool, Literal["auto"]] = "auto"
+    # The modules a layer's linears and norms are built from: `local` (megatron-core's own and
+    # our RMSNorm, on every machine), `transformer_engine` (TE's fused norm + linear, FP8-ready;
+    # needs the package and CUDA), `auto` (TE where it imports and CUDA is present, else local).
+    # Checkpoints interchange: the local layout stores its norms under TE's names.
+    transformer_impl: str = "auto"
     make_vocab_size_divisible_by: int = 128
     # False (BiGLM's own models): the output projection IS the input embedding. True: a
     # separate `output_layer.weight` [padded vocab, h] (public EuroBERT checkpoints have an
@@ -131,6 +138,9 @@ class BiGLMModelConfig:
             raise ModelConfigError(
                 f"model.compile_layers must be auto, true or false, got {self.compile_layers!r}"
             )
+        if self.transformer_impl not in TRANSFORMER_IMPLS:
+            raise ModelConfigError(
+                f"model.transformer_impl {self.transformer_impl!r} is not one of {TRANSFORMER_IMPLS}")
         if self.attention_backend == "flex" and float(self.attention_dropout) > 0:
             # Refused at config load: flex would only raise at the first forward.
             raise ModelConfigError(
@@ -146,6 +156,12 @@ class BiGLMModelConfig:
     @property
     def head_dim(self) -> int:
         return self.hidden_size // self.num_attention_heads
+
+    @property
+    def gated_mlp(self) -> bool:
+        """BiGLM's MLP is SwiGLU (fc1 = [gate; up]): megatron's `gated_linear_unit`, and the
+        MLP's third matrix that FLOP counts read from the shape."""
+        return True
 
     @property
     def padded_vocab_size(self) -> int:
@@ -200,7 +216,7 @@ class BiGLMModelConfig:
             hidden_dropout=float(self.hidden_dropout),
             attention_dropout=float(self.attention_dropout),
             normalization="RMSNorm",
-            gated_linear_unit=True,
+            gated_linear_unit=self.gated_mlp,
             activation_func=torch.nn.functional.silu,
             add_bias_linear=False,
             add_qkv_bias=False,

@@ -70,6 +70,7 @@ class KernelReport:
     attention: str                      # the resolved kernel, in words
     adam: str                           # megatron-core's Adam class
     device: str
+    layers: str = "local"               # the layers' modules: local or transformer_engine
     packages: dict = field(default_factory=dict)  # optional kernel package -> version or None
     versions: dict = field(default_factory=dict)  # python, torch, megatron-core, transformers
 
@@ -77,7 +78,7 @@ class KernelReport:
         packages = ", ".join(f"{k} {v}" if v else f"{k} not installed" for k, v in self.packages.items())
         versions = ", ".join(f"{k} {v or 'not installed'}" for k, v in self.versions.items())
         return [f"kernels: attention {self.resolved} (model.attention_backend={self.configured}): {self.attention}",
-                f"kernels: optimizer {self.adam}; device {self.device}",
+                f"kernels: layers {self.layers}; optimizer {self.adam}; device {self.device}",
                 f"kernels: packages: {packages}",
                 f"versions: {versions}"]
 
@@ -115,10 +116,17 @@ def check_kernel(attention_backend: str, dtype: torch.dtype, attention_dropout: 
 
 
 def kernel_report(attention_backend: str, dtype: torch.dtype, attention_dropout: float = 0.0,
-                  attention_compile: "bool | str" = "auto") -> KernelReport:
+                  attention_compile: "bool | str" = "auto", transformer_impl: str = "auto") -> KernelReport:
     """What this process will run with; ConfigError (check_kernel) when a named kernel is missing.
-    ``attention_compile`` is the model's setting (`auto` compiles flex on CUDA only)."""
+    ``attention_compile`` is the model's setting (`auto` compiles flex on CUDA only);
+    ``transformer_impl`` the layers' modules (`layer_spec.resolve_transformer_impl`)."""
+    from .layer_spec import resolve_transformer_impl
+
     resolved = check_kernel(attention_backend, dtype, attention_dropout)
+    try:
+        layers = resolve_transformer_impl(transformer_impl)
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
     cuda = torch.cuda.is_available()
     device = f"cuda ({torch.cuda.get_device_name()})" if cuda else "cpu"
     compiled = resolve_compile(attention_compile, "cuda" if cuda else "cpu")
@@ -126,7 +134,8 @@ def kernel_report(attention_backend: str, dtype: torch.dtype, attention_dropout:
     versions = {"python": platform.python_version(), "torch": torch.__version__,
                 **{name: _version(name) for name in VERSIONED if name != "torch"}}
     return KernelReport(configured=attention_backend, resolved=resolved, attention=_attention_words(resolved, dtype, compiled),
-                        adam=megatron_adam(), device=device, packages=installed_packages(), versions=versions)
+                        adam=megatron_adam(), device=device, layers=layers, packages=installed_packages(),
+                        versions=versions)
 
 
 __all__ = ["INSTALL_HINTS", "KernelReport", "check_kernel", "installed_packages", "kernel_report"]

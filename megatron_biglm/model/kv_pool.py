@@ -135,9 +135,8 @@ class PoolForward:
         kbuf, vbuf = self.pool.keys[index], self.pool.values[index]
         if not self.in_place:
             width = max(self.base) if self.base else 0
-            rows = torch.tensor(self.slots, dtype=torch.long, device=kbuf.device)
-            return (torch.cat([kbuf[:width].index_select(1, rows), key], dim=0),
-                    torch.cat([vbuf[:width].index_select(1, rows), value], dim=0))
+            return (torch.cat([self._cached(kbuf, width), key], dim=0),
+                    torch.cat([self._cached(vbuf, width), value], dim=0))
         end = max(self.base) + q
         if end > self.pool.capacity:
             raise ValueError(f"a slot would hold {end} positions; the pool's capacity is {self.pool.capacity}")
@@ -152,18 +151,26 @@ class PoolForward:
         if self._view:
             first = self.slots[0]
             return kbuf[:end, first:first + len(self.slots)], vbuf[:end, first:first + len(self.slots)]
-        rows = torch.tensor(self.slots, dtype=torch.long, device=kbuf.device)
+        rows = on_device(self.slots, kbuf.device)
         return kbuf[:end].index_select(1, rows), vbuf[:end].index_select(1, rows)
 
+    def _cached(self, buf: torch.Tensor, width: int) -> torch.Tensor:
+        """The rows' cached positions `[width, b, ng, d]`: one slot shared by every row (the
+        continuations of one prompt, scored together) is read once and broadcast, not gathered."""
+        if len(set(self.slots)) == 1:
+            first = self.slots[0]
+            return buf[:width, first:first + 1].expand(-1, len(self.slots), -1, -1)
+        return buf[:width].index_select(1, on_device(self.slots, buf.device))
+
     def _scatter_index(self, q: int, device):
-        base = torch.tensor(self.base, dtype=torch.long, device=device)
+        base = on_device(self.base, device)
         pos = base[None, :] + torch.arange(q, device=device)[:, None]      # [q, b]
-        cols = torch.tensor(self.slots, dtype=torch.long, device=device)[None, :].expand(q, -1)
+        cols = on_device(self.slots, device)[None, :].expand(q, -1)
         return pos, cols
 
     def positions(self, q: int) -> torch.Tensor:
         """RoPE positions `[b, q]`: row b's token j sits at its slot's length + j."""
-        base = torch.tensor(self.base, dtype=torch.long, device=self.pool.device)
+        base = on_device(self.base, self.pool.device)
         return base[:, None] + torch.arange(q, device=self.pool.device)[None]
 
     def position_limit(self, q: int) -> int:
@@ -175,7 +182,7 @@ class PoolForward:
         `lengths [b]` real rows, whichever layout `update` returns (the one split rule: these
         rows are all past the cached prefix, so they see every real key)."""
         dev = lengths.device
-        base = torch.tensor(self.base, dtype=torch.long).to(dev, non_blocking=True)
+        base = on_device(self.base, dev)
         if self.in_place:
             keys = torch.arange(max(self.base) + q, device=dev)[None]
             return ~(keys < (base + lengths)[:, None])[:, None, None, :]
@@ -191,3 +198,54 @@ class PoolForward:
             raise ValueError("only a forward over distinct slots, told its rows' real counts, can be committed")
         for s, b, n in zip(self.slots, self.base, self.valid):
             self.pool.lengths[s] = b + n
+
+
+class FixedShapePoolForward(PoolForward):
+    """The kv_cache hook of a forward whose tensor shapes depend only on (rows, width): what a
+    CUDA graph can capture once per shape and replay at every iteration of every block.
+
+    The rows are slots `first .. first + rows - 1` (a view of the buffers); their lengths come
+    as a device tensor `base [rows]` (a graph's static input, refilled before each replay)
+    instead of host ints. Each layer writes its keys/values at `base + j` with an index put,
+    and attention covers each slot's first `keys` positions (a fixed bound the caller rounds
+    up, so one graph serves many blocks; default the capacity) under a key-padding mask
+    `position < base + lengths`: the same visible set as `PoolForward`, so the same logits up
+    to rounding (the zero-filled or stale keys past a slot's length are masked). The caller
+    keeps `base + q <= keys <= capacity` (checked on the host, where the lengths live); such a
+    forward is never committed (a block's extension runs `PoolForward`)."""
+
+    def __init__(self, pool: KVSlotPool, first: int, rows: int, base: torch.Tensor, keys: int | None = None):
+        super().__init__(pool, list(range(first, first + rows)))
+        self.first, self.rows, self.base_t = first, rows, base
+        self.keys_bound = pool.capacity if keys is None else int(keys)
+
+    def update(self, layer_number: int, key: torch.Tensor, value: torch.Tensor):
+        index = self._layer_index.setdefault(layer_number, len(self._layer_index))
+        q = key.shape[0]
+        kbuf, vbuf = self.pool.keys[index], self.pool.values[index]
+        pos = self.base_t[None, :] + torch.arange(q, device=kbuf.device)[:, None]          # [q, b]
+        cols = torch.arange(self.first, self.first + self.rows, device=kbuf.device)[None, :].expand(q, -1)
+        kbuf.index_put_((pos, cols), key)
+        vbuf.index_put_((pos, cols), value)
+        end, n = self.first + self.rows, self.keys_bound
+        return kbuf[:n, self.first:end], vbuf[:n, self.first:end]
+
+    def positions(self, q: int) -> torch.Tensor:
+        return self.base_t[:, None] + torch.arange(q, device=self.base_t.device)[None]
+
+    def position_limit(self, q: int) -> int:
+        return self.keys_bound
+
+    def masked_keys(self, lengths: torch.Tensor, q: int) -> torch.Tensor:
+        keys = torch.arange(self.keys_bound, device=lengths.device)[None]
+        return ~(keys < (self.base_t.to(lengths.device) + lengths)[:, None])[:, None, None, :]
+
+    def commit(self) -> None:
+        raise ValueError("a fixed-shape forward is never committed; extend a block with PoolForward")
+
+
+def on_device(values: Sequence[int], device) -> torch.Tensor:
+    """Host ints (slots, lengths, row indices) as a long tensor on `device`, copied without
+    making the host wait: a cached step, and the block of iterations around it, read nothing
+    back from the device and wait for nothing."""
+    return torch.tensor(list(values), dtype=torch.long).to(device, non_blocking=True)

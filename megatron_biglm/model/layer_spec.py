@@ -5,10 +5,13 @@ megatron's SelfAttention, BiGLM core attention, row-parallel output projection) 
 RMSNorm -> SwiGLU MLP (fc1 = [gate; up], fc2) -> residual. Biases, GLU and the activation are
 set by the TransformerConfig (`BiGLMModelConfig.to_transformer_config`), not here.
 
-megatron-core modules (no Transformer Engine) plus our RMSNorm, so the parameter names are the same
-on every machine; `sharded_state_dict_keys_map` stores the norms under Transformer Engine's
-fused names in distributed checkpoints, as megatron's own local GPT spec does, so checkpoints
-interchange with TE-based layouts.
+`local` (the default where Transformer Engine is absent): megatron-core modules plus our RMSNorm,
+so the parameter names are the same on every machine; `sharded_state_dict_keys_map` stores the
+norms under Transformer Engine's fused names in distributed checkpoints, as megatron's own local
+GPT spec does, so checkpoints interchange with TE-based layouts. `transformer_engine`: each
+pre-norm is fused into the linear after it (TE's `LayerNormColumnParallelLinear` for QKV and
+fc1, RMSNorm by the TransformerConfig), TE's row-parallel linears for the projections; the core
+attention stays ours (the split rule), so every attention backend works with either.
 """
 from __future__ import annotations
 
@@ -29,43 +32,77 @@ from .core_attention import BiGLMCoreAttention
 from .rms_norm import BiGLMRMSNorm
 
 
-def biglm_layer_spec(ffn_hidden_size: int | None = None) -> ModuleSpec:
+TE_INSTALL_HINT = "pip install --no-build-isolation 'transformer-engine[pytorch]'"
+
+
+def transformer_engine_available() -> bool:
+    """Transformer Engine imports here and a CUDA device runs it."""
+    import importlib.util
+
+    import torch
+
+    return importlib.util.find_spec("transformer_engine") is not None and torch.cuda.is_available()
+
+
+def resolve_transformer_impl(value: str) -> str:
+    """`local` or `transformer_engine` for `model.transformer_impl`; ValueError naming the
+    package when `transformer_engine` is asked for where it cannot run."""
+    if value == "auto":
+        return "transformer_engine" if transformer_engine_available() else "local"
+    if value == "transformer_engine" and not transformer_engine_available():
+        import torch
+
+        where = "" if torch.cuda.is_available() else " and a CUDA device (this machine has none)"
+        raise ValueError(f"model.transformer_impl=transformer_engine needs Transformer Engine{where}: "
+                         f"{TE_INSTALL_HINT}; or set model.transformer_impl to auto or local")
+    return value
+
+
+def biglm_layer_spec(ffn_hidden_size: int | None = None, impl: str = "local") -> ModuleSpec:
     """Spec for one BiGLM transformer layer. ``ffn_hidden_size`` sizes the MLP (megatron-core
-    0.19 asks for it explicitly; None takes the TransformerConfig's, with 0.19's warning)."""
+    0.19 asks for it explicitly; None takes the TransformerConfig's, with 0.19's warning).
+    ``impl``: "local" or "transformer_engine" (resolved, see `resolve_transformer_impl`)."""
+    if impl == "transformer_engine":
+        from megatron.core.extensions.transformer_engine import TELayerNormColumnParallelLinear, TERowParallelLinear
+
+        # each norm is fused into the linear after it; its weight is that linear's layer_norm_weight
+        norm, column, row, keys_map = IdentityOp, TELayerNormColumnParallelLinear, TERowParallelLinear, {}
+    else:
+        norm, column, row = BiGLMRMSNorm, ColumnParallelLinear, RowParallelLinear
+        keys_map = {"input_layernorm.": "self_attention.linear_qkv.layer_norm_",
+                    "pre_mlp_layernorm.": "mlp.linear_fc1.layer_norm_"}
     return ModuleSpec(
         module=TransformerLayer,
         submodules=TransformerLayerSubmodules(
-            input_layernorm=BiGLMRMSNorm,
+            input_layernorm=norm,
             self_attention=ModuleSpec(
                 module=SelfAttention,
                 # The mask is never causal; its content comes from BiGLMAttentionParams.
                 params={"attn_mask_type": AttnMaskType.arbitrary},
                 submodules=SelfAttentionSubmodules(
-                    linear_qkv=ColumnParallelLinear,
+                    linear_qkv=column,
                     core_attention=BiGLMCoreAttention,
-                    linear_proj=RowParallelLinear,
+                    linear_proj=row,
                     q_layernorm=IdentityOp,
                     k_layernorm=IdentityOp,
                 ),
             ),
             self_attn_bda=get_bias_dropout_add,
-            pre_mlp_layernorm=BiGLMRMSNorm,
+            pre_mlp_layernorm=norm,
             mlp=ModuleSpec(
                 module=MLP,
                 params={} if ffn_hidden_size is None else {"ffn_hidden_size": int(ffn_hidden_size)},
-                submodules=MLPSubmodules(linear_fc1=ColumnParallelLinear, linear_fc2=RowParallelLinear),
+                submodules=MLPSubmodules(linear_fc1=column, linear_fc2=row),
             ),
             mlp_bda=get_bias_dropout_add,
-            sharded_state_dict_keys_map={
-                "input_layernorm.": "self_attention.linear_qkv.layer_norm_",
-                "pre_mlp_layernorm.": "mlp.linear_fc1.layer_norm_",
-            },
+            sharded_state_dict_keys_map=keys_map,
         ),
     )
 
 
-def biglm_block_spec(config, vp_stage=None) -> TransformerBlockSubmodules:
+def biglm_block_spec(config, vp_stage=None, impl: str = "local") -> TransformerBlockSubmodules:
     """This pipeline stage's layers plus the final RMSNorm (megatron's default final norm for
     a bare layer spec is a WrappedTorchNorm, which rejects sequence parallelism)."""
     num_layers = get_num_layers_to_build(config, vp_stage=vp_stage)
-    return TransformerBlockSubmodules(layer_specs=[biglm_layer_spec(config.ffn_hidden_size)] * num_layers, layer_norm=BiGLMRMSNorm)
+    return TransformerBlockSubmodules(layer_specs=[biglm_layer_spec(config.ffn_hidden_size, impl)] * num_layers,
+                                      layer_norm=BiGLMRMSNorm)

@@ -6,6 +6,13 @@ result is scattered back to a dense [b, s] per-token loss (0 off the mask): the 
 contract as megatron's GPTModel, so megatron's pipeline schedules and the usual
 `loss_func(loss_mask, output_tensor)` work unchanged. Cross entropy is megatron-core's
 vocab-parallel one, so under tensor parallelism logits are never gathered.
+
+Fused over the predicted rows (one tensor-parallel rank holding the whole vocabulary, the
+usual single-GPU and data-parallel case): `fused_linear_cross_entropy` projects and scores the
+predicted rows a chunk at a time, keeping only each row's log-sum-exp, and its backward
+recomputes each chunk's logits. The `[n, vocab]` logits, their fp32 copy and the softmax are
+never held at once (for 16 x 2048 tokens at 15 % and a 50k vocabulary: ~1 GB each in fp32);
+the price is one more `[n, h] x [h, vocab]` product in the backward.
 """
 from __future__ import annotations
 
@@ -63,13 +70,81 @@ def sparse_prediction_loss(
         )
     # Row r of hidden.reshape(s*b, h) is (position r // b, sample r % b): select in that order.
     rows = (loss_mask.transpose(0, 1).reshape(-1) != 0).nonzero(as_tuple=True)[0]
-    picked = hidden.reshape(s * b, h).index_select(0, rows).unsqueeze(1)  # [n, 1, h]
-    logits, _ = output_layer(picked, weight=output_weight)  # [n, 1, vocab / tp]
-    logits = mask_padded_vocab(logits.float(), vocab_size)
-    targets = labels.transpose(0, 1).reshape(-1).index_select(0, rows).unsqueeze(1)
-    token_loss = tensor_parallel.vocab_parallel_cross_entropy(logits, targets)  # [n, 1]
+    picked = hidden.reshape(s * b, h).index_select(0, rows)  # [n, h]
+    targets = labels.transpose(0, 1).reshape(-1).index_select(0, rows)
+    weight = output_weight if output_weight is not None else output_layer.weight
+    if _fusable(output_layer, weight):
+        token_loss = fused_linear_cross_entropy(picked, weight, targets, vocab_size)
+    else:
+        logits, _ = output_layer(picked.unsqueeze(1), weight=output_weight)  # [n, 1, vocab / tp]
+        logits = mask_padded_vocab(logits.float(), vocab_size)
+        token_loss = tensor_parallel.vocab_parallel_cross_entropy(logits, targets.unsqueeze(1))  # [n, 1]
     dense = token_loss.new_zeros(s * b).index_copy(0, rows, token_loss.view(-1))
     return dense.view(s, b).transpose(0, 1).contiguous()
+
+
+def _fusable(output_layer, weight: torch.Tensor) -> bool:
+    """The fused loss computes `x @ weight.T` itself: only when that is all the output layer
+    does (no bias, the whole vocabulary on this rank, no sequence-parallel gather)."""
+    from megatron.core import parallel_state
+
+    tp = (parallel_state.get_tensor_model_parallel_world_size()
+          if parallel_state.model_parallel_is_initialized() else 1)
+    return (tp == 1 and getattr(output_layer, "bias", None) is None
+            and not getattr(output_layer, "sequence_parallel", False) and weight.dim() == 2)
+
+
+#: predicted rows per chunk of the fused loss: a `[chunk, vocab]` fp32 block at a time
+FUSED_LOSS_CHUNK = 2048
+
+
+def fused_linear_cross_entropy(hidden: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor,
+                               vocab_size: Optional[int] = None, chunk: int = FUSED_LOSS_CHUNK) -> torch.Tensor:
+    """Per-row cross entropy `[n]` (fp32) of `hidden [n, h] @ weight[vocab, h].T` against
+    `targets [n]`, the rows at or past `vocab_size` (megatron's vocabulary padding) taking no
+    mass; the logits are computed `chunk` rows at a time and never kept (see the module)."""
+    return _FusedLinearCrossEntropy.apply(hidden, weight, targets, vocab_size, chunk)
+
+
+class _FusedLinearCrossEntropy(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, hidden, weight, targets, vocab_size, chunk):
+        lse = hidden.new_empty(hidden.shape[0], dtype=torch.float32)
+        loss = torch.empty_like(lse)
+        for start in range(0, hidden.shape[0], chunk):
+            rows = slice(start, start + chunk)
+            logits = _chunk_logits(hidden[rows], weight, vocab_size)
+            lse[rows] = torch.logsumexp(logits, dim=-1)
+            loss[rows] = lse[rows] - logits.gather(-1, targets[rows, None])[:, 0]
+        ctx.save_for_backward(hidden, weight, targets, lse)
+        ctx.vocab_size, ctx.chunk = vocab_size, chunk
+        return loss
+
+    @staticmethod
+    def backward(ctx, grad_loss):
+        hidden, weight, targets, lse = ctx.saved_tensors
+        grad_hidden = torch.empty_like(hidden) if ctx.needs_input_grad[0] else None
+        grad_weight = torch.zeros(weight.shape, dtype=torch.float32, device=weight.device) \
+            if ctx.needs_input_grad[1] else None
+        for start in range(0, hidden.shape[0], ctx.chunk):
+            rows = slice(start, start + ctx.chunk)
+            # d loss / d logits = softmax - one_hot(target), per row times the incoming gradient
+            grad = torch.exp(_chunk_logits(hidden[rows], weight, ctx.vocab_size) - lse[rows, None])
+            grad[torch.arange(grad.shape[0], device=grad.device), targets[rows]] -= 1.0
+            grad = (grad * grad_loss[rows, None].float()).to(hidden.dtype)
+            if grad_hidden is not None:
+                grad_hidden[rows] = grad @ weight
+            if grad_weight is not None:
+                grad_weight += (grad.t() @ hidden[rows]).float()
+        if grad_weight is not None:
+            grad_weight = grad_weight.to(weight.dtype)
+        return grad_hidden, grad_weight, None, None, None
+
+
+def _chunk_logits(hidden: torch.Tensor, weight: torch.Tensor, vocab_size: Optional[int]) -> torch.Tensor:
+    """fp32 logits `[rows, vocab]` of one chunk, the padding rows at -inf."""
+    logits = (hidden @ weight.t()).float()
+    return mask_padded_vocab(logits, vocab_size, weight.shape[0])
 
 
 def masked_lm_loss_func(loss_mask: torch.Tensor, output_tensor: torch.Tensor):

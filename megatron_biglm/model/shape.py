@@ -38,6 +38,7 @@ class BiGLMShape:
     vocab_size: int
     padded_vocab_size: int | None = None
     tie_word_embeddings: bool = True
+    gated_mlp: bool = True  # a gated MLP (SwiGLU: gate, up, down) has three matrices, a plain one two
 
     def __post_init__(self):
         check_positive_ints(self, ("num_layers", "hidden_size", "num_attention_heads", "num_query_groups",
@@ -81,4 +82,5 @@ def shape_of(model_config) -> BiGLMShape:
         vocab_size=model_config.vocab_size,
         padded_vocab_size=model_config.padded_vocab_size,
         tie_word_embeddings=not model_config.untie_embeddings_and_output_weights,
+        gated_mlp=bool(model_config.gated_mlp),
     )

@@ -39,7 +39,7 @@ def kernels(config: RunConfig, precision: str):
 
     mc = config.model.resolved
     return kernel_report(mc.attention_backend, resolve_dtype(precision), float(mc.attention_dropout),
-                         mc.attention_compile)
+                         mc.attention_compile, mc.transformer_impl)
 
 
 def model_config(config: RunConfig):

@@ -3,7 +3,7 @@
 Per layer and token, the forward pass of a GQA SwiGLU block costs (multiply-add = 2 FLOPs)
     QKV projection   2·h·(n_q + 2·n_kv)·d
     output proj      2·n_q·d·h
-    MLP              2·h·f·(3 if gated else 2)
+    MLP              2·h·f·(3 if gated else 2)   (`BiGLMShape.gated_mlp`, from the config)
 and the attention core costs 4·n_q·d per (query, key) pair it scores (QKᵀ and A·V).
 A full bidirectional sequence of length L has L² pairs. BiGLM's split mask lets the s
 prefix rows see only the s prefix keys while the L−s suffix rows see all L keys, so the
@@ -54,7 +54,7 @@ def forward_flops(shape: BiGLMShape, tokens: int, pairs: int, predicted_tokens: 
     projects only masked positions); None = all tokens."""
     h, d, nq, nkv = shape.hidden_size, shape.head_dim, shape.num_attention_heads, shape.num_query_groups
     per_token_layer = (2 * h * (nq + 2 * nkv) * d + 2 * nq * d * h
-                       + 2 * h * shape.ffn_hidden_size * 3)
+                       + 2 * h * shape.ffn_hidden_size * (3 if shape.gated_mlp else 2))
     attention = 4 * nq * d * pairs
     dense = shape.num_layers * per_token_layer * tokens
     out_rows = tokens if predicted_tokens is None else predicted_tokens
