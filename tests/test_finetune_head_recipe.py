@@ -71,7 +71,7 @@ def test_head_model_exports_as_sequence_classification_with_the_same_predictions
     from transformers import AutoTokenizer
 
     from head_export_fixtures import export_and_compare
-    from megatron_biglm.finetune.tasks import HeadEncoder
+    from megatron_biglm.finetune.kinds.head import HeadEncoder
 
     task, run, _ = trained
     tok = AutoTokenizer.from_pretrained(task["tokenizer"])

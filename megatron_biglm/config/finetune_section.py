@@ -3,7 +3,7 @@
 `task` is a built-in task's name (mnli, cb_head, squad, ...) or a task declared as a mapping
 (kind, fields, label_field, labels, ...; `finetune/tasks/declaration.py`).
 
-Plain settings only (config/ sits below finetune/, which owns tasks and recipes). A run
+Plain settings only (config/ sits below finetune/, which owns tasks and their kinds). A run
 config with `finetune.task` set is run by `python -m megatron_biglm.cli.finetune`, which turns
 the epochs into `schedule.train_steps` once it knows the training set's size:
 

@@ -1,4 +1,4 @@
-"""InstructRecipe: masked-LM instruction tuning (seed 001 §3.1) through the one training loop.
+"""The instruct kind: masked-LM instruction tuning (seed 001 §3.1) through the one training loop.
 
 Data: an `InstructionData` (built by `python -m megatron_biglm.cli.instruct_data build`),
 viewed as `InstructionSamples`: train_steps × global_batch_size samples by global index
@@ -26,6 +26,7 @@ from megatron_biglm.objective.instruct import INPUT_MASK_RATIO
 from megatron_biglm.training.pretrain_recipe import PretrainRecipe
 from megatron_biglm.training.recipe import RecipeData
 
+from ..data_files import DatasetSchema
 from ..instruct.dataset import InstructionData, InstructionSamples
 from ..row_report import RowReport
 from .base import FinetuneRecipe
@@ -44,6 +45,12 @@ def _data(value) -> InstructionData:
 class InstructRecipe(FinetuneRecipe):
     name = "instruct"
     Options = InstructOptions
+    default_metrics = {"single_label_classification": (("loss",), "loss")}
+
+    @classmethod
+    def declared_schema(cls, spec, problem: str, common: dict, where: str):  # noqa: ARG003
+        """No columns: the data is an instruction dataset built by `cli.instruct_data`."""
+        return DatasetSchema(text_fields=(), label_field=None, **common)
 
     def __init__(self, task, tokenizer, options):
         super().__init__(task, tokenizer, options)
