@@ -119,8 +119,8 @@ def _recipe(task_files, **options):
     from megatron_biglm.finetune.tasks import get_task
 
     from finetune_entry_fixtures import TEMPLATE
-    opts = FinetuneConfig(**{"task": "rte", "template": TEMPLATE, "label_words": ["yes", "no"], "max_length": 16,
-                             **options})
+    opts = FinetuneConfig(task="rte", max_length=16, options={"template": TEMPLATE, "label_words": ["yes", "no"],
+                                                              **options})
     return recipe_for(get_task("rte"), load_tokenizer(task_files["tokenizer"]), opts)
 
 
@@ -149,8 +149,9 @@ def test_bad_settings_fail_with_a_message(task, monkeypatch):
     from megatron_biglm.run import plan_finetune
 
     with pytest.raises(ConfigError, match="quote them"):
-        load_config(None, ["finetune.task=rte", "finetune.template='{premise} ? <mask>'",
-                           "finetune.label_words=[yes, no]"])
+        plan_finetune(load_config(None, [f"data.tokenizer={task['tokenizer']}", "finetune.task=rte",
+                                         "finetune.options.template='{premise} ? <mask>'",
+                                         "finetune.options.label_words=[yes, no]"]))
     monkeypatch.setattr("megatron_biglm.finetune.kinds.KINDS", {})
     with pytest.raises(ConfigError, match="unknown task kind 'verbalizer'"):
         plan_finetune(load_config(None, [f"data.tokenizer={task['tokenizer']}", "finetune.task=rte"]))

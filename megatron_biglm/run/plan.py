@@ -8,7 +8,7 @@ driver scores the start point on the evaluation splits instead (`finetune/start_
 What the plan learns after loading is written into the typed sections with `config.derive`
 (`dataclasses.replace`, checked once): the start checkpoint's model shape and tokenizer, the
 epochs as steps (only the encoded training set says how many examples there are; the one rule
-is `finetune/epochs.py`), and what the recipe settles (a head's `finetune.label_names`, the
+is `finetune/epochs.py`), and what the kind settles (a head's `finetune.options.label_names`, the
 length head's size). The run's saved config.yaml is that config: the steps it really ran and
 what an export needs to know.
 """

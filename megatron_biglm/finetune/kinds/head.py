@@ -12,8 +12,9 @@ over the global batch's examples, by the task's `problem_type` (HF's names and l
                                labels; predicts every label whose logit is > 0 (p > 0.5)
 Validation scores the predictions with the task's metrics. Exports as
 EuroBertForSequenceClassification (`export.head_export`) with config.json's `problem_type` and
-`id2label` from `finetune.problem_type` / `finetune.label_names` (the recipe writes both into the
-run config, so its checkpoints carry them).
+`id2label` from the checkpoint's head record (`task_head.json`: the task's problem type, and
+`finetune.options.label_names`, which the kind fills in from the data set's schema and writes
+into the run config, so its checkpoints carry them; set it to rename the labels).
 
 Features (`HeadEncoder`): `[BOS] text_1 [EOS] text_2 [EOS] ...` (one segment per field, each closed by EOS), no
 mask tokens and no target suffix, so `split` is 0 (every position sees every other one).
@@ -27,7 +28,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import Literal, Mapping, Sequence
+from typing import Literal, Mapping, Optional, Sequence
 
 import torch
 
@@ -95,6 +96,7 @@ def collate(examples: Sequence[HeadExample], pad_id: int) -> dict[str, torch.Ten
 @dataclass
 class HeadOptions:
     pooling: Literal["mean", "first"] = "mean"   # over the valid tokens, or the first (BOS) token
+    label_names: Optional[list] = None           # what the label indices are called (default: the schema's)
 
 
 class HeadClassificationRecipe(LabelRecipe):
@@ -115,10 +117,16 @@ class HeadClassificationRecipe(LabelRecipe):
         if self.problem_type == "regression":
             self.label_names, self.num_labels = [schema.label_field or "score"], 1
         else:
-            self.label_names = list(options.label_names or schema.label_names)
+            self.label_names = list(self.opts.label_names or schema.label_names)
             self.num_labels = len(schema.label_names)
+        names = self.opts.label_names
+        if names is not None and (not all(isinstance(n, str) and n for n in names) or len(set(names)) != len(names)):
+            from megatron_biglm.config import ConfigError
+
+            raise ConfigError(f"finetune.options.label_names must be distinct non-empty strings, got {names}: "
+                              "quote them (YAML reads yes/no/true/false unquoted as booleans)")
         if len(self.label_names) != self.num_labels:
-            raise ValueError(f"finetune.label_names names {len(self.label_names)} labels "
+            raise ValueError(f"finetune.options.label_names names {len(self.label_names)} labels "
                              f"({self.label_names}); task {task.name} has {self.num_labels}: give one name per label")
         self.pooling = self.opts.pooling
         self.pad_id = TokenIds.from_tokenizer(tokenizer).pad_id
@@ -135,8 +143,9 @@ class HeadClassificationRecipe(LabelRecipe):
         return HeadRecord("classification", self.num_labels, self.pooling, self.problem_type, tuple(self.label_names))
 
     def settle(self, config):
-        return derive(config, finetune=dataclasses.replace(config.finetune, label_names=list(self.label_names),
-                                                           problem_type=self.problem_type))
+        """The label names written into `finetune.options`, so the run's config.yaml names them."""
+        options = {**config.finetune.options, "label_names": list(self.label_names)}
+        return derive(config, finetune=dataclasses.replace(config.finetune, options=options))
 
     def model_provider(self, pre_process, post_process, config, transformer_config):
         return head_model_provider("classification", self.head_options)(

@@ -5,7 +5,8 @@ the pretrained model already answers: this kind scores zero-shot.
 The prediction is the argmax over labels; validation scores it with the task's metrics
 (`metrics.task_scores`: accuracy, CB's macro-F1). The template and label words come from the
 task (its declaration: `template`, `label_words`, `truncatable`; the built-ins in
-`tasks/prompts.py`) unless the config sets `finetune.template` and `finetune.label_words`.
+`tasks/prompts.py`) unless the run sets `finetune.options.template` and `label_words`
+(`VerbalizerOptions`, with `loss_over` and `fill_short_labels_with`).
 
 Layout of one example (T = max_length at most):
 
@@ -39,7 +40,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import Mapping, Sequence
+from typing import Literal, Mapping, Optional, Sequence
 
 import torch
 
@@ -205,15 +206,24 @@ def collate(examples: Sequence[VerbalizerExample], pad_id: int) -> dict[str, tor
     }
 
 
+@dataclass
+class VerbalizerOptions:
+    template: Optional[str] = None        # replaces the task's prompt (`{field}`s and one <mask>), with label_words
+    label_words: Optional[list] = None    # one word per label index (strings: quote yes/no in YAML)
+    loss_over: Literal["labels", "vocab"] = "labels"   # softmax over the label words, or the vocabulary
+    fill_short_labels_with: Optional[int] = None       # a token id a short label predicts in its unused slots
+
+
 class VerbalizerRecipe(LabelRecipe):
     """The verbalizer kind (module doc): `[BOS] prompt [MASK]*K rest [EOS]`, `split` at the first
     mask slot (0, full attention, when the run's objective has no split restriction, e.g. an
     `mlm` baseline). The loss is the cross-entropy of the gold label over the label scores
-    (`finetune.loss_over: labels`) or the full-vocabulary NLL of its tokens (`vocab`), one term
+    (`finetune.options.loss_over: labels`) or the full-vocabulary NLL of its tokens (`vocab`), one term
     per example, averaged over the global batch's examples."""
 
     name = "verbalizer"
     metric_names = ("accuracy",)
+    Options = VerbalizerOptions
     scores_zero_shot = True
     declaration_keys = ("template", "label_words", "truncatable")
 
@@ -263,12 +273,21 @@ class VerbalizerRecipe(LabelRecipe):
             raise ValueError(f"task {task.name}: kind 'verbalizer' needs a prompt (a VerbalizerPrompt)")
 
     def __init__(self, task, tokenizer, options):
-        if options.template is not None:
-            prompt = VerbalizerPrompt(options.template, tuple(str(w) for w in options.label_words))
-            task = dataclasses.replace(task, prompt=prompt, fields=prompt.fields)
+        from megatron_biglm.config import ConfigError
+
         super().__init__(task, tokenizer, options)
-        self.encoder = VerbalizerEncoder(tokenizer, task.prompt, options.max_length,
-                                         fill_short_labels_with=options.fill_short_labels_with)
+        opts = self.opts
+        if (opts.template is None) != (opts.label_words is None):
+            raise ConfigError("finetune.options.template and finetune.options.label_words go together "
+                              "(a prompt with one <mask>, and one word per label index)")
+        if opts.label_words is not None and not all(isinstance(w, str) for w in opts.label_words):
+            raise ConfigError(f"finetune.options.label_words must be strings, got {opts.label_words}: quote them "
+                              "(YAML reads yes/no/true/false unquoted as booleans), e.g. ['yes', 'no']")
+        if opts.template is not None:
+            prompt = VerbalizerPrompt(opts.template, tuple(opts.label_words))
+            self.task = dataclasses.replace(self.task, prompt=prompt, fields=prompt.fields)
+        self.encoder = VerbalizerEncoder(tokenizer, self.task.prompt, options.max_length,
+                                         fill_short_labels_with=opts.fill_short_labels_with)
         self.slot_targets = self.encoder.slot_targets
         self.pad_id = self.encoder.ids.pad_id
 
@@ -293,7 +312,7 @@ class VerbalizerRecipe(LabelRecipe):
     def _loss(self, batch: dict, logits: torch.Tensor):
         scores = self.scores(batch, logits)
         labels = gold_labels(batch, logits.device)
-        if self.options.loss_over == "labels":
+        if self.opts.loss_over == "labels":
             per_example = torch.nn.functional.cross_entropy(scores, labels, reduction="none")
         else:
             per_example = -scores.gather(1, labels.unsqueeze(1)).squeeze(1)

@@ -24,7 +24,7 @@ settles are its class's (`kinds/base.py`); this module holds what every kind sha
   labels               the label names, in index order; left out, they are the distinct values
                        of the training split's label column as written (1, "1" and 1.0 are one
                        label), numbers in numeric order, then other names sorted (printed, and
-                       saved in the run's config.yaml as finetune.label_names). A value is
+                       saved in the run's config.yaml as finetune.options.label_names). A value is
                        matched by its name; an integer that names no label is an index only
                        when the listed labels are not numbers. No value means "unlabeled"
                        here: a built-in data set (`dataset`) keeps its -1 test rows
