@@ -27,8 +27,8 @@ def _finetune(tmp: Path, task_name: str, task: dict, **extra) -> tuple[Path, dic
     run = tmp / "run"
     config = tmp / "ft.yaml"
     config.write_text(f"finetune: {{task: {task_name}}}\n")
-    over = [o for o in finetune_overrides(task, run, **extra)
-            if not o.startswith(("finetune.options.template=", "finetune.options.label_words=", "finetune.task="))]
+    over = [o for o in finetune_overrides(task, run, **{"finetune.task": task_name, **extra})
+            if not o.startswith("finetune.task=")]  # the config file names the task
     assert main(["--config", str(config), *over]) == 0
     return run, json.loads((run / "results.json").read_text())
 

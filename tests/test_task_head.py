@@ -52,10 +52,8 @@ def test_the_export_reads_the_record_and_an_old_checkpoint_the_migration(tmp_pat
     from megatron_biglm.export.head_export import export_head
 
     task = write_task(tmp_path / "task", n_train=32, n_valid=16, n_test=16)
-    overrides = [o for o in finetune_overrides(task, tmp_path / "run", **{"finetune.task": "rte_head",
-                                                                          "finetune.epochs": 1})
-                 if not o.startswith("finetune.options.")]  # the verbalizer's prompt
-    results = finetune(None, overrides)
+    results = finetune(None, finetune_overrides(task, tmp_path / "run", **{"finetune.task": "rte_head",
+                                                                           "finetune.epochs": 1}))
     ckpt = tmp_path / "run" / "checkpoints" / results["best_checkpoint"]
     saved = json.loads((ckpt / TASK_HEAD_FILE).read_text())
     assert saved == {"head": "classification", "num_labels": 2, "pooling": "mean",
@@ -76,5 +74,8 @@ def test_the_export_reads_the_record_and_an_old_checkpoint_the_migration(tmp_pat
     names = saved_config["finetune"]["options"].pop("label_names")
     saved_config["finetune"].update(label_names=["follows", "not"], problem_type="single_label_classification")
     (ckpt / "config.yaml").write_text(yaml.safe_dump(saved_config))
+    manifest = json.loads((ckpt / "COMPLETE.json").read_text())  # as that run sealed it
+    manifest["files"]["config.yaml"] = (ckpt / "config.yaml").stat().st_size
+    (ckpt / "COMPLETE.json").write_text(json.dumps(manifest))
     assert names == ["entailment", "not_entailment"]
     assert open_checkpoint(ckpt).task_head()[0].id2label == ("follows", "not")

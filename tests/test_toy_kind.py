@@ -99,8 +99,14 @@ def test_a_toy_kind_in_one_file_and_one_registry_line_learns_through_biglm_finet
 
 
 def test_a_declaration_may_name_a_kind_class_and_an_unknown_kind_names_the_nearest(tmp_path, monkeypatch):
+    from megatron_biglm.finetune.kinds import KINDS, kind_class
+    from megatron_biglm.finetune.kinds.base import FinetuneRecipe
     from megatron_biglm.finetune.tasks import get_task
     from megatron_biglm.finetune.tasks.declaration import TaskDeclarationError
+
+    # every registered kind imports (the registry names them as text) and only two score zero-shot
+    assert all(issubclass(kind_class(name), FinetuneRecipe) for name in KINDS)
+    assert [name for name in KINDS if kind_class(name).scores_zero_shot] == ["verbalizer", "contrastive"]
 
     (tmp_path / "toy_kind.py").write_text(textwrap.dedent(TOY_KIND))
     monkeypatch.syspath_prepend(str(tmp_path))

@@ -44,7 +44,7 @@ import torch
 
 from megatron_biglm.training.recipe import LOSS_KEY, Recipe, RecipeData
 
-from ..data_files import get_schema, load_split
+from ..data_files import DatasetSchema, get_schema, load_split
 from ..epochs import EpochSamples
 from ..epochs import steps_per_epoch as epoch_steps
 from ..metrics import task_scores
@@ -103,13 +103,16 @@ class FinetuneRecipe(Recipe):
     declaration_keys: tuple[str, ...] = ()   # the declaration keys of this kind alone
     problem_types: tuple[str, ...] = ("single_label_classification",)
     default_metrics: dict = {"single_label_classification": (("accuracy",), "accuracy")}  # -> (metrics, select)
+    reads_columns: bool = True   # False: its data has a format of its own, not a task's columns
 
     @classmethod
     def declared_schema(cls, spec, problem: str, common: dict, where: str):
         """The columns a declaration of this kind names (a `DatasetSchema`; `common`: its name and
-        hub keys). By default: the text `fields` and a label column."""
+        hub keys). By default: the text `fields` and a label column; none without `reads_columns`."""
         from ..tasks.columns import labelled_schema
 
+        if not cls.reads_columns:
+            return DatasetSchema(text_fields=(), label_field=None, **common)
         return labelled_schema(spec, problem, common, where)
 
     @classmethod

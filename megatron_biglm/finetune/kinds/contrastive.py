@@ -44,7 +44,6 @@ from megatron_biglm.checkpoint.task_head import DEFAULT_PROMPTS, EmbedderRecord
 from megatron_biglm.training.recipe import LOSS_KEY, RecipeData
 
 from ..epochs import EpochSamples
-from ..data_files import DatasetSchema
 from ..retrieval.embed import EmbeddingOptions, pool, tokenize
 from ..retrieval.pairs import read_pairs
 from ..row_report import RowReport
@@ -119,11 +118,7 @@ class ContrastiveRecipe(FinetuneRecipe):
     Options = ContrastiveOptions
     scores_zero_shot = True
     default_metrics = {"single_label_classification": (("retrieval",), "ndcg@10")}
-
-    @classmethod
-    def declared_schema(cls, spec, problem: str, common: dict, where: str):  # noqa: ARG003
-        """No columns: the pairs and the BEIR folders have their own formats."""
-        return DatasetSchema(text_fields=(), label_field=None, **common)
+    reads_columns = False   # the pairs and the BEIR folders have their own formats
 
     def __init__(self, task, tokenizer, options):
         super().__init__(task, tokenizer, options)

@@ -26,7 +26,6 @@ from megatron_biglm.objective.instruct import INPUT_MASK_RATIO
 from megatron_biglm.training.pretrain_recipe import PretrainRecipe
 from megatron_biglm.training.recipe import RecipeData
 
-from ..data_files import DatasetSchema
 from ..instruct.dataset import InstructionData, InstructionSamples
 from ..row_report import RowReport
 from .base import FinetuneRecipe
@@ -46,11 +45,7 @@ class InstructRecipe(FinetuneRecipe):
     name = "instruct"
     Options = InstructOptions
     default_metrics = {"single_label_classification": (("loss",), "loss")}
-
-    @classmethod
-    def declared_schema(cls, spec, problem: str, common: dict, where: str):  # noqa: ARG003
-        """No columns: the data is an instruction dataset built by `cli.instruct_data`."""
-        return DatasetSchema(text_fields=(), label_field=None, **common)
+    reads_columns = False   # the data is an instruction dataset built by `cli.instruct_data`
 
     def __init__(self, task, tokenizer, options):
         super().__init__(task, tokenizer, options)
