@@ -198,6 +198,7 @@ class Seq2SeqRecipe(FinetuneRecipe):
 
     @classmethod
     def declared_schema(cls, spec, problem: str, common: dict, where: str):  # noqa: ARG003
+        """The source column (the prefix) and the target column (the suffix)."""
         extra = (str(spec["id_field"]),) if spec.get("id_field") else ()
         return DatasetSchema(text_fields=(str(spec.get("source_field", "source")),), label_field=None,
                              target_field=str(spec.get("target_field", "target")), extra_fields=extra, **common)

@@ -56,6 +56,7 @@ class SpanQARecipe(FinetuneRecipe):
 
     @classmethod
     def declared_schema(cls, spec, problem: str, common: dict, where: str):  # noqa: ARG003
+        """SQuAD's columns, under the names the declaration gives them."""
         extra = (str(spec["id_field"]),) if spec.get("id_field") else ()
         return DatasetSchema(text_fields=(str(spec.get("context_field", "context")),
                                           str(spec.get("question_field", "question"))), label_field=None,
@@ -64,6 +65,7 @@ class SpanQARecipe(FinetuneRecipe):
 
     @classmethod
     def declare(cls, spec, schema, where: str) -> tuple:
+        """The text fields, and which column holds each SQuAD role (`encode` reads them)."""
         schema, fields = super().declare(spec, schema, where)
         columns = {role: str(spec.get(key, role)) for key, role in COLUMN_KEYS.items()}
         return schema, {**fields, "columns": {**columns, "id": str(spec.get("id_field", "id"))}}

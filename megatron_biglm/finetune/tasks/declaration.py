@@ -60,7 +60,6 @@ COMMON_KEYS = ("name", "kind", "dataset", "fields", "label_field", "labels", "pr
                "id_field", "metrics", "select", "train_split", "eval_splits", "hub", "hub_config")
 
 
-
 def declare_task(spec: Mapping, where: str = "finetune.task") -> Task:
     """The `Task` a declaration describes (see the module doc). Labels left out stay None on
     the task until `with_labels` fills them from the training split."""
