@@ -92,7 +92,7 @@ def test_head_model_exports_as_sequence_classification_with_the_same_predictions
     assert read["id2label"] == {"0": names[0], "1": names[1]}
     assert read["argmax_labels"] == [names[i] for i in ours.argmax(-1).tolist()]
     assert json.loads((tmp_path / "hf" / "config.json").read_text())["label2id"] == {n: i for i, n in enumerate(names)}
-    assert yaml.safe_load((run / "config.yaml").read_text())["finetune"]["label_names"] == list(names)
+    assert yaml.safe_load((run / "config.yaml").read_text())["finetune"]["options"]["label_names"] == list(names)
 
 
 class _Weights(dict):
