@@ -69,7 +69,6 @@ class Example:
 ACC_BAR = 0.65
 
 
-@pytest.mark.slow
 def test_a_toy_kind_in_one_file_and_one_registry_line_learns_through_biglm_finetune(tmp_path, monkeypatch):
     from megatron_biglm.cli.finetune import main
     from megatron_biglm.finetune import kinds
