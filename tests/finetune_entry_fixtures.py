@@ -62,10 +62,12 @@ def tiny_run(task: dict, run_dir: Path, *, lr: float, batch: int, log_interval: 
 
 
 def finetune_overrides(task: dict, run_dir: Path, **extra) -> list[str]:
-    """A 2-layer, 64-wide model, prompts of 16 tokens, 4 epochs of 12 steps."""
+    """A 2-layer, 64-wide model, prompts of 16 tokens, 4 epochs of 12 steps; the prompt (the
+    verbalizer's options) unless `extra` names another task."""
     over = {
         **tiny_run(task, run_dir, lr=3e-3, batch=16, log_interval=4),
-        "finetune.task": "rte", "finetune.template": f"'{TEMPLATE}'", "finetune.label_words": "['yes', 'no']",
+        "finetune.task": "rte", "finetune.options.template": f"'{TEMPLATE}'",
+        "finetune.options.label_words": "['yes', 'no']",
         "finetune.max_length": 16, "finetune.epochs": 4, "finetune.warmup_fraction": 0.1,
         "finetune.schedule": "linear", "finetune.test_split": "test", "finetune.eval_batch_size": 32,
         **{f"finetune.data.{k}": v for k, v in (("train", task["files"]["train"]),
@@ -73,4 +75,6 @@ def finetune_overrides(task: dict, run_dir: Path, **extra) -> list[str]:
                                                   ("test", task["files"]["test"]))},
     }
     over.update(extra)
+    if over["finetune.task"] != "rte":
+        over = {k: v for k, v in over.items() if not k.startswith("finetune.options.") or k in extra}
     return [f"{k}={v}" for k, v in over.items()]

@@ -25,3 +25,13 @@ def word_tokenizer(texts):
 
 def ids_of(tokenizer, text):
     return tokenizer(text, add_special_tokens=False)["input_ids"]
+
+
+def encode_rows(task, rows, tokenizer, *, max_length, report=None, training=True, **options):
+    """The examples `task`'s kind encodes from `rows` (`options`: its `finetune.options`), as a
+    fine-tune does."""
+    from megatron_biglm.config import FinetuneConfig
+    from megatron_biglm.finetune.kinds import recipe_for
+
+    recipe = recipe_for(task, tokenizer, FinetuneConfig(task=task.name, max_length=max_length, options=options))
+    return recipe.encode(rows, report, training)

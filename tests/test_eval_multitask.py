@@ -20,7 +20,8 @@ from generation_model_fixtures import gen_checkpoint, gen_export, gen_tokenizer_
 from megatron_biglm.finetune.metrics import accuracy, macro_f1
 from megatron_biglm.finetune.metrics.generation import genset_scores
 from megatron_biglm.cli.eval_multitask import main
-from megatron_biglm.finetune.tasks import VerbalizerEncoder, get_task
+from megatron_biglm.finetune.kinds.verbalizer import VerbalizerEncoder
+from megatron_biglm.finetune.tasks import get_task
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -7,7 +7,7 @@ from megatron_biglm.experiments import bigbench_data
 from megatron_biglm.finetune.data_files import read_rows
 from megatron_biglm.finetune.metrics import rouge
 from megatron_biglm.finetune.row_report import RowReport
-from megatron_biglm.finetune.tasks import Seq2SeqEncoder
+from megatron_biglm.finetune.kinds.seq2seq import Seq2SeqEncoder
 
 pytestmark = pytest.mark.slow
 

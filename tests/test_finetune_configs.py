@@ -37,7 +37,7 @@ def test_seq2seq_configs_decode_with_the_paper_mask_predict_settings(name):
     the model's positions, and a length head with a class for every target length."""
     from finetune_fixtures import word_tokenizer
 
-    from megatron_biglm.finetune.recipes import recipe_for
+    from megatron_biglm.finetune.kinds import recipe_for
 
     cfg = load_config(FOLDER / f"{name}.yaml")
     recipe = recipe_for(get_task(name), word_tokenizer(["a b c"]), cfg.finetune)
@@ -51,7 +51,7 @@ def test_seq2seq_decoding_options_are_checked_and_a_fixed_length_is_kept():
     from finetune_fixtures import word_tokenizer
 
     from megatron_biglm.config.finetune_section import FinetuneConfig
-    from megatron_biglm.finetune.recipes import recipe_for
+    from megatron_biglm.finetune.kinds import recipe_for
 
     def recipe(**options):
         return recipe_for(get_task("xsum"), word_tokenizer(["a b c"]),

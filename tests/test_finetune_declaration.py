@@ -7,9 +7,9 @@ import json
 
 import pytest
 
-from finetune_fixtures import word_tokenizer
+from finetune_fixtures import encode_rows, word_tokenizer
 from megatron_biglm.finetune.data_files import load_split
-from megatron_biglm.finetune.tasks import DECLARATIONS, TASKS, encode_rows, get_task
+from megatron_biglm.finetune.tasks import DECLARATIONS, TASKS, get_task
 from megatron_biglm.finetune.tasks.declaration import TaskDeclarationError, declare_task, with_labels
 
 CB_ROWS = [{"premise": "It rained all day .", "hypothesis": "The street is wet .", "label": i % 3, "idx": i}

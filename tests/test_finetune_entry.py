@@ -115,12 +115,12 @@ def test_keep_last_never_deletes_the_best(tmp_path):
 def _recipe(task_files, **options):
     from megatron_biglm.config import FinetuneConfig
     from megatron_biglm.data.tokenizer import load_tokenizer
-    from megatron_biglm.finetune.recipes import recipe_for
+    from megatron_biglm.finetune.kinds import recipe_for
     from megatron_biglm.finetune.tasks import get_task
 
     from finetune_entry_fixtures import TEMPLATE
-    opts = FinetuneConfig(**{"task": "rte", "template": TEMPLATE, "label_words": ["yes", "no"], "max_length": 16,
-                             **options})
+    opts = FinetuneConfig(task="rte", max_length=16, options={"template": TEMPLATE, "label_words": ["yes", "no"],
+                                                              **options})
     return recipe_for(get_task("rte"), load_tokenizer(task_files["tokenizer"]), opts)
 
 
@@ -149,10 +149,11 @@ def test_bad_settings_fail_with_a_message(task, monkeypatch):
     from megatron_biglm.run import plan_finetune
 
     with pytest.raises(ConfigError, match="quote them"):
-        load_config(None, ["finetune.task=rte", "finetune.template='{premise} ? <mask>'",
-                           "finetune.label_words=[yes, no]"])
-    monkeypatch.setattr("megatron_biglm.finetune.recipes.RECIPES", {})
-    with pytest.raises(ConfigError, match="no fine-tuning recipe for task kind 'verbalizer'"):
+        plan_finetune(load_config(None, [f"data.tokenizer={task['tokenizer']}", "finetune.task=rte",
+                                         "finetune.options.template='{premise} ? <mask>'",
+                                         "finetune.options.label_words=[yes, no]"]))
+    monkeypatch.setattr("megatron_biglm.finetune.kinds.KINDS", {})
+    with pytest.raises(ConfigError, match="unknown task kind 'verbalizer'"):
         plan_finetune(load_config(None, [f"data.tokenizer={task['tokenizer']}", "finetune.task=rte"]))
     monkeypatch.undo()
     with pytest.raises(ConfigError, match="finetune.data.validation"):
@@ -278,7 +279,7 @@ def test_verbalizer_model_exports_as_masked_lm_with_the_same_predictions(straigh
     from megatron_biglm.config import load_config
     from megatron_biglm.data.tokenizer import load_tokenizer
     from megatron_biglm.export.convert_to_hf import to_hf
-    from megatron_biglm.finetune.recipes import recipe_for
+    from megatron_biglm.finetune.kinds import recipe_for
     from megatron_biglm.finetune.row_report import RowReport
     from megatron_biglm.finetune.tasks import get_task
     from megatron_biglm.inference.loading import load_megatron_checkpoint

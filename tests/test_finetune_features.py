@@ -5,8 +5,10 @@ import torch
 
 from finetune_fixtures import ids_of, word_tokenizer
 from megatron_biglm.finetune.row_report import EMPTY_TARGET, SOURCE_TOO_LONG, RowReport
-from megatron_biglm.finetune.tasks import HeadEncoder, Seq2SeqEncoder
-from megatron_biglm.finetune.tasks import head_classification, seq2seq
+from megatron_biglm.finetune.kinds import head as head_classification
+from megatron_biglm.finetune.kinds import seq2seq
+from megatron_biglm.finetune.kinds.head import HeadEncoder
+from megatron_biglm.finetune.kinds.seq2seq import Seq2SeqEncoder
 
 
 @pytest.fixture(scope="module")

@@ -27,8 +27,8 @@ def _finetune(tmp: Path, task_name: str, task: dict, **extra) -> tuple[Path, dic
     run = tmp / "run"
     config = tmp / "ft.yaml"
     config.write_text(f"finetune: {{task: {task_name}}}\n")
-    over = [o for o in finetune_overrides(task, run, **extra)
-            if not o.startswith(("finetune.template=", "finetune.label_words=", "finetune.task="))]
+    over = [o for o in finetune_overrides(task, run, **{"finetune.task": task_name, **extra})
+            if not o.startswith("finetune.task=")]  # the config file names the task
     assert main(["--config", str(config), *over]) == 0
     return run, json.loads((run / "results.json").read_text())
 
@@ -71,7 +71,7 @@ def test_head_model_exports_as_sequence_classification_with_the_same_predictions
     from transformers import AutoTokenizer
 
     from head_export_fixtures import export_and_compare
-    from megatron_biglm.finetune.tasks import HeadEncoder
+    from megatron_biglm.finetune.kinds.head import HeadEncoder
 
     task, run, _ = trained
     tok = AutoTokenizer.from_pretrained(task["tokenizer"])
@@ -92,7 +92,7 @@ def test_head_model_exports_as_sequence_classification_with_the_same_predictions
     assert read["id2label"] == {"0": names[0], "1": names[1]}
     assert read["argmax_labels"] == [names[i] for i in ours.argmax(-1).tolist()]
     assert json.loads((tmp_path / "hf" / "config.json").read_text())["label2id"] == {n: i for i, n in enumerate(names)}
-    assert yaml.safe_load((run / "config.yaml").read_text())["finetune"]["label_names"] == list(names)
+    assert yaml.safe_load((run / "config.yaml").read_text())["finetune"]["options"]["label_names"] == list(names)
 
 
 class _Weights(dict):
@@ -109,7 +109,8 @@ def _checkpoint(label_names, rows: int = 3):
 
     weights = _Weights({"task_head.dense.weight": (8, 8), "task_head.classifier.weight": (rows, 8)})
     saved = SimpleNamespace(path="ckpt/iter_0000010", weights=lambda: weights,  # saved without task_head.json
-                            run_config=SimpleNamespace(finetune=FinetuneConfig(task="mnli_head", label_names=label_names)))
+                            run_config=SimpleNamespace(finetune=FinetuneConfig(
+                                task="mnli_head", options={"label_names": label_names} if label_names else {})))
     saved.task_head = lambda: migrate_task_head(saved)
     return saved
 
@@ -126,7 +127,7 @@ def test_export_names_the_labels_from_the_saved_run_config():
     assert config.id2label == {0: "entailment", 1: "neutral", 2: "contradiction"} and head.note is None
     assert config.label2id == {"entailment": 0, "neutral": 1, "contradiction": 2}
     unnamed = export_head(_checkpoint(None))  # a run from before the names were saved
-    assert unnamed.label_names == ("LABEL_0", "LABEL_1", "LABEL_2") and "no finetune.label_names" in unnamed.note
+    assert unnamed.label_names == ("LABEL_0", "LABEL_1", "LABEL_2") and "no finetune.options.label_names" in unnamed.note
     with pytest.raises(ConfigError, match="names 2 labels .* classifier has 3 rows"):
         export_head(_checkpoint(["yes", "no"]))
 
@@ -139,11 +140,11 @@ def test_label_names_are_the_data_sets_unless_set_and_must_fit(tmp_path):
     base = [f"data.tokenizer={task['tokenizer']}", "finetune.task=rte_head",
             *(f"finetune.data.{k}={v}" for k, v in task["files"].items() if k != "test")]
     plan = plan_finetune(load_config(None, base))
-    assert plan.config.finetune.label_names == ["entailment", "not_entailment"]
-    assert load_config(None, base).finetune.label_names is None  # derived by the plan, not loaded
-    plan = plan_finetune(load_config(None, [*base, "finetune.label_names=[follows, 'no']"]))
-    assert plan.config.finetune.label_names == ["follows", "no"]
+    assert plan.config.finetune.options["label_names"] == ["entailment", "not_entailment"]
+    assert load_config(None, base).finetune.options == {}  # derived by the plan, not loaded
+    plan = plan_finetune(load_config(None, [*base, "finetune.options.label_names=[follows, 'no']"]))
+    assert plan.config.finetune.options["label_names"] == ["follows", "no"]
     with pytest.raises(ConfigError, match="names 3 labels .* has 2: give one name per label"):
-        plan_finetune(load_config(None, [*base, "finetune.label_names=[a, b, c]"]))
+        plan_finetune(load_config(None, [*base, "finetune.options.label_names=[a, b, c]"]))
     with pytest.raises(ConfigError, match="distinct non-empty strings"):
-        load_config(None, ["finetune.task=rte_head", "finetune.label_names=[a, a]"])
+        plan_finetune(load_config(None, [*base, "finetune.options.label_names=[a, a]"]))

@@ -125,7 +125,7 @@ def test_span_loss_is_start_and_end_cross_entropy_over_bos_and_the_context(tmp_p
     from transformers import AutoTokenizer
 
     from megatron_biglm.config import FinetuneConfig
-    from megatron_biglm.finetune.recipes import recipe_for
+    from megatron_biglm.finetune.kinds import recipe_for
     from megatron_biglm.finetune.tasks import SquadEncoder, get_task
 
     task = write_span_task(tmp_path)

@@ -1,14 +1,14 @@
-"""The task registry agrees with the data schemas, rows of every kind encode through the one
-`encode_rows` call with drops/truncations in the data report, and every task's selection
+"""The task registry agrees with the data schemas, rows of every kind encode through their
+kind's `encode` with drops/truncations in the data report, and every task's selection
 key is produced by its metrics."""
 import json
 
 import pytest
 
-from finetune_fixtures import ids_of, word_tokenizer
+from finetune_fixtures import encode_rows, ids_of, word_tokenizer
 from megatron_biglm.finetune.data_files import SCHEMAS, read_rows
 from megatron_biglm.finetune.metrics import task_scores
-from megatron_biglm.finetune.tasks import TASKS, encode_rows
+from megatron_biglm.finetune.tasks import TASKS
 
 
 def test_registry_matches_the_schemas():
@@ -89,10 +89,10 @@ def test_encode_rows_every_kind(tmp_path):
     xsum = [{"id": "1", "document": "the cat sat on the mat", "summary": "a cat sat"},
             {"id": "2", "document": "it rained all day", "summary": "it was wet"}]
     rows, report = read_rows([_jsonl(tmp_path / "xsum.jsonl", xsum)], "xsum")
-    examples = encode_rows(TASKS["xsum"], rows, tok, max_length=5, max_target_length=8,
+    examples = encode_rows(TASKS["xsum"], rows, tok, max_length=13, max_source_length=5, max_target_length=8,
                            overlong_source="drop", report=report)
     assert len(examples) == 1 and examples[0].split == 5 and examples[0].target_length == 3
     assert report.counts == {"source_too_long": 1} and report.rows_kept == 1
     assert any(line.startswith("xsum:1: source_too_long") for line in report.example_lines())
-    with pytest.raises(ValueError, match="max_target_length"):
-        encode_rows(TASKS["xsum"], rows, tok, max_length=5)
+    with pytest.raises(ValueError, match="max_source_length must be >= 2"):  # 8 - the default 64 target tokens
+        encode_rows(TASKS["xsum"], rows, tok, max_length=8)

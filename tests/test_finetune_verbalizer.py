@@ -7,10 +7,9 @@ import torch
 
 from finetune_fixtures import ids_of, word_tokenizer
 from megatron_biglm.finetune.row_report import SOURCE_TOO_LONG, RowReport
-from megatron_biglm.finetune.tasks import (IGNORE_INDEX, PROMPTS, TASKS, VerbalizerEncoder,
-                                           VerbalizerPrompt, label_scores, predict_labels,
-                                           verbalizer_loss)
-from megatron_biglm.finetune.tasks.verbalizer import collate
+from megatron_biglm.finetune.kinds.verbalizer import (IGNORE_INDEX, VerbalizerEncoder, VerbalizerPrompt, collate,
+                                                      label_scores, predict_labels, verbalizer_loss)
+from megatron_biglm.finetune.tasks import PROMPTS, TASKS
 
 PROMPT = VerbalizerPrompt("{premise} Question: {hypothesis} True, False or not sure? Answer: <mask>.",
                           ("True", "not sure", "False"))

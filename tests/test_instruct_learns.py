@@ -63,7 +63,7 @@ def run(tmp_path, steps: int = STEPS, lr: float = LR, variant: str = "mlm", held
     """Instruction-tune; held-out accuracy before the first step and after the last, and the
     accuracy on one seen family (say the last word)."""
     from megatron_biglm.finetune.instruct import build_instruction_data
-    from megatron_biglm.finetune.recipes.instruct import InstructRecipe
+    from megatron_biglm.finetune.kinds.instruct import InstructRecipe
     from megatron_biglm.cli.train import train
 
     tokenizer = word_tokenizer(syn.vocabulary_texts())

@@ -67,7 +67,7 @@ def _recipe(train_file, **options):
     """The contrastive recipe as the fine-tuning entry builds it (trained here through train()
     directly, on the tiny pretraining overrides)."""
     from megatron_biglm.config import FinetuneConfig
-    from megatron_biglm.finetune.recipes.contrastive import ContrastiveRecipe
+    from megatron_biglm.finetune.kinds.contrastive import ContrastiveRecipe
     from megatron_biglm.finetune.tasks import get_task
 
     task = {"kind": "contrastive", "eval_splits": []}

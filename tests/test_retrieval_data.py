@@ -71,7 +71,7 @@ def test_a_contrastive_fine_tune_names_its_own_option_for_a_repeated_id_and_keep
     config key that opts in (the command-line flag is eval_retrieval's), and with it the run
     prepares on the first row of each id."""
     from megatron_biglm.config import ConfigError, FinetuneConfig
-    from megatron_biglm.finetune.recipes.contrastive import ContrastiveRecipe
+    from megatron_biglm.finetune.kinds.contrastive import ContrastiveRecipe
     from megatron_biglm.finetune.tasks import get_task
 
     folder = beir_folder(tmp_path, CORPUS, [*QUERIES, {"_id": "q1", "text": "again"}], QRELS)

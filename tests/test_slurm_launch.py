@@ -214,7 +214,7 @@ def test_finetune_script_starts_from_the_pretraining_checkpoint_and_learns(slurm
                     BIGLM_TOKENIZER=train_data.tokenizer, RUN_DIR=tmp_path / "run", MBS=8, GBS=16,
                     MASTER_PORT=free_port(), EXTRA_ARGS=" ".join(extra))
     job = Job(slurm, "finetune.sh", ONE_NODE, env, tmp_path,
-              args=[f"finetune.template={TEMPLATE}", "finetune.label_words=['yes', 'no']"]).wait()
+              args=[f"finetune.options.template={TEMPLATE}", "finetune.options.label_words=['yes', 'no']"]).wait()
     assert job.end.states == ["COMPLETED"], job.text[-3000:]
     assert f"from the weights of {_checkpoint(straight_136m.run_dir, STEPS)}" in job.text
     results = json.loads((job.run_dir / "results.json").read_text())

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 
 import pytest
+import yaml
 from hypothesis import given, settings, strategies as st
 
 from finetune_entry_fixtures import finetune_overrides, write_task
@@ -51,9 +52,8 @@ def test_the_export_reads_the_record_and_an_old_checkpoint_the_migration(tmp_pat
     from megatron_biglm.export.head_export import export_head
 
     task = write_task(tmp_path / "task", n_train=32, n_valid=16, n_test=16)
-    results = finetune(None, finetune_overrides(task, tmp_path / "run", **{
-        "finetune.task": "rte_head", "finetune.epochs": 1, "finetune.template": "null",
-        "finetune.label_words": "null"}))
+    results = finetune(None, finetune_overrides(task, tmp_path / "run", **{"finetune.task": "rte_head",
+                                                                           "finetune.epochs": 1}))
     ckpt = tmp_path / "run" / "checkpoints" / results["best_checkpoint"]
     saved = json.loads((ckpt / TASK_HEAD_FILE).read_text())
     assert saved == {"head": "classification", "num_labels": 2, "pooling": "mean",
@@ -69,3 +69,13 @@ def test_the_export_reads_the_record_and_an_old_checkpoint_the_migration(tmp_pat
     record, note = open_checkpoint(ckpt).task_head()
     assert record == HeadRecord("classification", 2, "mean", "single_label_classification",
                                 ("entailment", "not_entailment")) and note is None
+    # a checkpoint saved when the label names were a finetune: key reads through the config's migration
+    saved_config = yaml.safe_load((ckpt / "config.yaml").read_text())
+    names = saved_config["finetune"]["options"].pop("label_names")
+    saved_config["finetune"].update(label_names=["follows", "not"], problem_type="single_label_classification")
+    (ckpt / "config.yaml").write_text(yaml.safe_dump(saved_config))
+    manifest = json.loads((ckpt / "COMPLETE.json").read_text())  # as that run sealed it
+    manifest["files"]["config.yaml"] = (ckpt / "config.yaml").stat().st_size
+    (ckpt / "COMPLETE.json").write_text(json.dumps(manifest))
+    assert names == ["entailment", "not_entailment"]
+    assert open_checkpoint(ckpt).task_head()[0].id2label == ("follows", "not")

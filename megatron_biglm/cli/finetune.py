@@ -2,7 +2,7 @@
 [key=value ...]` (also under torchrun, and from SLURM via launch/finetune.sh).
 
 The same `train()` as pretraining (one loop, backends, checkpoints, resume, SIGTERM, NaN
-guard, logs) with the task's recipe (finetune/recipes/, picked by the task's kind) and the
+guard, logs) with the task's kind (finetune/kinds/, one module each) and the
 validation callback (finetune/validation.py), run by the driver `megatron_biglm.run.finetune`.
 Writes `results.json` in the run directory and the `best` pointer beside `latest` in the
 checkpoint directory.

@@ -7,7 +7,7 @@ config/). `load_config(path_or_dict, ["section.key=value", ...])` gives a valida
 """
 from megatron_biglm.common.config_fields import ConfigError
 
-from .loading import expand_env, load_config, load_yaml_tree, parse_override
+from .loading import expand_env, load_config, load_saved_config, load_yaml_tree, parse_override
 from .run_config import (
     CheckpointConfig,
     DataConfig,
@@ -30,6 +30,7 @@ from .zero_shot_eval import ZeroShotEvalConfig
 __all__ = [
     "ConfigError", "RunConfig", "derive", "DataConfig", "OptimizerConfig", "ScheduleConfig", "ParallelismConfig",
     "DeepSpeedConfig", "TrainingConfig", "LoggingConfig", "CheckpointConfig", "ModelSection",
-    "ObjectiveSection", "load_config", "load_yaml_tree", "parse_override", "expand_env", "validate",
+    "ObjectiveSection", "load_config", "load_saved_config", "load_yaml_tree", "parse_override", "expand_env",
+    "validate",
     "check_batch_arithmetic", "save_resolved", "ZeroShotEvalConfig", "FinetuneConfig",
 ]

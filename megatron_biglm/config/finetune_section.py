@@ -3,7 +3,7 @@
 `task` is a built-in task's name (mnli, cb_head, squad, ...) or a task declared as a mapping
 (kind, fields, label_field, labels, ...; `finetune/tasks/declaration.py`).
 
-Plain settings only (config/ sits below finetune/, which owns tasks and recipes). A run
+Plain settings only (config/ sits below finetune/, which owns tasks and their kinds). A run
 config with `finetune.task` set is run by `python -m megatron_biglm.cli.finetune`, which turns
 the epochs into `schedule.train_steps` once it knows the training set's size:
 
@@ -18,16 +18,13 @@ the epochs into `schedule.train_steps` once it knows the training set's size:
 out is read from the HF hub when `hub` is true. `select_metric` defaults to the task's
 `select` (e.g. CB: macro_f1), measured on `select_split` (default: the task's first
 evaluation split, e.g. MNLI's validation_matched). `test_split`, when given, is scored at
-every validation and reported for the best one. `template` / `label_words` replace the
-task's verbalizer prompt; `loss_over` is `labels` (softmax over the verbalizer) or `vocab`.
-`init_from`: a checkpoint (pretraining run, `from-hf` import) whose model weights a fresh
-fine-tune starts from (fresh optimizer and schedule). `label_names`: what a `head` task's
-label indices are called (index order). The fine-tune fills it in from the data set's schema
-(e.g. MNLI: entailment, neutral, contradiction) in the typed section the run saves, so the checkpoint's
-config.yaml carries it and the HF export names config.json's `id2label` after it; set it to
-rename the labels (one distinct name per label); `problem_type` (derived the same way) is the head's
-HF problem type. `options`: recipe-specific settings
-(e.g. span QA's `doc_stride`, seq2seq's `max_target_length`), read by the task kind's recipe.
+every validation and reported for the best one. `init_from`: a checkpoint (pretraining run, `from-hf` import) whose model weights a fresh
+fine-tune starts from (fresh optimizer and schedule). `options`: the task kind's own settings
+(its typed `Options`, `finetune/kinds/`: e.g. a verbalizer's `template`, `label_words`,
+`loss_over`, `fill_short_labels_with`; a head's `label_names` and `pooling`; span QA's
+`doc_stride`; seq2seq's `max_target_length`). A key that now belongs to a kind's options
+(`MOVED_KEYS`) is refused under `finetune:` with its new place named; a config.yaml a run saved
+before is read through the one migration that moves it there (`migrate_moved_keys`).
 
 A data file that cannot be read to its end (a truncated .gz/.zst) stops the run, naming it;
 `skip_unreadable: true` keeps the rows before the damage and counts the rest as one loss.
@@ -41,7 +38,7 @@ head, and a 3-label task) is refused; `reinit_mismatched_heads: true` starts it 
 Low data (seed 001 §4.3): `train_examples: N` trains on N examples drawn from the usable
 training examples with `data.seed` (reported in results.json's `data`; more than there are is
 an error, not a silent cap); `N = 0` trains nothing and scores `init_from` as it is on the
-evaluation splits (zero-shot; prompted tasks only). `min_steps` lifts the schedule to at least
+evaluation splits (zero-shot; a kind that scores a pretrained model as it is). `min_steps` lifts the schedule to at least
 that many steps (8 examples x 3 epochs would be 3 steps; the seed trains >= 300):
 train_steps = max(epochs * steps_per_epoch, min_steps); when min_steps is what decides, the
 run validates once, at the end (unless `validate_every_steps` is set), not every "epoch".
@@ -55,6 +52,56 @@ from megatron_biglm.common.config_fields import ConfigError
 
 #: the config key naming a fine-tune's start point (every refusal of that checkpoint names it)
 INIT_KEY = "finetune.init_from"
+
+#: keys that were `finetune:` settings and belong to one kind now: key -> (kind, its new place)
+MOVED_KEYS = {
+    "template": ("verbalizer", "finetune.options.template"),
+    "label_words": ("verbalizer", "finetune.options.label_words"),
+    "loss_over": ("verbalizer", "finetune.options.loss_over"),
+    "fill_short_labels_with": ("verbalizer", "finetune.options.fill_short_labels_with"),
+    "label_names": ("head", "finetune.options.label_names"),
+    "problem_type": ("head", "finetune.task.problem_type"),
+}
+
+
+def refuse_moved_keys(section) -> None:
+    """A user's `finetune:` section that still sets a key of one kind (`MOVED_KEYS`): refused,
+    naming where it goes now."""
+    if not isinstance(section, dict):
+        return
+    moved = [key for key in section if key in MOVED_KEYS]
+    if moved:
+        kind, place = MOVED_KEYS[moved[0]]
+        raise ConfigError(f"finetune.{moved[0]} is a setting of the task kind {kind!r} now (did you mean "
+                          f"{place!r}?): move it there" + (f"; also {', '.join(moved[1:])}" if moved[1:] else ""))
+
+
+def migrate_moved_keys(section: dict, where: str) -> dict:
+    """A saved `finetune:` section (a run's config.yaml, or its run record) with the keys of
+    `MOVED_KEYS` moved to their new places, in one step; unset (null) ones were defaults and
+    go. A problem type saved beside a task that names another is an error naming `where`."""
+    section = dict(section)
+    options = dict(section.get("options") or {})
+    for key, (_, place) in MOVED_KEYS.items():
+        if key not in section:
+            continue
+        value = section.pop(key)
+        if value is None:
+            continue
+        if key == "problem_type":
+            task = section.get("task")
+            declared = task.get("problem_type", "single_label_classification") if isinstance(task, dict) else \
+                "single_label_classification"
+            if value != declared:
+                raise ConfigError(f"{where}: finetune.problem_type={value!r} but its task is {declared!r}; set "
+                                  f"{place} and remove finetune.problem_type")
+            continue
+        if options.get(key, value) != value:
+            raise ConfigError(f"{where}: finetune.{key}={value!r} and {place}={options[key]!r}; keep one")
+        options[key] = value
+    if options:
+        section["options"] = options
+    return section
 
 
 @dataclass
@@ -70,13 +117,7 @@ class FinetuneConfig:
     select_metric: Optional[str] = None
     select_split: Optional[str] = None
     test_split: Optional[str] = None
-    template: Optional[str] = None
-    label_words: Optional[list] = None
-    loss_over: Literal["labels", "vocab"] = "labels"
-    fill_short_labels_with: Optional[int] = None
     init_from: Optional[str] = None
-    label_names: Optional[list] = None
-    problem_type: Optional[str] = None
     eval_batch_size: int = 16
     train_examples: Optional[int] = None
     min_steps: int = 0
@@ -89,12 +130,6 @@ class FinetuneConfig:
     @property
     def enabled(self) -> bool:
         return bool(self.task)
-
-    def get(self, key: str, default: Any = None) -> Any:
-        """A recipe option: `options[key]` if set, else this section's field, else `default`."""
-        if key in self.options:
-            return self.options[key]
-        return getattr(self, key, default)
 
     def problem(self) -> str | None:
         """What is wrong with these settings, or None."""
@@ -111,19 +146,10 @@ class FinetuneConfig:
             return f"finetune.validate_every_steps must be >= 0 (0: every epoch), got {self.validate_every_steps}"
         if self.max_length < 8:
             return f"finetune.max_length={self.max_length} is too short for a prompt"
-        if (self.template is None) != (self.label_words is None) and self.template is not None:
-            return "finetune.template needs finetune.label_words (one word per label index)"
-        if self.label_words is not None and not all(isinstance(w, str) for w in self.label_words):
-            return (f"finetune.label_words must be strings, got {self.label_words}: quote them "
-                    f"(YAML reads yes/no/true/false unquoted as booleans), e.g. ['yes', 'no']")
         if self.train_examples is not None and self.train_examples < 0:
             return f"finetune.train_examples must be >= 0 (0: no training, score init_from), got {self.train_examples}"
         if self.min_steps < 0:
             return f"finetune.min_steps must be >= 0, got {self.min_steps}"
-        if self.label_names is not None and (not all(isinstance(n, str) and n for n in self.label_names)
-                                             or len(set(self.label_names)) != len(self.label_names)):
-            return (f"finetune.label_names must be distinct non-empty strings, got {self.label_names}: "
-                    f"quote them (YAML reads yes/no/true/false unquoted as booleans)")
         if self.early_stopping_patience < 0:
             return f"finetune.early_stopping_patience must be >= 0 (0: never stop early), got {self.early_stopping_patience}"
         if self.eval_batch_size < 1:

@@ -17,6 +17,7 @@ import yaml
 
 from megatron_biglm.common.config_fields import ConfigError, build_dataclass
 
+from .finetune_section import migrate_moved_keys, refuse_moved_keys
 from .run_config import RunConfig, validate
 
 
@@ -120,9 +121,20 @@ def load_config(source=None, overrides: list[str] | tuple = ()) -> RunConfig:
         parts, value = parse_override(text)
         _apply_override(tree, parts, value)
     tree = expand_env(tree)
+    refuse_moved_keys(tree.get("finetune"))
     config = build_dataclass(RunConfig, tree, "")
     validate(config)
     return config
+
+
+def load_saved_config(path) -> RunConfig:
+    """The config.yaml a run saved, read as `load_config` reads any, after the one migration of
+    keys that moved since (`finetune_section.migrate_moved_keys`), so a checkpoint saved before
+    reads as one saved now."""
+    tree = load_yaml_tree(path)
+    if isinstance(tree.get("finetune"), dict):
+        tree["finetune"] = migrate_moved_keys(tree["finetune"], str(path))
+    return load_config(tree)
 
 
 def _copy_tree(tree):

@@ -1,11 +1,13 @@
 """The one migration for a fine-tune's checkpoint saved without `task_head.json`
 (`checkpoint/task_head.py`): its record is worked out once from what such a checkpoint
-holds, its `task_head.*` weight names and shapes and its saved `finetune:` section, and from
-then on read like a saved one. Nothing else reads a head off weight names or config keys.
+holds, its `task_head.*` weight names and shapes and its saved `finetune:` section (read
+through the migration of moved keys, `loading.load_saved_config`), and from then on read like
+a saved one. Nothing else reads a head off weight names or config keys.
 
   task_head.dense.weight + classifier.weight  -> HeadRecord classification: num_labels from the
-      classifier's rows, pooling from `finetune.options.pooling`, problem type and label names
-      from `finetune.problem_type` / `finetune.label_names` (LABEL_i, with a note, when unnamed);
+      classifier's rows, pooling from `finetune.options.pooling`, problem type from the task's
+      declaration (`finetune.task.problem_type`; a built-in task is single-label) and label
+      names from `finetune.options.label_names` (LABEL_i, with a note, when unnamed);
   task_head.classifier.weight alone           -> HeadRecord span (start, end);
   a `contrastive` task                        -> EmbedderRecord from `finetune.options`;
   anything else                               -> None (a masked-LM model).
@@ -32,17 +34,18 @@ def migrate_task_head(checkpoint) -> tuple[HeadRecord | EmbedderRecord | None, s
     names = {name for name in weights if name.startswith("task_head.")}
     if "task_head.dense.weight" in names:
         count = int(weights.shape("task_head.classifier.weight")[0])
-        saved = tuple(finetune.label_names or ())
-        problem = finetune.problem_type or "single_label_classification"
+        saved = tuple(options.get("label_names") or ())
+        problem = (task.get("problem_type") if isinstance(task, dict) else None) or "single_label_classification"
         pooling = str(options.get("pooling", HeadRecord.pooling))
         if saved and len(saved) != count:
             raise ConfigError(f"{checkpoint.path}/config.yaml names {len(saved)} labels ({list(saved)}) but the "
-                              f"classifier has {count} rows; fix finetune.label_names there, or remove it to "
-                              "export the labels as LABEL_0..")
+                              f"classifier has {count} rows; fix its label names there (finetune.options.label_names, "
+                              "or finetune.label_names as older runs saved them), or remove them to export the "
+                              "labels as LABEL_0..")
         if saved:
             return HeadRecord("classification", count, pooling, problem, saved), None
         return HeadRecord("classification", count, pooling, problem, tuple(f"LABEL_{i}" for i in range(count))), \
-            (f"{checkpoint.path}/config.yaml has no finetune.label_names: config.json names the labels "
+            (f"{checkpoint.path}/config.yaml has no finetune.options.label_names: config.json names the labels "
              f"LABEL_0..LABEL_{count - 1}; set id2label there to name them")
     if "task_head.classifier.weight" in names:
         return HeadRecord("span", 2, id2label=("start", "end")), None

@@ -24,7 +24,7 @@ from megatron_biglm.checkpoint.run_checkpoint import SavedCheckpoint, read_check
 from megatron_biglm.checkpoint.signature import check_compatible, signature_of
 from megatron_biglm.checkpoint.task_head import EmbedderRecord, HeadRecord, read_task_head
 
-from .loading import load_config
+from .loading import load_saved_config
 from .run_config import RunConfig
 from .task_head_migration import migrate_task_head
 
@@ -64,7 +64,7 @@ def open_checkpoint(path, key: str | None = None) -> TrainedCheckpoint:
     signature, so a preset file edited after training is caught here, not as a shape error.
     """
     saved = read_checkpoint(path, key)  # key: the config key that named it, for the refusals
-    run_config = load_config(saved.config_path)
+    run_config = load_saved_config(saved.config_path)
     model_config = run_config.model.resolved
     try:
         check_compatible(saved.signature, signature_of(model_config), str(saved.path))

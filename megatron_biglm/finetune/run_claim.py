@@ -22,6 +22,7 @@ import yaml
 
 from megatron_biglm.common.file_content import file_content
 from megatron_biglm.config import ConfigError
+from megatron_biglm.config.finetune_section import migrate_moved_keys
 
 #: the run_dir file that says which fine-tune the folder holds
 RUN_FILE = "finetune_run.json"
@@ -48,8 +49,7 @@ def run_identity(cfg) -> dict:
     f = cfg.finetune
     return {"task": f.task, "data": {k: f.data[k] for k in sorted(f.data)}, "init_from": f.init_from,
             "max_length": f.max_length, "epochs": f.epochs, "train_examples": f.train_examples,
-            "min_steps": f.min_steps, "options": f.options, "template": f.template,
-            "label_words": f.label_words, "global_batch_size": cfg.training.global_batch_size,
+            "min_steps": f.min_steps, "options": f.options, "global_batch_size": cfg.training.global_batch_size,
             "lr": cfg.optimizer.lr, "seed": cfg.data.seed, "data_content": data_content(f.data)}
 
 
@@ -83,6 +83,8 @@ def check_run_dir(cfg) -> tuple[RunClaim, str | None]:
     theirs = json.loads(marker.read_text()) if marker.is_file() else None
     if theirs is not None and "data_content" not in theirs:  # a record from before content was recorded
         theirs["data_content"] = mine["data_content"]
+    if theirs is not None:  # a kind's settings recorded where they were before: the config's one migration
+        theirs = migrate_moved_keys(theirs, str(marker))
     if theirs == mine:
         return claim, None
     if not cfg.finetune.overwrite:

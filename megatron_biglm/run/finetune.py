@@ -17,7 +17,9 @@ def finetune(cfg: RunConfig, *, callbacks=()) -> dict:
     from megatron_biglm.finetune.start_scores import score_start
 
     plan = plan_finetune(cfg)
-    claim, overwritten = check_run_dir(plan.config)  # refuses another run; the record is written once started
+    # refuses another run; the record is written once started. The run as its command gave it:
+    # what the plan derives (the start's shape, the schedule, a kind's settled options) follows from it
+    claim, overwritten = check_run_dir(cfg)
     for note in [*plan.notes, *([overwritten] if overwritten else [])]:
         print(f"finetune: {note}", flush=True)
     if plan.train_steps == 0:

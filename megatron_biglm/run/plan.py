@@ -1,5 +1,5 @@
 """From a loaded run config with a `finetune:` section to what `train()` runs: the config the
-run really has, the recipe (picked by the task's kind), the schedule in steps, and the
+run really has, the recipe (the task's kind, `finetune/kinds/`), the schedule in steps, and the
 validation callback.
 
 `finetune.train_examples=0` plans no training (`train_steps` 0, the schedule as loaded): the
@@ -8,7 +8,7 @@ driver scores the start point on the evaluation splits instead (`finetune/start_
 What the plan learns after loading is written into the typed sections with `config.derive`
 (`dataclasses.replace`, checked once): the start checkpoint's model shape and tokenizer, the
 epochs as steps (only the encoded training set says how many examples there are; the one rule
-is `finetune/epochs.py`), and what the recipe settles (a head's `finetune.label_names`, the
+is `finetune/epochs.py`), and what the kind settles (a head's `finetune.options.label_names`, the
 length head's size). The run's saved config.yaml is that config: the steps it really ran and
 what an export needs to know.
 """
@@ -21,7 +21,7 @@ from megatron_biglm.config import ConfigError, RunConfig, derive
 from megatron_biglm.config.finetune_section import INIT_KEY
 from megatron_biglm.finetune.data_files import check_split_files
 from megatron_biglm.finetune.epochs import steps_per_epoch, train_steps
-from megatron_biglm.finetune.recipes import recipe_for
+from megatron_biglm.finetune.kinds import recipe_for
 from megatron_biglm.finetune.tasks import get_task
 from megatron_biglm.finetune.tasks.declaration import with_labels
 from megatron_biglm.finetune.validation import TaskValidator
@@ -221,14 +221,18 @@ def plan_finetune(cfg: RunConfig) -> FinetunePlan:
 
 def _no_training_plan(cfg: RunConfig, recipe) -> FinetunePlan:
     """`finetune.train_examples=0`: nothing to train; the start point is scored as it is,
-    which needs one (`init_from`) and a task that reads answers off the pretrained head."""
+    which needs one (`init_from`) and a kind that reads answers off the pretrained model
+    (its `scores_zero_shot`)."""
     options = cfg.finetune
     if not options.init_from:
         raise ConfigError("finetune.train_examples=0 scores the start point without training: set "
                           "finetune.init_from=CHECKPOINT (the model to score)")
-    if recipe.task.kind not in ("verbalizer", "contrastive"):
+    if not recipe.scores_zero_shot:
+        from megatron_biglm.finetune.kinds import KINDS, kind_class
+
+        zero_shot = [name for name in KINDS if kind_class(name).scores_zero_shot]
         raise ConfigError(f"finetune.train_examples=0 scores a model zero-shot, which needs a task read off the "
-                          f"pretrained model (kind verbalizer or contrastive); {recipe.task.name} is kind "
+                          f"pretrained model (kind {' or '.join(zero_shot)}); {recipe.task.name} is kind "
                           f"{recipe.task.kind!r}: its head would be untrained. Use finetune.train_examples >= 1")
     validator = TaskValidator(recipe, interval=1, steps_per_epoch=1, train_steps=0, run_dir=cfg.run_dir,
                               checkpoint_root=cfg.checkpoint_dir, data_summary=recipe.row_summaries())

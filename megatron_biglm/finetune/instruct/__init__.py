@@ -1,5 +1,5 @@
 """Instruction tuning (encoder instruction-tuning spec §3.1): chat template, FLAN/xP3 rows with the seed's
-filters, the tokenized dataset, and (in `finetune/recipes/instruct.py`) the recipe.
+filters, the tokenized dataset; the kind that trains on it is `finetune/kinds/instruct.py`.
 
 | concept | module |
 |---|---|

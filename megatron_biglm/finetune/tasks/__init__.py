@@ -1,31 +1,34 @@
-"""Task-side building blocks of fine-tuning: task descriptions, feature encoders (rows ->
-token ids, `split`, labels) and the pure functions that score model outputs. Nothing here
-runs a model: a recipe (training/recipe.py) wires these to the model and the loop.
+"""Task-side building blocks of fine-tuning: task descriptions, declarations and the helpers
+more than one kind uses. How a task is modelled (encoders, loss, evaluation) is its kind's
+(`finetune/kinds/`, one module each).
 
 | concept | module |
 |---|---|
 | `Task` (name, data set, kind, fields, metrics) | `task` |
 | a task declared as data (`finetune.task: {kind: ..., fields: ...}`) | `declaration` |
 | the built-in tasks (MNLI, SuperGLUE x5, SQuAD, XSUM, MSQG) as declarations, and prompts | `prompts` |
-| prompted classification with a (multi-token) verbalizer | `verbalizer` |
-| head classification features | `head_classification` |
 | SQuAD windows / offsets, n-best answers | `squad_windows`, `squad_answers` |
-| seq2seq features (source prefix, target suffix, target length) | `seq2seq` |
+| the columns of a labelled task as declared, the declaration error | `columns` |
 | fill a template and cut the longest field | `text_fit` |
-| rows -> examples for any kind (what a recipe calls) | `encode` |
+
+The built-in tasks are declarations, read by their kinds' classes, so `TASKS`, `DECLARATIONS`,
+`PROMPTS` and `get_task` are loaded on first use: a kind's module may import this package's
+helpers without loading every kind first.
 """
-from .encode import encode_rows, make_encoder
-from .head_classification import HeadEncoder, HeadExample
-from .prompts import DECLARATIONS, PROMPTS, TASKS, get_task
-from .seq2seq import Seq2SeqEncoder, Seq2SeqExample
 from .squad_answers import SpanCandidate, nbest_spans, squad_predictions
 from .squad_windows import NO_ANSWER_POSITION, SquadEncoder, SquadWindow, window_bounds
-from .task import KINDS, Task
-from .verbalizer import (IGNORE_INDEX, VerbalizerEncoder, VerbalizerExample, VerbalizerPrompt,
-                         label_scores, predict_labels, verbalizer_loss)
+from .task import Task
 
-__all__ = ["DECLARATIONS", "HeadEncoder", "HeadExample", "IGNORE_INDEX", "KINDS", "NO_ANSWER_POSITION", "PROMPTS",
-           "Seq2SeqEncoder", "Seq2SeqExample", "SpanCandidate", "SquadEncoder", "SquadWindow",
-           "TASKS", "Task", "VerbalizerEncoder", "VerbalizerExample", "VerbalizerPrompt",
-           "encode_rows", "get_task", "label_scores", "make_encoder", "nbest_spans", "predict_labels", "squad_predictions",
-           "verbalizer_loss", "window_bounds"]
+_FROM_PROMPTS = ("DECLARATIONS", "PROMPTS", "TASKS", "get_task")
+
+
+def __getattr__(name: str):
+    if name in _FROM_PROMPTS:
+        from . import prompts
+
+        return getattr(prompts, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+__all__ = ["DECLARATIONS", "NO_ANSWER_POSITION", "PROMPTS", "SpanCandidate", "SquadEncoder", "SquadWindow",
+           "TASKS", "Task", "get_task", "nbest_spans", "squad_predictions", "window_bounds"]

@@ -2,17 +2,21 @@
 
     finetune:
       task:
-        kind: head                   # verbalizer | head | span | seq2seq | contrastive | instruct
+        kind: head                   # a registered kind (finetune/kinds/), or module:Class
         fields: [review]             # the text columns, in order
         label_field: sentiment
         labels: [neg, pos]           # optional: inferred from the training split (sorted)
       data: {train: train.csv, validation: valid.csv}
 
-Every key (`DECLARATION_KEYS`; an unknown one is an error naming the valid ones):
+Every key (`COMMON_KEYS`, and the kind's own `declaration_keys`; an unknown one is an error
+naming the valid ones, or the kind it belongs to). The kind reads the declaration: which
+problem types it models, its default metrics, the columns it reads and the task fields it
+settles are its class's (`kinds/base.py`); this module holds what every kind shares.
   name                 what results and logs call the task (default "custom")
-  kind                 how it is modelled (`task.KINDS`): verbalizer, head, span, seq2seq, contrastive
-                       (pairs under data.train, a BEIR folder per evaluation split) or instruct
-                       (instruction datasets built by `cli.instruct_data`)
+  kind                 how it is modelled (`finetune/kinds/`): verbalizer, head, span, seq2seq,
+                       contrastive (pairs under data.train, a BEIR folder per evaluation split),
+                       instruct (instruction datasets built by `cli.instruct_data`), or a
+                       `module:Class` of one's own
   dataset              a built-in data set's columns (`data_files.SCHEMAS`, e.g. super_glue/cb),
                        instead of declaring them
   fields               the text columns in order (a verbalizer takes them from its template)
@@ -20,7 +24,7 @@ Every key (`DECLARATION_KEYS`; an unknown one is an error naming the valid ones)
   labels               the label names, in index order; left out, they are the distinct values
                        of the training split's label column as written (1, "1" and 1.0 are one
                        label), numbers in numeric order, then other names sorted (printed, and
-                       saved in the run's config.yaml as finetune.label_names). A value is
+                       saved in the run's config.yaml as finetune.options.label_names). A value is
                        matched by its name; an integer that names no label is an index only
                        when the listed labels are not numbers. No value means "unlabeled"
                        here: a built-in data set (`dataset`) keeps its -1 test rows
@@ -47,33 +51,13 @@ from __future__ import annotations
 import dataclasses
 from typing import Mapping, Sequence
 
-from megatron_biglm.common.config_fields import ConfigError
+from ..data_files import DatasetSchema, get_schema, label_order, label_text, label_values
+from .columns import TaskDeclarationError, as_list
+from .task import Task, check_metric_name
 
-from ..data_files import DatasetSchema, get_schema, label_order, label_text, label_values, names_a_number
-from .task import KINDS, PROBLEM_TYPES, Task, check_metric_name
-from .verbalizer import VerbalizerPrompt
-
-DECLARATION_KEYS = ("name", "kind", "dataset", "fields", "label_field", "labels", "problem_type",
-                    "label_separator", "template", "label_words", "truncatable", "source_field", "target_field",
-                    "context_field", "question_field", "answers_field", "id_field", "metrics", "select",
-                    "train_split", "eval_splits", "hub", "hub_config")
-
-_LABEL_KIND = {"single_label_classification": "single", "regression": "regression",
-               "multi_label_classification": "multi"}
-_DEFAULT_METRICS = {  # (kind, problem_type) -> (metrics, select)
-    ("verbalizer", "single_label_classification"): (("accuracy",), "accuracy"),
-    ("head", "single_label_classification"): (("accuracy",), "accuracy"),
-    ("head", "regression"): (("pearson", "spearman", "mse"), "pearson"),
-    ("head", "multi_label_classification"): (("micro_f1", "macro_f1", "subset_accuracy"), "micro_f1"),
-    ("span", "single_label_classification"): (("squad",), "f1"),
-    ("seq2seq", "single_label_classification"): (("rouge",), "rougeL"),
-    ("contrastive", "single_label_classification"): (("retrieval",), "ndcg@10"),
-    ("instruct", "single_label_classification"): (("loss",), "loss"),
-}
-
-
-class TaskDeclarationError(ConfigError):
-    """A declared task is wrong; the message names the key and what it may be."""
+#: the declaration keys of every kind (a kind adds its own: `declaration_keys`)
+COMMON_KEYS = ("name", "kind", "dataset", "fields", "label_field", "labels", "problem_type", "label_separator",
+               "id_field", "metrics", "select", "train_split", "eval_splits", "hub", "hub_config")
 
 
 def declare_task(spec: Mapping, where: str = "finetune.task") -> Task:
@@ -81,31 +65,34 @@ def declare_task(spec: Mapping, where: str = "finetune.task") -> Task:
     the task until `with_labels` fills them from the training split."""
     if not isinstance(spec, Mapping):
         raise TaskDeclarationError(f"{where} must be a task name or a mapping, got {spec!r}")
-    unknown = [k for k in spec if k not in DECLARATION_KEYS]
+    from ..kinds import KINDS, kind_class
+
+    kind = spec.get("kind")
+    try:
+        kind_cls = kind_class(kind)
+    except ValueError as exc:
+        raise TaskDeclarationError(f"{where}.kind must be one of {list(KINDS)} or a 'module:Class': {exc}") from None
+    valid = [*COMMON_KEYS, *kind_cls.declaration_keys]
+    unknown = [k for k in spec if k not in valid]
     if unknown:
+        owners = {k: other for k in unknown for other in KINDS
+                  if other != kind and k in kind_class(other).declaration_keys}
+        if owners:
+            key, owner = next(iter(owners.items()))
+            raise TaskDeclarationError(f"{where}: {key} belongs to kind {owner}, not {kind!r}")
         from megatron_biglm.common.config_fields import unknown_key_error
 
-        raise unknown_key_error(where, unknown, list(DECLARATION_KEYS), error=TaskDeclarationError,
+        raise unknown_key_error(where, unknown, valid, error=TaskDeclarationError,
                                 headline="unknown task key {first!r}")
-    kind = spec.get("kind")
-    if kind not in KINDS:
-        raise TaskDeclarationError(f"{where}.kind must be one of {list(KINDS)}, got {kind!r}")
     problem = spec.get("problem_type", "single_label_classification")
-    if problem not in PROBLEM_TYPES or (kind != "head" and problem != "single_label_classification"):
-        allowed = list(PROBLEM_TYPES) if kind == "head" else ["single_label_classification"]
-        raise TaskDeclarationError(f"{where}.problem_type must be one of {allowed} for kind {kind!r}, got {problem!r}")
+    if problem not in kind_cls.problem_types:
+        raise TaskDeclarationError(f"{where}.problem_type must be one of {list(kind_cls.problem_types)} for kind "
+                                   f"{kind!r}, got {problem!r}")
     name = str(spec.get("name", "custom"))
-    schema = _schema(spec, kind, problem, name, where)
-    prompt, fields = None, schema.text_fields
-    if kind == "verbalizer":
-        prompt, schema = _prompt(spec, schema, where)
-        fields = prompt.fields
-    elif spec.get("truncatable") is not None:
-        raise TaskDeclarationError(f"{where}: truncatable belongs to kind verbalizer, not {kind!r}")
-    elif spec.get("template") is not None or spec.get("label_words") is not None:
-        raise TaskDeclarationError(f"{where}: template and label_words belong to kind verbalizer, not {kind!r}")
-    default_metrics, default_select = _DEFAULT_METRICS[(kind, problem)]
-    metrics = tuple(str(m) for m in _list(spec.get("metrics", default_metrics), f"{where}.metrics"))
+    schema = _schema(spec, kind_cls, problem, name, where)
+    schema, settled = kind_cls.declare(spec, schema, where)
+    default_metrics, default_select = kind_cls.default_metrics[problem]
+    metrics = tuple(str(m) for m in as_list(spec.get("metrics", default_metrics), f"{where}.metrics"))
     for metric in metrics:
         check_metric_name(metric, f"{where}.metrics")
     select = str(spec.get("select", default_select if default_select in _score_keys(metrics) else
@@ -113,12 +100,11 @@ def declare_task(spec: Mapping, where: str = "finetune.task") -> Task:
     if select not in _score_keys(metrics):
         raise TaskDeclarationError(f"{where}.select={select!r} is not a score of the metrics {list(metrics)}; "
                                    f"pick one of {_score_keys(metrics)}")
-    eval_splits = tuple(str(s) for s in _list(spec.get("eval_splits", ["validation"]), f"{where}.eval_splits"))
+    eval_splits = tuple(str(s) for s in as_list(spec.get("eval_splits", ["validation"]), f"{where}.eval_splits"))
     dataset = str(spec["dataset"]) if spec.get("dataset") is not None and spec.get("labels") is None else schema
-    return Task(name=name, dataset=dataset, kind=kind, fields=tuple(fields), metrics=metrics, select=select,
+    return Task(name=name, dataset=dataset, kind=kind, metrics=metrics, select=select,
                 label_field=schema.label_field, train_split=str(spec.get("train_split", "train")),
-                eval_splits=eval_splits, prompt=prompt, problem_type=problem,
-                columns=_columns(spec, kind))
+                eval_splits=eval_splits, problem_type=problem, **settled)
 
 
 def with_labels(task: Task, train_files, *, skip_unreadable: bool = False) -> tuple[Task, str | None]:
@@ -160,7 +146,8 @@ def _no_column(field: str, columns: dict) -> str:
             "label column")
 
 
-def _schema(spec, kind: str, problem: str, name: str, where: str) -> DatasetSchema:
+def _schema(spec, kind_cls, problem: str, name: str, where: str) -> DatasetSchema:
+    """A built-in data set's columns (`dataset`), or those the kind reads from the declaration."""
     if spec.get("dataset") is not None:
         schema = get_schema(str(spec["dataset"]))
         if spec.get("labels") is not None:
@@ -168,80 +155,7 @@ def _schema(spec, kind: str, problem: str, name: str, where: str) -> DatasetSche
         return schema
     hub = spec.get("hub")
     common = dict(name=name, hub_path=str(hub) if hub else "", hub_config=spec.get("hub_config"))
-    extra = (str(spec["id_field"]),) if spec.get("id_field") else ()
-    if kind in ("contrastive", "instruct"):  # read by their recipes (pairs; a built instruction set)
-        return DatasetSchema(text_fields=(), label_field=None, **common)
-    if kind == "seq2seq":
-        return DatasetSchema(text_fields=(str(spec.get("source_field", "source")),), label_field=None,
-                             target_field=str(spec.get("target_field", "target")), extra_fields=extra, **common)
-    if kind == "span":
-        return DatasetSchema(text_fields=(str(spec.get("context_field", "context")),
-                                          str(spec.get("question_field", "question"))), label_field=None,
-                             answers_field=str(spec.get("answers_field", "answers")),
-                             extra_fields=extra or ("id",), **common)
-    fields = spec.get("fields")
-    if fields is None and kind == "verbalizer" and spec.get("template"):
-        from .text_fit import template_fields
-
-        fields = list(template_fields(str(spec["template"]).split("<mask>")[0]))
-    fields = tuple(str(f) for f in _list(fields, f"{where}.fields")) if fields is not None else ()
-    if not fields:
-        raise TaskDeclarationError(f"{where}.fields: name the text column(s) the task reads, e.g. fields: [text]")
-    labels = spec.get("labels")
-    label_words = spec.get("label_words")
-    if labels is None and isinstance(label_words, Mapping):
-        labels = list(label_words)
-    if labels is not None:
-        labels = tuple(label_text(x) or str(x) for x in _list(labels, f"{where}.labels"))  # 1.0 names label 1
-        if len(set(labels)) != len(labels) or any(not x for x in labels):
-            raise TaskDeclarationError(f"{where}.labels must be distinct non-empty names, got {list(labels)}")
-    if problem == "regression" and labels is not None:
-        raise TaskDeclarationError(f"{where}: a regression task has a number per row, not labels")
-    return DatasetSchema(text_fields=fields, label_names=labels or (), unlabeled=None,
-                         label_indices=not any(map(names_a_number, labels or ())),
-                         label_field=str(spec.get("label_field", "label")), extra_fields=extra,
-                         label_kind=_LABEL_KIND[problem], label_separator=str(spec.get("label_separator", ",")),
-                         **common)
-
-
-def _prompt(spec, schema: DatasetSchema, where: str) -> tuple[VerbalizerPrompt, DatasetSchema]:
-    template, words = spec.get("template"), spec.get("label_words")
-    if template is None or words is None:
-        raise TaskDeclarationError(f"{where}: kind verbalizer needs template (with one <mask>) and "
-                                   "label_words (one word per label)")
-    if isinstance(words, Mapping):
-        missing = [n for n in schema.label_names if n not in words]
-        if missing:
-            raise TaskDeclarationError(f"{where}.label_words has no word for the label(s) {missing}")
-        words = [words[n] for n in schema.label_names]
-    elif not schema.label_names:
-        raise TaskDeclarationError(f"{where}: label_words as a list needs labels (their order), or give "
-                                   "label_words as a mapping {label: word}")
-    words = tuple(str(w) for w in _list(words, f"{where}.label_words"))
-    if len(words) != len(schema.label_names):
-        raise TaskDeclarationError(f"{where}.label_words has {len(words)} words for {len(schema.label_names)} "
-                                   f"labels {list(schema.label_names)}")
-    truncatable = spec.get("truncatable")
-    try:
-        prompt = VerbalizerPrompt(str(template), words,
-                                  None if truncatable is None else tuple(str(f) for f in truncatable))
-    except ValueError as exc:
-        raise TaskDeclarationError(f"{where}.template: {exc}") from None
-    missing = [f for f in prompt.fields if f not in schema.text_fields]
-    if missing and (spec.get("fields") is not None or spec.get("dataset") is not None):
-        raise TaskDeclarationError(f"{where}.template uses {missing}, which are not among the fields "
-                                   f"{list(schema.text_fields)}")
-    if spec.get("dataset") is not None:
-        return prompt, schema
-    return prompt, dataclasses.replace(schema, text_fields=prompt.fields)
-
-
-def _columns(spec, kind: str) -> dict:
-    if kind == "span":
-        return {"context": str(spec.get("context_field", "context")),
-                "question": str(spec.get("question_field", "question")),
-                "answers": str(spec.get("answers_field", "answers")), "id": str(spec.get("id_field", "id"))}
-    return {}
+    return kind_cls.declared_schema(spec, problem, common, where)
 
 
 def _score_keys(metrics: Sequence[str]) -> list[str]:
@@ -249,9 +163,3 @@ def _score_keys(metrics: Sequence[str]) -> list[str]:
     from ..metrics.task_scores import score_keys
 
     return score_keys(metrics)
-
-
-def _list(value, key: str) -> list:
-    if isinstance(value, str) or not isinstance(value, Sequence):
-        raise TaskDeclarationError(f"{key} must be a list, got {value!r}")
-    return list(value)

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 from .declaration import declare_task
 from .task import Task
-from .verbalizer import VerbalizerPrompt
 
 _PROMPTS = {  # name -> (template, label words in the data set's label order, truncatable)
     "mnli": ("{premise} Question: {hypothesis} True, False or Neither? Answer: <mask>",
@@ -59,7 +58,8 @@ DECLARATIONS: dict[str, dict] = {**_classification_declarations(),
     "msqg": dict(name="msqg", kind="seq2seq", dataset="msqg", metrics=["rouge", "bleu", "meteor"], select="rougeL"),
 }
 TASKS: dict[str, Task] = {name: declare_task(spec, f"built-in task {name}") for name, spec in DECLARATIONS.items()}
-PROMPTS: dict[str, VerbalizerPrompt] = {name: TASKS[name].prompt for name in _PROMPTS}
+#: name -> its `kinds.verbalizer.VerbalizerPrompt`
+PROMPTS: dict = {name: TASKS[name].prompt for name in _PROMPTS}
 
 
 def get_task(name_or_declaration) -> Task:

@@ -1,4 +1,5 @@
-"""Contrastive fine-tuning of retrieval embeddings: a Recipe on the one training loop.
+"""The contrastive kind: fine-tuning retrieval embeddings, a Recipe on the one training loop.
+The pretrained model already embeds, so this kind scores zero-shot.
 
 Data: jsonl pairs (`finetune/retrieval/pairs.py`), drawn epoch by epoch in the one epoch
 order of every recipe (`finetune/epochs.py`), so the sample is a pure function of its global
@@ -6,7 +7,7 @@ index and `consumed_samples` resumes it. A micro-batch holds the
 queries (prefixed "query: ") and their passages (prefixed "passage: "): b positives, then
 b*k hard negatives. One forward encodes both (right-padded to one length, padding masked by
 `valid_lengths`); the loss is InfoNCE over in-batch + hard negatives gathered from every DP
-rank with gradients (`finetune/retrieval/infonce.py`). The loss is summed over the
+rank with gradients (`info_nce_sum`, below). The loss is summed over the
 micro-batch's queries and the loop divides by the global query count, so a DP=2 run with
 micro-batch b equals a DP=1 run with micro-batch 2b.
 
@@ -20,6 +21,15 @@ search over the corpus (the select metric: nDCG@10), as `eval_retrieval` scores 
 count pairs. `finetune.max_length` caps each text's tokens. Options (`ContrastiveOptions`):
 hard_negatives (k, 0), temperature (0.05), pooling (mean|first|cls|last), normalize (true),
 query_prefix ("query: "), passage_prefix ("passage: "), split ("test").
+
+InfoNCE (`info_nce_sum`), with in-batch negatives, optional hard negatives, and negatives from
+every DP rank: query i's positive is passage i; every other passage of the batch (other queries' positives
+and everyone's hard negatives) is a negative. Under data parallelism the passage embeddings
+of all DP ranks are gathered WITH gradients (`torch.distributed.nn.functional.all_gather`,
+whose backward sums the gradients that reach each rank's slice), so each rank's queries are
+scored against the global batch: the loss and the gradients are those of one process
+holding the whole global micro-batch. Each rank returns the loss summed over ITS queries;
+the loop divides by the global query count.
 """
 from __future__ import annotations
 
@@ -28,13 +38,13 @@ from functools import partial
 from typing import Literal
 
 import torch
+import torch.distributed as dist
 
 from megatron_biglm.checkpoint.task_head import DEFAULT_PROMPTS, EmbedderRecord
 from megatron_biglm.training.recipe import LOSS_KEY, RecipeData
 
 from ..epochs import EpochSamples
 from ..retrieval.embed import EmbeddingOptions, pool, tokenize
-from ..retrieval.infonce import info_nce_sum
 from ..retrieval.pairs import read_pairs
 from ..row_report import RowReport
 from .base import FinetuneRecipe
@@ -50,6 +60,41 @@ class ContrastiveOptions:
     passage_prefix: str = DEFAULT_PROMPTS["passage"]
     split: str = "test"   # qrels/<split>.tsv of the validation folders
     keep_first_duplicate: bool = False   # a BEIR _id given twice: keep the first row (counted), not an error
+
+
+def gather_with_grad(x: torch.Tensor, group=None) -> tuple[torch.Tensor, int]:
+    """(concatenation over the group's ranks, in rank order, of x [n, h]; this rank's offset).
+    Every rank must hold the same n. Without a group of more than one rank: (x, 0)."""
+    if not dist.is_initialized() or dist.get_world_size(group) == 1:
+        return x, 0
+    from torch.distributed.nn.functional import all_gather
+
+    parts = all_gather(x.contiguous(), group=group)
+    return torch.cat(parts, dim=0), dist.get_rank(group) * x.shape[0]
+
+
+def info_nce_sum(queries: torch.Tensor, passages: torch.Tensor, *, temperature: float,
+                 group=None) -> tuple[torch.Tensor, torch.Tensor]:
+    """(loss summed over this rank's queries, correct top-1 count).
+
+    queries [b, h]; passages [b * (1 + k), h] laid out as b positives then b*k hard negatives
+    (any order after the positives). With a DP group, the positives of all ranks come first
+    in the gathered matrix, then all ranks' hard negatives, so query j of rank r has label
+    r*b + j."""
+    if temperature <= 0:
+        raise ValueError(f"temperature must be > 0, got {temperature}")
+    b = queries.shape[0]
+    positives, negatives = passages[:b], passages[b:]
+    all_pos, offset = gather_with_grad(positives, group)
+    columns = all_pos
+    if negatives.shape[0]:
+        all_neg, _ = gather_with_grad(negatives, group)
+        columns = torch.cat([all_pos, all_neg])
+    logits = queries.float() @ columns.float().T / temperature
+    labels = torch.arange(offset, offset + b, device=logits.device)
+    loss = torch.nn.functional.cross_entropy(logits, labels, reduction="sum")
+    correct = (logits.argmax(dim=1) == labels).sum()
+    return loss, correct
 
 
 def collate_pairs(samples, *, tokenizer, options: EmbeddingOptions) -> dict:
@@ -71,6 +116,9 @@ class ContrastiveRecipe(FinetuneRecipe):
     name = "contrastive"
     metric_names = ("in_batch_accuracy",)
     Options = ContrastiveOptions
+    scores_zero_shot = True
+    default_metrics = {"single_label_classification": (("retrieval",), "ndcg@10")}
+    reads_columns = False   # the pairs and the BEIR folders have their own formats
 
     def __init__(self, task, tokenizer, options):
         super().__init__(task, tokenizer, options)

@@ -1,10 +1,17 @@
-"""`FinetuneRecipe`: what every fine-tuning recipe shares, on top of the training `Recipe`.
+"""`FinetuneRecipe`: what every task kind shares, on top of the training `Recipe`.
 
-Built as `RecipeClass(task, tokenizer, options)`, the one form of every recipe (`options`: the
+A kind (`kinds/__init__.py`) is one subclass in one module. Before any run it reads a task
+declaration (`tasks/declaration.py` asks it): the keys of its own (`declaration_keys`), the
+problem types it models, its default metrics, the columns it reads (`declared_schema`) and
+the task fields it settles (`declare`), checked again on every `Task` (`check_task`);
+`scores_zero_shot` says whether it reads answers off a pretrained model unchanged (a
+`finetune.train_examples=0` run scores the start point).
+
+Built as `KindClass(task, tokenizer, options)`, the one form of every kind (`options`: the
 run config's `finetune:` section, `config.finetune_section.FinetuneConfig`). Its kind-specific
-`finetune.options` are typed: each recipe names a dataclass (`Options`), built by the config
+`finetune.options` are typed: each kind names a dataclass (`Options`), built by the config
 loader's one mechanism, so an unknown or mistyped option stops the run naming the valid ones;
-the recipe reads them as `self.opts`. `prepare(config)` reads and encodes every split once (before the
+the kind reads them as `self.opts`. `prepare(config)` reads and encodes every split once (before the
 schedule exists: the epochs become steps from the training set's size); `build_data` then
 serves the encoded examples to the loop:
 
@@ -16,7 +23,7 @@ serves the encoded examples to the loop:
 
 A subclass sets `collate(examples) -> batch`, `forward`, `loss_tokens` (the `Recipe` seam)
 and `evaluate_split(model, name, examples, device) -> {metric: value}` (must contain the
-task's select metric); `encode(rows, report, training)` defaults to `tasks.encode_rows`.
+task's select metric) and `encode(rows, report, training) -> examples`.
 `forward` defaults to `logits(model, batch, device)` (the full-attention forward over the
 padded `tokens` and their `valid_lengths`) with the loss `_loss(batch, logits)`;
 `gold_labels` and `accuracy_loss` are the labelled recipes' shared loss pieces.
@@ -37,12 +44,11 @@ import torch
 
 from megatron_biglm.training.recipe import LOSS_KEY, Recipe, RecipeData
 
-from ..data_files import get_schema, load_split
+from ..data_files import DatasetSchema, get_schema, load_split
 from ..epochs import EpochSamples
 from ..epochs import steps_per_epoch as epoch_steps
 from ..metrics import task_scores
 from ..row_report import RowReport
-from ..tasks import encode_rows
 
 
 def draw_examples(examples: Sequence, n: int, seed: int) -> list:
@@ -91,6 +97,35 @@ def typed_options(cls, options, kind: str):
 class FinetuneRecipe(Recipe):
     name = "finetune"
     Options: type = NoOptions
+
+    # ---- the kind, before any run: what a declaration of it may say -------------------
+    scores_zero_shot: bool = False   # answers read off the pretrained model: train_examples=0 scores it
+    declaration_keys: tuple[str, ...] = ()   # the declaration keys of this kind alone
+    problem_types: tuple[str, ...] = ("single_label_classification",)
+    default_metrics: dict = {"single_label_classification": (("accuracy",), "accuracy")}  # -> (metrics, select)
+    reads_columns: bool = True   # False: its data has a format of its own, not a task's columns
+
+    @classmethod
+    def declared_schema(cls, spec, problem: str, common: dict, where: str):
+        """The columns a declaration of this kind names (a `DatasetSchema`; `common`: its name and
+        hub keys). By default: the text `fields` and a label column; none without `reads_columns`."""
+        from ..tasks.columns import labelled_schema
+
+        if not cls.reads_columns:
+            return DatasetSchema(text_fields=(), label_field=None, **common)
+        return labelled_schema(spec, problem, common, where)
+
+    @classmethod
+    def declare(cls, spec, schema, where: str) -> tuple:
+        """(schema, the `Task` fields this kind settles from the declaration `spec`); by
+        default the text fields, in order."""
+        return schema, {"fields": tuple(schema.text_fields)}
+
+    @classmethod
+    def check_task(cls, task) -> None:
+        """What every `Task` of this kind must hold (ValueError naming the task otherwise)."""
+        if task.prompt is not None:
+            raise ValueError(f"task {task.name}: kind {task.kind!r} takes no prompt")
 
     def __init__(self, task, tokenizer, options):
         from megatron_biglm.config.finetune_section import FinetuneConfig
@@ -142,11 +177,19 @@ class FinetuneRecipe(Recipe):
                           skip_unreadable=self.options.skip_unreadable)
 
     def encode(self, rows: list[dict], report: RowReport, training: bool) -> list:
-        return encode_rows(self.task, rows, self.tokenizer, max_length=self.options.max_length,
-                           report=report, **self.encoder_options(training))
+        """The examples of `rows` (a row may give none, counted in `report`, or several)."""
+        raise NotImplementedError
 
-    def encoder_options(self, training: bool) -> dict:  # noqa: ARG002 - per kind
-        return {}
+    def encode_labelled(self, encoder, rows: Sequence[dict], report: RowReport | None) -> list:
+        """One example per row from `encoder.encode(row, label, ...)`, the row's label read from
+        the task's label column; a row located as `<task>:<row number>` in the report."""
+        out = []
+        for number, row in enumerate(rows, start=1):
+            example = encoder.encode(row, row.get(self.task.label_field), source=self.task.name,
+                                     report=report, line=number)
+            if example is not None:
+                out.append(example)
+        return out
 
     def prepare(self, config) -> None:
         """Read and encode the training split and every evaluation split (once)."""

@@ -1,8 +1,8 @@
-"""Seq2seq fine-tuning (XSUM, MSQG; the paper's Table 3): CMLM training of the target given the
+"""The seq2seq kind (XSUM, MSQG; the paper's Table 3): CMLM training of the target given the
 source, plus the length head, decoded with Mask-Predict for the task's metrics.
 
-Layout (`tasks/seq2seq.py`): `[BOS] source target`, `split` = where the target starts, so source
-rows never see the target, exactly as in pretraining. Training (Ghazvininejad et al., 2019):
+Layout (`Seq2SeqEncoder`, below): `[BOS] source target`, `split` = where the target starts,
+so source rows never see the target, exactly as in pretraining. Training (Ghazvininejad et al., 2019):
 - the target is masked uniformly: per sample the number of masked target tokens is drawn from
   1..N (N = target length; CMLM's `randint(1, N)`, i.e. beta ~ U(0, 1) with at least one mask),
   positions at random;
@@ -34,6 +34,18 @@ Options (`finetune.options`, `Seq2SeqOptions`): max_target_length (64), max_sour
 (max_length - max_target_length), append_eos (False), length_loss_weight (0.1),
 source_mask_rate (0.0), overlong_source ("truncate" | "drop"), generation ({steps: 10,
 length_beam: 5}), eval_limit (all).
+
+Features (`Seq2SeqEncoder`): `[BOS] source target [EOS]?`, with `split = len([BOS] + source)`:
+source rows never see the target, exactly as in pretraining, so at decoding time the source can be encoded
+once and the target slots filled by Mask-Predict. `target_length` is the number of suffix
+tokens (the target, plus EOS when `append_eos`): the class the length head is trained to
+predict from the prefix, and the N that Mask-Predict decodes.
+
+Length limits: `max_source_length` bounds `[BOS] + source`, `max_target_length` the
+suffix. An over-long source is cut from its end (`overlong_source="truncate"`, counted as a
+`source` truncation) or the row dropped (`"drop"`, counted as `source_too_long`); an
+over-long target is cut and counted as a `target` truncation. A target that tokenises to
+nothing is dropped as `empty_target`.
 """
 from __future__ import annotations
 
@@ -45,14 +57,88 @@ import numpy as np
 import torch
 
 from megatron_biglm.config import derive
+from megatron_biglm.data.token_ids import TokenIds
+from megatron_biglm.inference.engine import pad
 from megatron_biglm.training.recipe import LOSS_KEY, RecipeData, padding_excluded
 
+from ..data_files import DatasetSchema, get_schema
 from ..metrics import task_scores
-from ..tasks.seq2seq import Seq2SeqEncoder, Seq2SeqExample
+from ..row_report import EMPTY_TARGET, SOURCE_TOO_LONG, RowReport
 from .base import FinetuneRecipe
 
 # Mask-Predict as the paper decodes (Ghazvininejad et al.: T = 10, length beam 5)
 DECODING_DEFAULTS = {"steps": 10, "length_beam": 5}
+
+
+@dataclass
+class Seq2SeqExample:
+    input_ids: list[int]
+    split: int
+    target_length: int
+    reference: str | None = None  # the target text as given (untruncated): what metrics compare with
+
+    @property
+    def length(self) -> int:
+        return len(self.input_ids)
+
+
+class Seq2SeqEncoder:
+    def __init__(self, tokenizer, max_source_length: int, max_target_length: int, *,
+                 append_eos: bool = False, overlong_source: str = "truncate"):
+        if overlong_source not in ("truncate", "drop"):
+            raise ValueError(f"overlong_source must be 'truncate' or 'drop', got {overlong_source!r}")
+        if max_source_length < 2 or max_target_length < 1 + int(append_eos):
+            raise ValueError("max_source_length must be >= 2 and max_target_length >= 1 (+1 for EOS)")
+        self.tokenizer = tokenizer
+        self.max_source_length = int(max_source_length)
+        self.max_target_length = int(max_target_length)
+        self.append_eos = append_eos
+        self.overlong_source = overlong_source
+        self.ids = TokenIds.from_tokenizer(tokenizer)
+        if self.ids.bos_id is None or (append_eos and self.ids.eos_id is None):
+            raise ValueError("the tokenizer needs a BOS id (and EOS with append_eos)")
+
+    def prefix(self, source: str, *, report: RowReport | None = None, source_name="",
+               line: int = 0) -> list[int] | None:
+        """`[BOS] + source` ids within max_source_length (what decoding starts from)."""
+        ids = list(self.tokenizer(source, add_special_tokens=False)["input_ids"])
+        room = self.max_source_length - 1
+        if len(ids) > room:
+            if self.overlong_source == "drop":
+                if report is not None:
+                    report.drop_kept(SOURCE_TOO_LONG, source_name, line,
+                                     f"{len(ids) + 1} source tokens > max_source_length={self.max_source_length}")
+                return None
+            ids = ids[:room]
+            if report is not None:
+                report.truncate("source")
+        return [self.ids.bos_id] + ids
+
+    def encode(self, source: str, target: str, *, report: RowReport | None = None,
+               source_name="", line: int = 0) -> Seq2SeqExample | None:
+        target_ids = list(self.tokenizer(target, add_special_tokens=False)["input_ids"])
+        if not target_ids:
+            if report is not None:
+                report.drop_kept(EMPTY_TARGET, source_name, line, "the target tokenises to nothing")
+            return None
+        prefix = self.prefix(source, report=report, source_name=source_name, line=line)
+        if prefix is None:
+            return None
+        room = self.max_target_length - int(self.append_eos)
+        if len(target_ids) > room:
+            target_ids = target_ids[:room]
+            if report is not None:
+                report.truncate("target")
+        suffix = target_ids + ([self.ids.eos_id] if self.append_eos else [])
+        return Seq2SeqExample(prefix + suffix, len(prefix), len(suffix), reference=target)
+
+
+def collate(examples: Sequence[Seq2SeqExample], pad_id: int) -> dict[str, torch.Tensor]:
+    """input_ids [B, T] right-padded, lengths [B], split [B], target_lengths [B]."""
+    input_ids, lengths = pad([e.input_ids for e in examples], pad_id, "cpu")
+    return {"input_ids": input_ids, "lengths": lengths,
+            "split": torch.tensor([e.split for e in examples]),
+            "target_lengths": torch.tensor([e.target_length for e in examples])}
 
 
 @dataclass
@@ -106,8 +192,16 @@ class Seq2SeqRecipe(FinetuneRecipe):
 
     name = "seq2seq"
     metric_names = ("masked_accuracy", "length_accuracy", "length_loss")
-
     Options = Seq2SeqOptions
+    declaration_keys = ("source_field", "target_field")
+    default_metrics = {"single_label_classification": (("rouge",), "rougeL")}
+
+    @classmethod
+    def declared_schema(cls, spec, problem: str, common: dict, where: str):  # noqa: ARG003
+        """The source column (the prefix) and the target column (the suffix)."""
+        extra = (str(spec["id_field"]),) if spec.get("id_field") else ()
+        return DatasetSchema(text_fields=(str(spec.get("source_field", "source")),), label_field=None,
+                             target_field=str(spec.get("target_field", "target")), extra_fields=extra, **common)
 
     def __init__(self, task, tokenizer, options):
         super().__init__(task, tokenizer, options)
@@ -143,12 +237,16 @@ class Seq2SeqRecipe(FinetuneRecipe):
         return GenerationConfig.from_dict(values)
 
     # ---- data -------------------------------------------------------------------------
-    def encode(self, rows: list[dict], report, training: bool) -> list:  # noqa: ARG002
-        from ..tasks import encode_rows
-
-        return encode_rows(self.task, rows, self.tokenizer, max_length=self.max_source_length, report=report,
-                           max_target_length=self.max_target_length, append_eos=self.encoder.append_eos,
-                           overlong_source=self.encoder.overlong_source)
+    def encode(self, rows: list[dict], report: RowReport, training: bool) -> list:  # noqa: ARG002
+        """One example per row: the task's first text field is the source, its target field the target."""
+        schema = get_schema(self.task.dataset)
+        out: list = []
+        for number, row in enumerate(rows, start=1):
+            example = self.encoder.encode(row[schema.text_fields[0]], row[schema.target_field],
+                                          source_name=self.task.name, report=report, line=number)
+            if example is not None:
+                out.append(example)
+        return out
 
     def settle(self, config):
         """The CMLM length head must cover the targets: `model.length_head_max` is raised to

@@ -1,4 +1,4 @@
-"""Extractive QA (SQuAD v1.1): a start/end span head over question + context windows.
+"""The span kind, extractive QA (SQuAD v1.1): a start/end span head over question + context windows.
 
 A question's context is cut into windows `[BOS] question [EOS] context-window [EOS]` with a
 doc stride (`tasks/squad_windows.py`; `finetune.options.doc_stride`, `max_query_length`),
@@ -28,9 +28,15 @@ from megatron_biglm.data.token_ids import TokenIds
 from megatron_biglm.model.head_model import head_model_provider
 from megatron_biglm.training.recipe import LOSS_KEY
 
+from ..data_files import DatasetSchema
 from ..metrics import task_scores
-from ..tasks import squad_predictions
+from ..row_report import RowReport
+from ..tasks.squad_answers import squad_predictions
+from ..tasks.squad_windows import SquadEncoder
 from .base import FinetuneRecipe
+
+#: a declaration's column keys -> the SQuAD role each names (and its default column)
+COLUMN_KEYS = {"context_field": "context", "question_field": "question", "answers_field": "answers"}
 
 
 @dataclass
@@ -45,6 +51,24 @@ class SpanQARecipe(FinetuneRecipe):
     name = "span_qa"
     metric_names = ("start_accuracy", "end_accuracy")
     Options = SpanOptions
+    declaration_keys = tuple(COLUMN_KEYS)
+    default_metrics = {"single_label_classification": (("squad",), "f1")}
+
+    @classmethod
+    def declared_schema(cls, spec, problem: str, common: dict, where: str):  # noqa: ARG003
+        """SQuAD's columns, under the names the declaration gives them."""
+        extra = (str(spec["id_field"]),) if spec.get("id_field") else ()
+        return DatasetSchema(text_fields=(str(spec.get("context_field", "context")),
+                                          str(spec.get("question_field", "question"))), label_field=None,
+                             answers_field=str(spec.get("answers_field", "answers")),
+                             extra_fields=extra or ("id",), **common)
+
+    @classmethod
+    def declare(cls, spec, schema, where: str) -> tuple:
+        """The text fields, and which column holds each SQuAD role (`encode` reads them)."""
+        schema, fields = super().declare(spec, schema, where)
+        columns = {role: str(spec.get(key, role)) for key, role in COLUMN_KEYS.items()}
+        return schema, {**fields, "columns": {**columns, "id": str(spec.get("id_field", "id"))}}
 
     def __init__(self, task, tokenizer, options):
         super().__init__(task, tokenizer, options)
@@ -55,8 +79,18 @@ class SpanQARecipe(FinetuneRecipe):
     def task_head(self) -> HeadRecord:
         return HeadRecord("span", 2, id2label=("start", "end"))
 
-    def encoder_options(self, training: bool) -> dict:
-        return {"doc_stride": self.doc_stride, "max_query_length": self.max_query_length, "training": training}
+    def encode(self, rows: list[dict], report: RowReport, training: bool) -> list:
+        """Every row's windows (with their gold positions when `training`); a declared task's own
+        column names are read as SQuAD's."""
+        encoder = SquadEncoder(self.tokenizer, max_length=self.options.max_length, doc_stride=self.doc_stride,
+                               max_query_length=self.max_query_length)
+        columns = self.task.columns
+        out: list = []
+        for number, row in enumerate(rows, start=1):
+            if columns:
+                row = {role: row[column] for role, column in columns.items() if column in row}
+            out.extend(encoder.encode(row, training=training, source=self.task.name, report=report, line=number))
+        return out
 
     def model_provider(self, pre_process, post_process, config, transformer_config):
         return head_model_provider("span")(pre_process, post_process, config, transformer_config)

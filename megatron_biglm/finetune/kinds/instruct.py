@@ -1,4 +1,4 @@
-"""InstructRecipe: masked-LM instruction tuning (seed 001 §3.1) through the one training loop.
+"""The instruct kind: masked-LM instruction tuning (seed 001 §3.1) through the one training loop.
 
 Data: an `InstructionData` (built by `python -m megatron_biglm.cli.instruct_data build`),
 viewed as `InstructionSamples`: train_steps × global_batch_size samples by global index
@@ -44,6 +44,8 @@ def _data(value) -> InstructionData:
 class InstructRecipe(FinetuneRecipe):
     name = "instruct"
     Options = InstructOptions
+    default_metrics = {"single_label_classification": (("loss",), "loss")}
+    reads_columns = False   # the data is an instruction dataset built by `cli.instruct_data`
 
     def __init__(self, task, tokenizer, options):
         super().__init__(task, tokenizer, options)

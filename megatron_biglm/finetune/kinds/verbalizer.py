@@ -1,4 +1,12 @@
-"""Prompted classification with a verbalizer: the label word is predicted at `<mask>` slots.
+"""The verbalizer kind: prompted classification (the paper's MNLI setting, seed 001's prompted
+paradigm). The masked-LM head predicts the label word at the `<mask>` slot(s) of a prompt, so
+the pretrained model already answers: this kind scores zero-shot.
+
+The prediction is the argmax over labels; validation scores it with the task's metrics
+(`metrics.task_scores`: accuracy, CB's macro-F1). The template and label words come from the
+task (its declaration: `template`, `label_words`, `truncatable`; the built-ins in
+`tasks/prompts.py`) unless the run sets `finetune.options.template` and `label_words`
+(`VerbalizerOptions`, with `loss_over` and `fill_short_labels_with`).
 
 Layout of one example (T = max_length at most):
 
@@ -25,13 +33,14 @@ single-token labels exactly the softmax over the label tokens at the mask), or t
 full-vocabulary negative log-likelihood of the gold label's tokens (`over="vocab"`).
 
 Truncation: when the filled prompt does not fit, the longest text field is cut (see
-`text_fit.py`) and counted in the `RowReport`; a prompt whose fixed text alone does not fit
+`tasks/text_fit.py`) and counted in the `RowReport`; a prompt whose fixed text alone does not fit
 is dropped and counted as `source_too_long`.
 """
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
-from typing import Mapping, Sequence
+from typing import Literal, Mapping, Optional, Sequence
 
 import torch
 
@@ -39,7 +48,9 @@ from megatron_biglm.data.token_ids import TokenIds
 from megatron_biglm.inference.engine import pad
 
 from ..row_report import SOURCE_TOO_LONG, RowReport
-from .text_fit import fit_template, template_fields
+from ..tasks.columns import TaskDeclarationError, as_list
+from ..tasks.text_fit import fit_template, template_fields
+from .base import LabelRecipe, accuracy_loss, gold_labels
 
 MASK_PLACEHOLDER = "<mask>"
 IGNORE_INDEX = -100
@@ -193,3 +204,123 @@ def collate(examples: Sequence[VerbalizerExample], pad_id: int) -> dict[str, tor
         "mask_positions": torch.tensor([e.mask_positions for e in examples]),
         "labels": torch.tensor([-1 if e.label is None else e.label for e in examples]),
     }
+
+
+@dataclass
+class VerbalizerOptions:
+    template: Optional[str] = None        # replaces the task's prompt (`{field}`s and one <mask>), with label_words
+    label_words: Optional[list] = None    # one word per label index (strings: quote yes/no in YAML)
+    loss_over: Literal["labels", "vocab"] = "labels"   # softmax over the label words, or the vocabulary
+    fill_short_labels_with: Optional[int] = None       # a token id a short label predicts in its unused slots
+
+
+class VerbalizerRecipe(LabelRecipe):
+    """The verbalizer kind (module doc): `[BOS] prompt [MASK]*K rest [EOS]`, `split` at the first
+    mask slot (0, full attention, when the run's objective has no split restriction, e.g. an
+    `mlm` baseline). The loss is the cross-entropy of the gold label over the label scores
+    (`finetune.options.loss_over: labels`) or the full-vocabulary NLL of its tokens (`vocab`), one term
+    per example, averaged over the global batch's examples."""
+
+    name = "verbalizer"
+    metric_names = ("accuracy",)
+    Options = VerbalizerOptions
+    scores_zero_shot = True
+    declaration_keys = ("template", "label_words", "truncatable")
+
+    @classmethod
+    def declared_schema(cls, spec, problem: str, common: dict, where: str):
+        if spec.get("fields") is None and spec.get("template"):   # the fields are the template's
+            spec = {**spec, "fields": list(template_fields(str(spec["template"]).split(MASK_PLACEHOLDER)[0]))}
+        if spec.get("labels") is None and isinstance(spec.get("label_words"), Mapping):  # {label: word}
+            spec = {**spec, "labels": list(spec["label_words"])}
+        return super().declared_schema(spec, problem, common, where)
+
+    @classmethod
+    def declare(cls, spec, schema, where: str) -> tuple:
+        template, words = spec.get("template"), spec.get("label_words")
+        if template is None or words is None:
+            raise TaskDeclarationError(f"{where}: kind verbalizer needs template (with one <mask>) and "
+                                       "label_words (one word per label)")
+        if isinstance(words, Mapping):
+            missing = [n for n in schema.label_names if n not in words]
+            if missing:
+                raise TaskDeclarationError(f"{where}.label_words has no word for the label(s) {missing}")
+            words = [words[n] for n in schema.label_names]
+        elif not schema.label_names:
+            raise TaskDeclarationError(f"{where}: label_words as a list needs labels (their order), or give "
+                                       "label_words as a mapping {label: word}")
+        words = tuple(str(w) for w in as_list(words, f"{where}.label_words"))
+        if len(words) != len(schema.label_names):
+            raise TaskDeclarationError(f"{where}.label_words has {len(words)} words for {len(schema.label_names)} "
+                                       f"labels {list(schema.label_names)}")
+        truncatable = spec.get("truncatable")
+        try:
+            prompt = VerbalizerPrompt(str(template), words,
+                                      None if truncatable is None else tuple(str(f) for f in truncatable))
+        except ValueError as exc:
+            raise TaskDeclarationError(f"{where}.template: {exc}") from None
+        missing = [f for f in prompt.fields if f not in schema.text_fields]
+        if missing and (spec.get("fields") is not None or spec.get("dataset") is not None):
+            raise TaskDeclarationError(f"{where}.template uses {missing}, which are not among the fields "
+                                       f"{list(schema.text_fields)}")
+        if spec.get("dataset") is None:
+            schema = dataclasses.replace(schema, text_fields=prompt.fields)
+        return schema, {"fields": prompt.fields, "prompt": prompt}
+
+    @classmethod
+    def check_task(cls, task) -> None:
+        if not isinstance(task.prompt, VerbalizerPrompt):
+            raise ValueError(f"task {task.name}: kind 'verbalizer' needs a prompt (a VerbalizerPrompt)")
+
+    def __init__(self, task, tokenizer, options):
+        from megatron_biglm.config import ConfigError
+
+        super().__init__(task, tokenizer, options)
+        opts = self.opts
+        if (opts.template is None) != (opts.label_words is None):
+            raise ConfigError("finetune.options.template and finetune.options.label_words go together "
+                              "(a prompt with one <mask>, and one word per label index)")
+        if opts.label_words is not None and not all(isinstance(w, str) for w in opts.label_words):
+            raise ConfigError(f"finetune.options.label_words must be strings, got {opts.label_words}: quote them "
+                              "(YAML reads yes/no/true/false unquoted as booleans), e.g. ['yes', 'no']")
+        if opts.template is not None:
+            prompt = VerbalizerPrompt(opts.template, tuple(opts.label_words))
+            self.task = dataclasses.replace(self.task, prompt=prompt, fields=prompt.fields)
+        self.encoder = VerbalizerEncoder(tokenizer, self.task.prompt, options.max_length,
+                                         fill_short_labels_with=opts.fill_short_labels_with)
+        self.slot_targets = self.encoder.slot_targets
+        self.pad_id = self.encoder.ids.pad_id
+
+    def encode(self, rows: list[dict], report: RowReport, training: bool) -> list:  # noqa: ARG002
+        return self.encode_labelled(self.encoder, rows, report)
+
+    def collate(self, examples: Sequence) -> dict:
+        """Right-padded to `finetune.max_length` (one shape for every batch)."""
+        width = self.options.max_length
+        tokens = torch.full((len(examples), width), self.pad_id, dtype=torch.long)
+        for i, e in enumerate(examples):
+            tokens[i, :len(e.input_ids)] = torch.tensor(e.input_ids)
+        split = [e.split if self.use_split else 0 for e in examples]
+        return {"tokens": tokens, "valid_lengths": torch.tensor([len(e.input_ids) for e in examples]),
+                "split": torch.tensor(split), "mask_positions": torch.tensor([e.mask_positions for e in examples]),
+                "labels": torch.tensor([-1 if e.label is None else e.label for e in examples])}
+
+    def logits(self, model, batch: dict, device) -> torch.Tensor:
+        return model(batch["tokens"].to(device), split=batch["split"],
+                     valid_lengths=batch["valid_lengths"].to(device), runtime_gather_output=True)
+
+    def _loss(self, batch: dict, logits: torch.Tensor):
+        scores = self.scores(batch, logits)
+        labels = gold_labels(batch, logits.device)
+        if self.opts.loss_over == "labels":
+            per_example = torch.nn.functional.cross_entropy(scores, labels, reduction="none")
+        else:
+            per_example = -scores.gather(1, labels.unsqueeze(1)).squeeze(1)
+        return accuracy_loss(per_example.sum(), scores, labels)
+
+    def scores(self, batch: dict, logits: torch.Tensor) -> torch.Tensor:
+        return label_scores(logits, batch["mask_positions"].to(logits.device), self.slot_targets)
+
+    @property
+    def num_classes(self) -> int:
+        return len(self.task.prompt.label_words)
