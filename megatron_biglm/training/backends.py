@@ -29,7 +29,7 @@ def megatron_backend() -> Backend:
     from megatron_biglm.training.schedule import resume_scheduler
 
     def build_megatron(config, mc, precision, num_microbatches, init_weights=None, provider=None):  # noqa: ARG001
-        model_chunks, _ = build.build_model(config, mc, precision, provider)
+        model_chunks, _ = build.build_model(config, mc, precision, provider, random_init=init_weights is None)
         if init_weights is not None:
             load_initial_weights(init_weights, [chunk.module for chunk in model_chunks], config)
         return model_chunks, build.build_optimizer(config, model_chunks, precision)

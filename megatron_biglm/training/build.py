@@ -52,13 +52,19 @@ def model_config(config: RunConfig):
     return mc
 
 
-def build_module(config: RunConfig, mc, precision: str, provider=None):
+def build_module(config: RunConfig, mc, precision: str, provider=None, random_init: bool = True):
     """This rank's bare model chunk and its TransformerConfig (shared by both backends).
-    `provider`: a recipe's `model_provider` (model.model_provider's signature); None builds BiGLMModel."""
+    `provider`: a recipe's `model_provider` (model.model_provider's signature); None builds BiGLMModel.
+    `random_init`: False when the caller loads the weights from a checkpoint next (a fine-tune's
+    start point): megatron then leaves its layers' weights uninitialised instead of drawing
+    136M normal samples it would overwrite (about a second of setup at the 136M shape). What
+    the checkpoint lacks is not left so: the heads a fine-tune adds initialise themselves, and
+    the loader (checkpoint/weights_only.py) refuses a checkpoint that leaves any other tensor
+    unfilled."""
     from megatron_biglm.model import model_provider
 
     recompute = config.training.recompute
-    extra = {"calculate_per_token_loss": True}
+    extra = {"calculate_per_token_loss": True, "perform_initialization": random_init}
     if recompute == "full":
         extra.update(recompute_granularity="full", recompute_method="uniform", recompute_num_layers=1)
     elif recompute == "selective":
@@ -76,12 +82,13 @@ def build_module(config: RunConfig, mc, precision: str, provider=None):
     return module, tcfg
 
 
-def build_model(config: RunConfig, mc, precision: str, provider=None):
-    """This rank's model chunk wrapped in megatron DDP (one chunk: no virtual pipeline)."""
+def build_model(config: RunConfig, mc, precision: str, provider=None, random_init: bool = True):
+    """This rank's model chunk wrapped in megatron DDP (one chunk: no virtual pipeline);
+    `random_init` as in build_module."""
     from megatron_biglm.training.ddp_settings import ddp_config
     from megatron_biglm.training.finalize_grads import finalize_model_grads_per_token
 
-    module, tcfg = build_module(config, mc, precision, provider)
+    module, tcfg = build_module(config, mc, precision, provider, random_init)
     ddp = ddp_config(config)
     model = DistributedDataParallel(config=tcfg, ddp_config=ddp, module=module)
     model.broadcast_params()

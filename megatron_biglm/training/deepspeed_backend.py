@@ -115,7 +115,7 @@ def build_engine(config: RunConfig, mc, precision: str, num_microbatches: int, i
     deepspeed = import_deepspeed()
     if not dist.is_initialized() or dist.get_world_size() == 1:
         os.environ.setdefault("LOCAL_RANK", "0")  # deepspeed insists; a plain `python` run has no launcher
-    module, _ = build_module(config, mc, precision, provider)
+    module, _ = build_module(config, mc, precision, provider, random_init=init_weights is None)
     if init_weights is not None:
         load_initial_weights(init_weights, [module], config)
     o = config.optimizer
