@@ -148,7 +148,7 @@ def run(args) -> dict:
     gens = generators(adapter, tokenizer)
     if getattr(args, "backend", "hf") == "megatron":
         # our model has no uncached block-causal forward: the reference is the growing cache,
-        # held exact to that forward by tests/test_inference_prefix_cache.py
+        # held exact to that forward by tests/inference/test_inference_prefix_cache.py
         reference = MaskPredictGenerator(MegatronMaskedLMAdapter(adapter.model, adapter.special, vocab_size=vocab,
                                                                  max_length=adapter.max_length, cache_layout="grow"),
                                          tokenizer, use_cache=True)

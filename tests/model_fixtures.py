@@ -1,7 +1,7 @@
 """Helpers for the model tests: a 1-process megatron setup, tiny models, batches, sharding.
 
-Used in-process by tests/test_model*.py and tests/test_presets.py, and inside torchrun
-workers by tests/test_parallel_model.py (so nothing here depends on pytest).
+Used in-process by tests/test_model*.py and tests/model/test_presets.py, and inside torchrun
+workers by tests/model/test_parallel_model.py (so nothing here depends on pytest).
 """
 from __future__ import annotations
 

@@ -4,7 +4,7 @@ of its public ones, each in one place.
 megatron-core's public API covers almost everything BiGLM needs. Where it does not, the
 private member is wrapped here, its behaviour per supported release is checked, and anything
 else fails with a message that names the member and the releases this project was tested on
-(rather than an unpacking error deep in a data-loader worker). ``tests/test_mcore_internals.py``
+(rather than an unpacking error deep in a data-loader worker). ``tests/common/test_mcore_internals.py``
 pins each wrapper against megatron-core's public behaviour.
 
 Supported: megatron-core 0.16.1 (what Python 3.11 resolves) through 0.19.x (Python >= 3.12).

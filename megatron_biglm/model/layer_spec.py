@@ -48,7 +48,7 @@ def resolve_transformer_impl(value: str) -> str:
     """`local` or `transformer_engine` for `model.transformer_impl`; ValueError naming the
     package when `transformer_engine` is asked for where it cannot run. `auto` is `local`: the
     Transformer Engine layout is taken only when asked for by name, until its GPU parity test
-    (tests/test_transformer_impl.py, marked gpu) has passed on a device."""
+    (tests/model/test_transformer_impl.py, marked gpu) has passed on a device."""
     if value == "auto":
         return "local"
     if value == "transformer_engine" and not transformer_engine_available():

@@ -22,7 +22,7 @@ attention). Here it is only *represented*:
   keys reference the prefix twice (:class:`VarlenSegments`, :func:`varlen_split_attention`).
 
 Pure torch: no megatron import, so evaluation and export can use it cheaply. A new attention
-backend adds a module here, derived from ``visible`` and checked in tests/test_split_rule.py.
+backend adds a module here, derived from ``visible`` and checked in tests/objective/test_split_rule.py.
 """
 from .additive import additive_mask, additive_split_mask
 from .dense import (block_causal_mask, dense_split_mask, dense_visible_mask, sequence_mask,

@@ -3,8 +3,8 @@
 The ``mask_mod`` is :func:`~megatron_biglm.objective.split_rule.visible` itself; the block
 lists (which key blocks each query block must visit, and which of those are full so the kernel
 skips ``mask_mod`` there) come from integer arithmetic on ``split`` and the valid lengths, so
-building costs ``b * (s / block)^2`` integers and no compile. tests/test_split_rule.py checks
-the lists against the rule, and tests/test_split_mask.py against torch's ``create_block_mask``.
+building costs ``b * (s / block)^2`` integers and no compile. tests/objective/test_split_rule.py checks
+the lists against the rule, and tests/objective/test_split_mask.py against torch's ``create_block_mask``.
 """
 from __future__ import annotations
 
