@@ -62,7 +62,8 @@ class MaskPredictGenerator:
         loaded by the one inference loader (`inference.loading.load_adapter`), so generation
         runs the model exactly as lm-eval scores it. `dtype` None: bfloat16 on GPU, float32 on
         CPU. `load_options`: tokenizer, split_attention, prefix_cache, max_length,
-        trust_remote_code, length_buckets, verify; anything else is an error."""
+        trust_remote_code, length_buckets, verify, cache_layout; anything else is an
+        error."""
         from megatron_biglm.inference.loading import load_adapter
 
         loaded = load_adapter(path, device=device, dtype=dtype, **load_options)

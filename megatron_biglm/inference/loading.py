@@ -228,14 +228,21 @@ def load_adapter(source, *, tokenizer=None, device: str | None = None, dtype: st
                  split_attention: str | None = None, hf_split_attention: str = "on",
                  prefix_cache: str = "auto", max_length: int | None = None,
                  trust_remote_code: bool = False, length_buckets="auto",
-                 verify: bool = True) -> LoadedAdapter:
+                 verify: bool = True, cache_layout: str = "grow") -> LoadedAdapter:
     """A `MaskedLMAdapter` and its tokenizer for `source` (see the module docstring): a
     megatron checkpoint, an HF directory, or an HF model object (then `tokenizer` is needed).
     `dtype` None: `default_dtype(device)`. `prefix_cache`: auto (cache where exact), on (fail
     where it cannot be), off. `length_buckets`: padded widths rounded up so compiled kernels
-    see few shapes (`inference.buckets`). `verify`: CRC-check a megatron checkpoint first."""
+    see few shapes (`inference.buckets`). `verify`: CRC-check a megatron checkpoint first.
+    `cache_layout`: how a megatron checkpoint's prefix cache holds keys/values ("grow", or
+    "pool": preallocated per-request slots, `megatron_adapter`); an HF export keeps its
+    transformers cache (the pool writes through megatron's `kv_cache` hook, which HF models lack)."""
     from .buckets import resolve_length_buckets
 
+    from .megatron_adapter import CACHE_LAYOUTS
+
+    if cache_layout not in CACHE_LAYOUTS:
+        raise ValueError(f"cache_layout must be one of {CACHE_LAYOUTS}, got {cache_layout!r}")
     for name, value in (("prefix_cache", prefix_cache), ("hf_split_attention", hf_split_attention)):
         if value not in TRISTATE:
             raise ValueError(f"{name} must be one of {TRISTATE}, got {value!r}")
@@ -245,7 +252,7 @@ def load_adapter(source, *, tokenizer=None, device: str | None = None, dtype: st
     dtype = str(dtype or default_dtype(device))
     if isinstance(source, (str, os.PathLike)) and is_megatron_checkpoint(source):
         loaded = _megatron_adapter(source, tokenizer, device, dtype, split_attention, prefix_cache,
-                                   max_length, verify)
+                                   max_length, verify, cache_layout)
     else:
         loaded = _hf_adapter(source, tokenizer, device, dtype,
                              split_attention if split_attention is not None else hf_split_attention,
@@ -255,7 +262,7 @@ def load_adapter(source, *, tokenizer=None, device: str | None = None, dtype: st
 
 
 def _megatron_adapter(path, tokenizer, device, dtype, split_attention, prefix_cache, max_length,
-                      verify) -> LoadedAdapter:
+                      verify, cache_layout) -> LoadedAdapter:
     from .megatron_adapter import MegatronMaskedLMAdapter
     from .protocol import inference_token_ids
 
@@ -268,7 +275,7 @@ def _megatron_adapter(path, tokenizer, device, dtype, split_attention, prefix_ca
         loaded.model, inference_token_ids(loaded.tokenizer),
         vocab_size=loaded.checkpoint.model_config.vocab_size,
         max_length=min(int(max_length), model_max) if max_length else model_max,
-        split_attention=split == "on", prefix_cache=prefix_cache != "off")
+        split_attention=split == "on", prefix_cache=prefix_cache != "off", cache_layout=cache_layout)
     if prefix_cache == "on" and not adapter.prefix_cache:
         raise ValueError(f"prefix_cache=on is impossible for {path}: the megatron adapter caches "
                          f"prefixes only with split attention at TP=1 (split attention: {why})")
