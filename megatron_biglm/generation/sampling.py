@@ -19,6 +19,8 @@ indistinguishable from a masked slot), and EOS is impossible in slots before `mi
 """
 from __future__ import annotations
 
+import math
+
 import torch
 
 
@@ -57,11 +59,13 @@ def _draw(scores: torch.Tensor, widths: list[int], generators: list[torch.Genera
     the logits. Row r's noise is drawn from `generators[r]` for its first `widths[r]` slots
     only; padding slots get none."""
     probs = torch.softmax(scores, dim=-1)
-    noise = torch.ones_like(probs)
+    uniform = torch.full_like(probs, math.exp(-1.0))  # padding slots: E = 1
     for r, width in enumerate(widths):
         gen = generators[r] if generators is not None else None
-        noise[r, :width].exponential_(generator=gen)
-    return (probs / noise.clamp_(min=torch.finfo(noise.dtype).tiny)).argmax(dim=-1)
+        uniform[r, :width].uniform_(generator=gen)
+    # E = -log U (torch's own exponential_ is several times slower than uniform_ and one log)
+    noise = uniform.clamp_(min=torch.finfo(uniform.dtype).tiny).log_().neg_()
+    return (probs / noise).argmax(dim=-1)
 
 
 def _filter(scores: torch.Tensor, top_k: int | None, top_p: float | None) -> torch.Tensor:
