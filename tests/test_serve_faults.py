@@ -73,3 +73,10 @@ def test_a_request_past_the_timeout_gets_504_and_the_server_goes_on(server):
     # the timed-out request's rows were dropped: nothing is left running
     assert server.metrics()["biglm_running_rows"] == 0
     assert json.loads(requests.get(server.url + "/health", timeout=30).text)["status"] == "ok"
+
+
+def test_block_causal_decoding_is_refused_for_an_hf_export(server):
+    """An HF export keeps no keys/values between blocks: `blocks: cached` gets a 400 naming it."""
+    r = _complete(server, prompt="To be", blocks="cached", block_size=2)
+    assert r.status_code == 400 and r.json()["error"]["param"] == "blocks"
+    assert "refresh" in r.json()["error"]["message"]

@@ -14,8 +14,9 @@ Per block, for the candidates of one block step (from any number of requests):
 A candidate that stops (EOS, last block) gives its slot back at once; `release` gives back the
 slots of a request that leaves early (finished, timed out, cancelled, failed). The pool is
 created with the scheduler's `max_rows` slots, so the keys/values held are `max_rows x
-max_length` positions per layer; only a single request with more candidate rows than that (it
-runs alone) makes the pool grow, to its rows.
+max_length` positions per layer; it grows (and stays grown) only for a single request with
+more candidate rows than that (it runs alone), or for a scoring batch (the adapter's prefix
+states take slots of the same pool for as long as they live) that finds it full.
 """
 from __future__ import annotations
 
