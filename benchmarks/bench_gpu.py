@@ -299,7 +299,7 @@ def serve_throughput(args) -> dict:
 
     return run(SimpleNamespace(requests=args.serve_requests, clients=args.serve_clients,
                                max_tokens=args.serve_max_tokens, steps=8, block_size=args.serve_max_tokens // 2,
-                               temperature=0.8, threads=1, reps=args.reps, join_wait_ms=5.0))
+                               temperature=0.8, threads=1, reps=args.reps))
 
 
 # ------------------------------------------------------------------ report

@@ -12,7 +12,6 @@ equal token for token (each request is seeded on its own), or the benchmark fail
 
     python -m benchmarks serve [--requests 64] [--clients 16] [--max-tokens 16] [--steps 8]
                                [--block-size 8] [--temperature 0.8] [--threads 1] [--reps 3]
-                               [--join-wait-ms 5]
 
 Goal (CPU, tiny model): concurrent throughput >= 4x sequential.
 """
@@ -68,8 +67,8 @@ def run(args) -> dict:
         bodies = [{"model": "bench", "prompt": p, "max_tokens": args.max_tokens, "temperature": args.temperature,
                    "seed": i, "steps": args.steps, "block_size": args.block_size}
                   for i, p in enumerate(prompts)]
-        with serve_process(model, "--max-rows", str(4 * args.clients), "--join-wait-ms", str(args.join_wait_ms),
-                           name="bench", threads=args.threads) as server:
+        with serve_process(model, "--max-rows", str(4 * args.clients), name="bench",
+                           threads=args.threads) as server:
             url = server.url + "/v1/completions"
 
             def send(body):
@@ -106,7 +105,6 @@ def run(args) -> dict:
         return {"p50_s": statistics.median(values), "p99_s": _percentile(values, 0.99)}
 
     return {"requests": len(bodies), "clients": args.clients, "max_tokens": args.max_tokens,
-            "join_wait_ms": args.join_wait_ms,
             "temperature": args.temperature,
             "steps": args.steps, "block_size": args.block_size, "threads": args.threads,
             "sequential": {"seconds": sequential_s, "requests_per_s": len(bodies) / sequential_s,
@@ -143,8 +141,6 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--temperature", type=float, default=0.8, help="0: greedy")
     p.add_argument("--threads", type=int, default=1, help="torch threads of the server")
     p.add_argument("--reps", type=int, default=3, help="alternated pairs of passes; the best of each counts")
-    p.add_argument("--join-wait-ms", type=float, default=5.0,
-                   help="the server's --join-wait-ms (its default; 0: a block never waits for returning clients)")
     p.add_argument("--json", action="store_true", help="print the results as JSON too")
     args = p.parse_args(argv)
     result = run(args)

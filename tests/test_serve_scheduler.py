@@ -190,30 +190,3 @@ def test_a_cancelled_request_gives_its_slot_back(pool_generator):
     assert isinstance(result["error"], Cancelled)
     assert held == [1] and decoder.slots_held == 0
 
-
-def test_a_client_that_comes_back_joins_the_very_next_block(generator):
-    """B joins A's second block and is answered after it while A runs on; B's client sends C a
-    moment later (from its own thread, as over HTTP). The worker waits for it, so C shares A's
-    third block instead of starting a block of its own after it."""
-    three_blocks = GenerationConfig(max_new_tokens=6, steps=2, block_size=2)
-    one_block = GenerationConfig(max_new_tokens=2, steps=2, block_size=2)
-    steps = Steps()
-    scheduler = BlockScheduler(ExactCacheBlockDecoder(generator.adapter), max_queue=4, max_rows=8, stats=steps,
-                               join_wait_s=60.0)
-    c_job, c_done, c_result = _job(generator, "Now is the winter", one_block)
-    back = threading.Timer(0.2, scheduler.submit, args=(c_job,))
-    b_job, b_done, b_result = _job(generator, "O Romeo, Romeo", one_block)
-    b_job.on_done = lambda job, error: back.start()
-
-    def b_arrives(job):
-        if job.blocks_done == 1:
-            scheduler.submit(b_job)
-
-    a_job, a_done, a_result = _job(generator, "To be, or not to be", three_blocks, on_block=b_arrives)
-    scheduler.submit(a_job)
-    assert a_done.wait(120) and c_done.wait(120)
-    scheduler.close()
-    assert a_result["error"] is None and c_result["error"] is None
-    assert steps.rows == [1, 2, 2]  # A; A + B; A + C
-    want = generator.generate(["Now is the winter"], one_block)[0]
-    assert generator.output_of("", c_job.groups[0], 0, one_block).ids == want.ids

@@ -34,9 +34,6 @@ def build_parser() -> argparse.ArgumentParser:
                    help="candidate rows decoded at once; a megatron checkpoint preallocates this many "
                         "key/value slots of the model's length (the memory held for prefixes)")
     p.add_argument("--timeout", type=float, default=600.0, help="seconds a request may take")
-    p.add_argument("--join-wait-ms", type=float, default=5.0,
-                   help="after a block that answered requests while others still run, wait up to this "
-                        "long for their clients' next requests to join the next block (0: never wait)")
     p.add_argument("--score-batch-size", type=int, default=16, help="rows per forward when scoring")
     p.add_argument("--device", help="default: cuda when available, else cpu")
     p.add_argument("--dtype", help="default: bfloat16 on GPU, float32 on CPU")
@@ -55,9 +52,6 @@ def main(argv: list[str] | None = None) -> int:
         if getattr(args, name) < 1:
             print(f"error: --{name.replace('_', '-')} must be >= 1", file=sys.stderr)
             return 2
-    if args.join_wait_ms < 0:
-        print("error: --join-wait-ms must be >= 0", file=sys.stderr)
-        return 2
     try:
         server = _build(args)
     except (ValueError, FileNotFoundError) as exc:
@@ -88,8 +82,7 @@ def _build(args):
     name = args.served_model_name or Path(args.model).resolve().name
     service = CompletionService(generator, name, timeout_s=args.timeout, block_modes=decoder.block_modes)
     metrics = ServerMetrics()
-    scheduler = BlockScheduler(decoder, max_queue=args.max_queue, max_rows=args.max_rows, stats=metrics,
-                               join_wait_s=args.join_wait_ms / 1000)
+    scheduler = BlockScheduler(decoder, max_queue=args.max_queue, max_rows=args.max_rows, stats=metrics)
     metrics.queue_length = lambda: scheduler.queue_length
     metrics.running_rows = lambda: scheduler.running_rows
     state = ServerState()

@@ -13,13 +13,6 @@ Candidates whose blocks decode alike (same T, remasking, sampling settings) run 
 know how prefixes are cached. Each candidate draws from its own seeded generator, so a request's
 answer does not depend on who shares its batch.
 
-A client that sends its next request as soon as one is answered (a closed loop: a chat UI, an
-evaluation harness) cannot make the very next block: the worker starts it the moment the
-answer leaves. So when a step answered requests while others still run, the worker waits up
-to `join_wait_s` (a few milliseconds: a loopback round trip) for as many new requests before
-starting the next block; it never waits when nothing else runs (a lone client pays nothing)
-or when the running set is full.
-
 Other model work (scoring) goes through `submit_call`: it runs on the same thread between
 blocks, so the model is only ever used by one thread.
 """
@@ -126,14 +119,11 @@ class BlockScheduler:
     single request larger than that runs alone), one worker thread."""
 
     def __init__(self, decoder: BlockDecoder, *, max_queue: int, max_rows: int,
-                 stats: SchedulerStats | None = None, join_wait_s: float = 0.0):
+                 stats: SchedulerStats | None = None):
         if max_queue < 1 or max_rows < 1:
             raise ValueError(f"max_queue and max_rows must be >= 1, got {max_queue}, {max_rows}")
-        if join_wait_s < 0:
-            raise ValueError(f"join_wait_s must be >= 0, got {join_wait_s}")
         self.decoder = decoder
         self.max_queue, self.max_rows = int(max_queue), int(max_rows)
-        self.join_wait_s = float(join_wait_s)
         self.stats = stats
         self._waiting: deque = deque()
         self._running: list[GenerationJob] = []
@@ -191,21 +181,7 @@ class BlockScheduler:
                 self._run_call(call)
             self._drop_gone()
             if self._running:
-                answered = self._step()
-                if answered and self._running and self.join_wait_s > 0:
-                    self._await_next(answered)
-
-    def _await_next(self, answered: int) -> None:
-        """Up to `join_wait_s` for `answered` new requests (the clients just answered coming
-        back), unless the running set is already full."""
-        deadline = time.monotonic() + self.join_wait_s
-        with self._cond:
-            while (len(self._waiting) < answered and not self._closed
-                   and self.running_rows < self.max_rows):
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    return
-                self._cond.wait(left)
+                self._step()
 
     def _admit(self) -> list[_Call]:
         calls, rows = [], self.running_rows
@@ -242,13 +218,12 @@ class BlockScheduler:
             elif now > job.deadline:
                 self._finish(job, RequestTimeout("the request ran past its timeout"))
 
-    def _step(self) -> int:
-        """One block for every running candidate; returns how many requests it answered."""
+    def _step(self) -> None:
         groups: dict[tuple, list[GenerationJob]] = {}
         for job in self._running:
             groups.setdefault(_group_key(job), []).append(job)
         start = time.monotonic()
-        rows = tokens = answered = 0
+        rows = tokens = 0
         for jobs in groups.values():
             candidates = [c for j in jobs for c in j.live()]
             before = sum(len(c.tokens) for c in candidates)
@@ -258,7 +233,6 @@ class BlockScheduler:
             except Exception as exc:  # the model failed on this batch: answer its requests, keep serving
                 for job in jobs:
                     self._finish(job, exc)
-                answered += len(jobs)
                 continue
             rows += len(candidates)
             tokens += sum(len(c.tokens) for c in candidates) - before
@@ -266,12 +240,10 @@ class BlockScheduler:
                 job.blocks_done += 1
                 if not job.live():
                     self._finish(job, None)
-                    answered += 1
                 elif job.on_block is not None:
                     job.on_block(job)
         if self.stats is not None and rows:
             self.stats.block_step(rows, tokens, time.monotonic() - start)
-        return answered
 
     def _finish(self, job: GenerationJob, error: BaseException | None) -> None:
         if job in self._running:
