@@ -30,6 +30,10 @@ is rewritten after each one, so whatever the time allows comes back:
               sdpa_split, varlen where torch has it, flash when flash-attn imports) on one layer's q/k/v, against sdpa in fp32 on the
               same (bf16-rounded) inputs: max |diff| / max |reference| of the output and of
               dq, dk, dv. Mixed splits (0, a full prefix, random). Tolerance 2e-2 in bf16.
+  serve       `python -m benchmarks serve` on this device: a real `biglm-serve` subprocess (the
+              tiny preset's HF export), the same sampled requests sent one after another and by 16
+              concurrent clients, outputs checked identical; requests/s, p50/p99 latency and
+              `serve_concurrent_vs_sequential`.
   throughput  (only when named) fwd+bwd without optimizer of our model vs transformers'
               `EuroBertForMaskedLM` holding the same weights (`benchmarks.bench_model`): a
               like-for-like row (same SDPA kernel and dense mask, full logits on both sides)
@@ -39,7 +43,7 @@ is rewritten after each one, so whatever the time allows comes back:
 The JSON's top level holds the headline figures: `train_step_mfu`, `train_loop_vs_bare`,
 `split_vs_plain`, `longform_cached_vs_canvas` (the smaller over batch sizes),
 `longform_identical`, `eval_cache_speedup` (the smallest over rules and backends),
-`mask_predict_vs_ar`. MFU is always labelled by what it counts.
+`mask_predict_vs_ar`, `serve_concurrent_vs_sequential`. MFU is always labelled by what it counts.
 
 Peak bf16 FLOP/s comes from `training.flops.peak_tflops_for` by the device's full name (H100
 SXM and H200: 989, H100 PCIe: 756, H100 NVL: 835 TFLOP/s dense), `--peak-tflops` overrides
@@ -65,10 +69,10 @@ from types import SimpleNamespace
 import torch
 
 JSON_NAME, MD_NAME = "gpu_acceptance.json", "gpu_acceptance.md"
-SECTIONS = ("train", "attention", "longform", "eval", "generation", "parity")
+SECTIONS = ("train", "attention", "longform", "eval", "generation", "parity", "serve")
 OPTIONAL_SECTIONS = ("throughput",)
 GOALS = {"train_step_mfu": 0.50, "split_vs_plain": 1.0, "longform_cached_vs_canvas": 3.0,
-         "eval_cache_speedup": 2.0}
+         "eval_cache_speedup": 2.0, "serve_concurrent_vs_sequential": 4.0}
 PARITY_TOL = {torch.bfloat16: 2e-2, torch.float16: 5e-3, torch.float32: 1e-4}
 
 
@@ -353,6 +357,17 @@ def longform(args, device: torch.device, dtype: torch.dtype) -> dict:
     return dict(run(opts), backend=args.longform_backend)
 
 
+# ------------------------------------------------------------------ serve
+def serve_throughput(args) -> dict:
+    """`bench_serve.run`: concurrent vs one-after-another requests through a real server (on
+    CUDA when the device has it, as `biglm-serve` chooses)."""
+    from benchmarks.bench_serve import run
+
+    return run(SimpleNamespace(requests=args.serve_requests, clients=args.serve_clients,
+                               max_tokens=args.serve_max_tokens, steps=8, block_size=args.serve_max_tokens // 2,
+                               temperature=0.8, threads=1, reps=args.reps))
+
+
 # ------------------------------------------------------------------ report
 def summary(results: dict) -> dict:
     """The headline figures of the sections that ran (each from its own section)."""
@@ -370,6 +385,8 @@ def summary(results: dict) -> dict:
         out["eval_cache_speedup"] = min(r["speedup"] for r in results["eval"]["rules"].values())
     if "generation" in results:
         out["mask_predict_vs_ar"] = results["generation"]["mask_predict_vs_ar"]
+    if "serve" in results:
+        out["serve_concurrent_vs_sequential"] = results["serve"]["ratio"]
     return out
 
 
@@ -378,7 +395,8 @@ def goal_rows(results: dict) -> list[tuple[str, float, float]]:
     names = {"train_step_mfu": "training-step MFU, largest preset (fwd+bwd+optimizer+loop)",
              "split_vs_plain": "split / plain non-causal attention (fwd+bwd)",
              "longform_cached_vs_canvas": "exact cache / canvas re-run, long-form (smaller batch ratio)",
-             "eval_cache_speedup": "eval prefix cache / no cache (smallest rule)"}
+             "eval_cache_speedup": "eval prefix cache / no cache (smallest rule)",
+             "serve_concurrent_vs_sequential": "served requests/s, concurrent clients / one after another"}
     return [(names[key], results[key], target) for key, target in GOALS.items() if key in results]
 
 
@@ -429,6 +447,12 @@ def markdown(results: dict) -> str:
             row("parity", f"{kernel} vs fp32 sdpa ({parity['dtype']}, rel. max error)",
                 errs + ("" if "backward" not in r else "; backward not run"),
                 f"<= {parity['tolerance']:.0e}: {'ok' if r['ok'] else 'FAILED'}")
+    if "serve" in results:
+        sv = results["serve"]
+        for name in ("sequential", "concurrent"):
+            who = "one after another" if name == "sequential" else f"{sv['clients']} concurrent clients"
+            row("serve", f"{sv['requests']} requests, {sv['max_tokens']} tokens, {who}",
+                f"{sv[name]['requests_per_s']:.1f} req/s, p50 {sv[name]['p50_s']:.3f} s, p99 {sv[name]['p99_s']:.3f} s")
     for r in results.get("throughput", []):
         for kind in ("like_for_like", "as_trained"):
             k = r[kind]
@@ -477,6 +501,7 @@ def parse_args(argv):
         args.lf_prompt, args.lf_new, args.lf_block, args.lf_steps, args.lf_batches = 12, 24, 8, 2, [1, 2]
         args.gen_prefix, args.gen_batch = 32, 2
         args.eval_questions, args.eval_context, args.eval_choices, args.eval_rules = 2, 32, (2, 3), ["pll"]
+        args.serve_requests, args.serve_clients, args.serve_max_tokens = 8, 4, 8
     else:
         args.seq, args.batch, args.warmup, args.attn_reps = 2048, {"136m": 16, "1p3b": 8}, 3, 20
         args.train_steps, args.tokenizer_vocab, args.workers = args.steps, 4096, 2
@@ -485,6 +510,7 @@ def parse_args(argv):
         args.lf_prompt, args.lf_new, args.lf_block, args.lf_steps, args.lf_batches = 128, 1024, 32, 8, [1, 8]
         args.gen_prefix, args.gen_batch = 512, 8
         args.eval_questions, args.eval_context, args.eval_choices, args.eval_rules = 12, 256, (4, 8), ["beam", "pll"]
+        args.serve_requests, args.serve_clients, args.serve_max_tokens = 64, 16, 16  # `benchmarks serve`'s
     return args
 
 
@@ -539,6 +565,7 @@ def _run(args, argv) -> int:
               "eval": lambda: eval_prefix_cache(args, device),
               "generation": lambda: mask_predict_vs_ar(args, device, dtype),
               "parity": lambda: attention_parity(args, device, dtype),
+              "serve": lambda: serve_throughput(args),
               "throughput": lambda: [preset_throughput(p, args, device, dtype, peak) for p in args.presets]}
     for name in args.sections:
         t0 = time.perf_counter()

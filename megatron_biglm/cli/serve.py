@@ -33,7 +33,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-queue", type=int, default=256,
                    help="requests waiting beyond the running batch; more get HTTP 429")
     p.add_argument("--max-rows", type=int, default=64,
-                   help="candidate rows decoded at once (bounds the prefix keys/values held)")
+                   help="candidate rows decoded at once; a megatron checkpoint preallocates this many "
+                        "key/value slots of the model's length (the memory held for prefixes)")
     p.add_argument("--timeout", type=float, default=600.0, help="seconds a request may take")
     p.add_argument("--score-batch-size", type=int, default=16, help="rows per forward when scoring")
     p.add_argument("--device", help="default: cuda when available, else cpu")
@@ -64,20 +65,28 @@ def main(argv: list[str] | None = None) -> int:
 def _build(args):
     from megatron_biglm.finetune.instruct.chat_template import get_template
     from megatron_biglm.generation.generator import MaskPredictGenerator
+    from megatron_biglm.inference.protocol import SlotPrefixes
     from megatron_biglm.serving.app import ServerState, build_app
     from megatron_biglm.serving.block_decoder import ExactCacheBlockDecoder
     from megatron_biglm.serving.completions import CompletionService
     from megatron_biglm.serving.embeddings import load_embedder
     from megatron_biglm.serving.metrics import ServerMetrics
     from megatron_biglm.serving.scheduler import BlockScheduler
+    from megatron_biglm.serving.slot_decoder import SlotPoolBlockDecoder
+    from megatron_biglm.inference.loading import is_megatron_checkpoint
 
     load = {} if args.split_attention is None else {"split_attention": args.split_attention}
-    generator = MaskPredictGenerator.from_pretrained(args.model, device=args.device, dtype=args.dtype, **load)
+    # a megatron checkpoint keeps each request's prefix in a slot of a preallocated pool; an HF
+    # export keeps transformers' cache
+    layout = "pool" if is_megatron_checkpoint(args.model) else "grow"
+    generator = MaskPredictGenerator.from_pretrained(args.model, device=args.device, dtype=args.dtype,
+                                                     cache_layout=layout, **load)
+    decoder = (SlotPoolBlockDecoder(generator.adapter, args.max_rows)
+               if isinstance(generator.adapter, SlotPrefixes) else ExactCacheBlockDecoder(generator.adapter))
     name = args.served_model_name or Path(args.model).resolve().name
-    service = CompletionService(generator, name, timeout_s=args.timeout)
+    service = CompletionService(generator, name, timeout_s=args.timeout, block_modes=decoder.block_modes)
     metrics = ServerMetrics()
-    scheduler = BlockScheduler(ExactCacheBlockDecoder(generator.adapter), max_queue=args.max_queue,
-                               max_rows=args.max_rows, stats=metrics)
+    scheduler = BlockScheduler(decoder, max_queue=args.max_queue, max_rows=args.max_rows, stats=metrics)
     metrics.queue_length = lambda: scheduler.queue_length
     metrics.running_rows = lambda: scheduler.running_rows
     state = ServerState()

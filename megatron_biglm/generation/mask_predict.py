@@ -1,7 +1,8 @@
 """Mask-Predict over one block of slots, for a batch of rows (Ghazvininejad et al., 2019).
 
 All N slots of a row start as `<mask>`. At iteration t = 1..T every masked slot is predicted
-(see `sampling`), and its token and log-confidence are stored; slots that were not masked keep
+(see `sampling`; the model's head and the draws run at the masked slots only), and its token
+and log-confidence are stored; slots that were not masked keep
 the token and the confidence they were predicted with. Then floor(N * (T - t) / T) slots go back
 to `<mask>` (see `remasking`). A row whose slots are all committed stops taking part in the
 forward passes, so `iterations` counts the passes a row really cost.
@@ -100,19 +101,27 @@ def run_block(forward: SlotForward, rows: list[int], widths: list[int], slot_off
         live_t = on_device(live, device)
         sub_widths = [widths[i] for i in live]
         sub_gens = [generators[i] for i in live] if generators is not None else None
+        ws = max(sub_widths)
         was_masked = masked[live_t]
-        inputs = torch.where(was_masked, mask_id, tokens[live_t]).masked_fill(~valid[live_t], pad_id)
-        logits = forward.logits([rows[i] for i in live], inputs[:, :max(sub_widths)], sub_widths)
-        logits = sampling.constrain(logits, slot_index[live_t, :logits.shape[1]], mask_id, eos_id,
+        inputs = torch.where(was_masked, mask_id, tokens[live_t]).masked_fill(~valid[live_t], pad_id)[:, :ws]
+        # only the masked slots are predicted: they come first in each row, in slot order
+        predicted = was_masked[:, :ws].sum(dim=-1)
+        k = int(predicted.max())
+        wanted = (~was_masked[:, :ws]).to(torch.uint8).argsort(dim=-1, stable=True)[:, :k]
+        logits = forward.logits([rows[i] for i in live], inputs, sub_widths, wanted)
+        logits = sampling.constrain(logits, slot_index[live_t].gather(1, wanted), mask_id, eos_id,
                                     config.min_length)
         picked, picked_conf = sampling.choose(
-            logits, sub_widths, temperature=config.temperature, top_k=config.top_k,
+            logits, predicted.tolist(), temperature=config.temperature, top_k=config.top_k,
             top_p=config.top_p, generators=sub_gens)
-        picked, picked_conf = _pad_to(picked, w, mask_id), _pad_to(picked_conf, w, 0.0)
         if logconf is None:
             logconf = torch.zeros((a, w), dtype=picked_conf.dtype, device=device)
-        tokens[live_t] = torch.where(was_masked, picked, tokens[live_t])
-        logconf[live_t] = torch.where(was_masked, picked_conf, logconf[live_t])
+        real = torch.arange(k, device=device)[None] < predicted[:, None]
+        for store, new in ((tokens, picked), (logconf, picked_conf)):
+            rows_now = store[live_t]
+            kept = rows_now.gather(1, wanted)  # what the padding entries write back
+            rows_now.scatter_(1, wanted, torch.where(real, new.to(store.dtype), kept))
+            store[live_t] = rows_now
         for i in live:
             iterations[i] += 1
 
@@ -132,11 +141,3 @@ def run_block(forward: SlotForward, rows: list[int], widths: list[int], slot_off
     assert logconf is not None  # every row has >= 1 slot, so iteration 1 always runs
     return tokens, logconf, iterations, canvases
 
-
-def _pad_to(x: torch.Tensor, width: int, value) -> torch.Tensor:
-    """Right-pad `[b, k]` to `[b, width]` (rows that ran may be narrower than the block)."""
-    if x.shape[1] == width:
-        return x
-    out = torch.full((x.shape[0], width), value, dtype=x.dtype, device=x.device)
-    out[:, :x.shape[1]] = x
-    return out

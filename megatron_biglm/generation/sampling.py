@@ -6,14 +6,20 @@ Two distributions on purpose:
   what re-masking ranks and what the length beam averages (in log space), so it means the same
   thing whether the token was picked greedily or sampled (LLaDA does the same).
 - the *choice* is the argmax (temperature 0) or a draw from softmax(logits / temperature)
-  restricted by top-k / top-p, made with the Gumbel-max trick on noise from the row's own
-  generator. Drawing per row, over the row's own slots only, keeps a row's draws independent of
-  the other rows and of the padding of the batch.
+  restricted by top-k / top-p, with the Gumbel-max trick in its exponential form (argmax of
+  p / E, E ~ Exp(1)) on noise from the row's own generator. Each row draws noise for its own
+  real slots only (the decoder asks only for the masked ones), so its draws are independent
+  of the other rows and of the padding of the batch; the distributions are computed for the
+  whole batch at once. (An inverse-CDF draw needs one number per slot instead of one per
+  token, but a rounding difference anywhere in the cumulative sum moves it, so the same
+  request could sample differently alone and batched.)
 
 Hard constraints (applied to both): the mask token is never generated (a slot holding it would be
 indistinguishable from a masked slot), and EOS is impossible in slots before `min_length`.
 """
 from __future__ import annotations
+
+import math
 
 import torch
 
@@ -37,20 +43,29 @@ def choose(logits: torch.Tensor, widths: list[int], *, temperature: float, top_k
     """Tokens `[b, w]` and their log-confidence `[b, w]` from constrained logits `[b, w, V]`.
 
     Row r has `widths[r]` real slots; the rest is padding whose outputs are meaningless."""
-    logp = torch.log_softmax(logits, dim=-1)
     if temperature == 0:
         tokens = logits.argmax(dim=-1)
     else:
-        scores = _filter(logits / temperature, top_k, top_p)
-        noise = torch.zeros_like(scores)
-        for r, width in enumerate(widths):
-            gen = generators[r] if generators is not None else None
-            uniform = torch.rand((width, scores.shape[-1]), generator=gen, dtype=scores.dtype,
-                                 device=scores.device)
-            tiny = torch.finfo(scores.dtype).tiny
-            noise[r, :width] = -torch.log(-torch.log(uniform.clamp(min=tiny, max=1.0 - 1e-7)))
-        tokens = (scores + noise).argmax(dim=-1)
-    return tokens, logp.gather(-1, tokens[..., None])[..., 0]
+        tokens = _draw(_filter(logits / temperature, top_k, top_p), widths, generators)
+    picked = logits.gather(-1, tokens[..., None])[..., 0]
+    return tokens, picked - torch.logsumexp(logits, dim=-1)
+
+
+def _draw(scores: torch.Tensor, widths: list[int], generators: list[torch.Generator | None] | None
+          ) -> torch.Tensor:
+    """Tokens `[b, w]` drawn from softmax(scores): argmax of p / E with E ~ Exp(1) drawn per
+    token (the Gumbel-max trick, as p / E = exp(score + Gumbel noise) / Z), so a draw only
+    changes where two tokens' perturbed values nearly tie, however the batch around it rounds
+    the logits. Row r's noise is drawn from `generators[r]` for its first `widths[r]` slots
+    only; padding slots get none."""
+    probs = torch.softmax(scores, dim=-1)
+    uniform = torch.full_like(probs, math.exp(-1.0))  # padding slots: E = 1
+    for r, width in enumerate(widths):
+        gen = generators[r] if generators is not None else None
+        uniform[r, :width].uniform_(generator=gen)
+    # E = -log U (torch's own exponential_ is several times slower than uniform_ and one log)
+    noise = uniform.clamp_(min=torch.finfo(uniform.dtype).tiny).log_().neg_()
+    return (probs / noise).argmax(dim=-1)
 
 
 def _filter(scores: torch.Tensor, top_k: int | None, top_p: float | None) -> torch.Tensor:

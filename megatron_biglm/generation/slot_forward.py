@@ -82,20 +82,24 @@ class SlotForward:
         self._starts = [self._starts[r] + [len(self._prefixes[r])] for r in rows]
         self._prefixes = [self._prefixes[r] + list(b) for r, b in zip(rows, blocks)]
 
-    def logits(self, rows: Sequence[int], slots: torch.Tensor, widths: Sequence[int]) -> torch.Tensor:
-        """Logits `[a, w, V]` of the slots `[a, w]` (right-padded to `widths`) after prefixes `rows`."""
+    def logits(self, rows: Sequence[int], slots: torch.Tensor, widths: Sequence[int],
+               wanted: torch.Tensor | None = None) -> torch.Tensor:
+        """Logits `[a, k, V]` after prefixes `rows` of the slots `[a, w]` (right-padded to
+        `widths`): at the slot indices `wanted [a, k]` (default: every slot, k = w)."""
         a, w = slots.shape
         suffix_lengths = on_device(widths, self.device)
         prefix_lengths = [len(self._prefixes[r]) for r in rows]
+        if wanted is None:
+            wanted = torch.arange(w, device=self.device)[None].expand(a, -1)
         if self.use_cache:
             index = torch.tensor(list(rows), dtype=torch.long)  # on the host: a slot pool reads it there
-            positions = torch.arange(w, device=self.device)[None].expand(a, -1)
+            positions = wanted
             width = bucket_width(self.adapter, w, int(self.adapter.max_length) - max(prefix_lengths))
             if width > w:  # bucketed: padding columns, never attended to nor read
                 slots = torch.cat([slots, slots.new_full((a, width - w), self.pad_id)], dim=1)
             return self.adapter.logits_with_prefix(self._state, index, slots, suffix_lengths, positions)
         ids, split, lengths, positions = full_rows(self.adapter, self.pad_id, [self._prefixes[r] for r in rows],
-                                                   slots, widths)
+                                                   slots, widths, wanted=wanted)
         starts = [self._starts[r] + [p] for r, p in zip(rows, prefix_lengths)]
         if max(map(len, starts)) == 1:  # no extended blocks: the plain split
             return self.adapter.logits(ids, lengths, split, positions)
@@ -106,10 +110,11 @@ class SlotForward:
 
 
 def full_rows(adapter, pad_id: int, prefixes: Sequence[Sequence[int]], slots: torch.Tensor,
-              widths: Sequence[int], later: Sequence[int] | None = None):
+              widths: Sequence[int], later: Sequence[int] | None = None, wanted: torch.Tensor | None = None):
     """The uncached model input: row i is `prefixes[i]`, the slots `slots[i, :widths[i]]` and
     `later[i]` masks (none by default), right-padded to a bucketed width. Returns (ids, the
-    prefix lengths [a], the real lengths [a], the slots' positions [a, w])."""
+    prefix lengths [a], the real lengths [a], the positions [a, k] of the slot indices
+    `wanted` (default: every slot))."""
     a, w = slots.shape
     device = slots.device
     later = later if later is not None else [0] * a
@@ -121,7 +126,9 @@ def full_rows(adapter, pad_id: int, prefixes: Sequence[Sequence[int]], slots: to
         ids[i, p:p + n] = slots[i, :n]
         ids[i, p + n:lengths[i]] = int(adapter.special.mask_id)
     start = torch.tensor(prefix_lengths, dtype=torch.long, device=device)
-    positions = (start[:, None] + torch.arange(w, device=device)[None]).clamp(max=ids.shape[1] - 1)
+    if wanted is None:
+        wanted = torch.arange(w, device=device)[None].expand(a, -1)
+    positions = (start[:, None] + wanted).clamp(max=ids.shape[1] - 1)
     return ids, start, torch.tensor(lengths, dtype=torch.long, device=device), positions
 
 
@@ -150,8 +157,10 @@ class CanvasForward:
         self._prefixes = [list(p) for p in prefixes]
         self._later = [int(n) for n in later]
 
-    def logits(self, rows: Sequence[int], slots: torch.Tensor, widths: Sequence[int]) -> torch.Tensor:
-        """Logits `[a, w, V]` of the slots `[a, w]` (right-padded to `widths`) in canvases `rows`."""
+    def logits(self, rows: Sequence[int], slots: torch.Tensor, widths: Sequence[int],
+               wanted: torch.Tensor | None = None) -> torch.Tensor:
+        """Logits `[a, k, V]` in canvases `rows` of the slots `[a, w]` (right-padded to
+        `widths`): at the slot indices `wanted [a, k]` (default: every slot)."""
         ids, _, lengths, positions = full_rows(self.adapter, self.pad_id, [self._prefixes[r] for r in rows],
-                                               slots, widths, [self._later[r] for r in rows])
+                                               slots, widths, [self._later[r] for r in rows], wanted)
         return self.adapter.logits(ids, lengths, None, positions)

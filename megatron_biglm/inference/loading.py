@@ -235,9 +235,14 @@ def load_adapter(source, *, tokenizer=None, device: str | None = None, dtype: st
     where it cannot be), off. `length_buckets`: padded widths rounded up so compiled kernels
     see few shapes (`inference.buckets`). `verify`: CRC-check a megatron checkpoint first.
     `cache_layout` (megatron checkpoints): "grow" or "pool", the prefix cache's keys/values as
-    growing tensors or in a preallocated slot pool (`MegatronMaskedLMAdapter`)."""
+    growing tensors or in a preallocated slot pool (`MegatronMaskedLMAdapter`); an HF export's
+    cache is transformers' own (the pool writes through megatron's `kv_cache` hook)."""
     from .buckets import resolve_length_buckets
 
+    from .megatron_adapter import CACHE_LAYOUTS
+
+    if cache_layout not in CACHE_LAYOUTS:
+        raise ValueError(f"cache_layout must be one of {CACHE_LAYOUTS}, got {cache_layout!r}")
     for name, value in (("prefix_cache", prefix_cache), ("hf_split_attention", hf_split_attention)):
         if value not in TRISTATE:
             raise ValueError(f"{name} must be one of {TRISTATE}, got {value!r}")

@@ -75,6 +75,11 @@ class MegatronMaskedLMAdapter(MaskedLMAdapter):
         self.max_length = int(max_length)
         self.split_attention = bool(split_attention)
         self.prefix_cache = bool(prefix_cache and self.split_attention and _tp_size() == 1)
+        if self.prefix_cache and cache_layout == "pool":
+            # only then: the server's decoder checks the `SlotPrefixes` capability by its methods
+            self.slot_pool = self._slot_pool
+            self.write_slots = self._write_slots
+            self.logits_after_slots = self._logits_after_slots
         if getattr(model, "length_head", None) is not None:
             # only then: generation treats the attribute's presence as "the model has a head"
             self.predict_lengths = self._predict_lengths
@@ -126,13 +131,7 @@ class MegatronMaskedLMAdapter(MaskedLMAdapter):
     def logits_with_prefix(self, state: PrefixKV, rows, suffix_ids, suffix_lengths, positions):
         self._check_cache()
         if isinstance(state, SlotState):
-            slots = state.slots_of(rows)
-            if self._graphs is not None:
-                with torch.no_grad():
-                    logits = self._graphs(state.pool, slots, suffix_ids, suffix_lengths, positions)
-                if logits is not None:
-                    return logits
-            return self._pool_step(suffix_ids, suffix_lengths, positions, PoolForward(state.pool, slots))
+            return self._logits_after_slots(state.slots_of(rows), suffix_ids, suffix_lengths, positions)
         cache = KVCacheForward(state.select(rows), record=False)
         with torch.no_grad():
             hidden = self.model(suffix_ids, valid_lengths=suffix_lengths, return_hidden=True,
@@ -159,12 +158,35 @@ class MegatronMaskedLMAdapter(MaskedLMAdapter):
             self.model(block_ids, valid_lengths=block_lengths, return_hidden=True, kv_cache=cache)
         return cache.extended(block_lengths)
 
-    def _pool_encode(self, prefix_ids, prefix_lengths) -> "SlotState":
-        cfg = self.model.config
+    def _slot_pool(self, slots: int) -> KVSlotPool:
+        """`SlotPrefixes.slot_pool`: the one pool of this adapter (its prefix states use it too)."""
         if self._pool is None:
-            self._pool = KVSlotPool(cfg.num_layers, max(8, prefix_ids.shape[0]), self.max_length,
+            cfg = self.model.config
+            self._pool = KVSlotPool(cfg.num_layers, max(8, int(slots)), self.max_length,
                                     cfg.num_query_groups, cfg.kv_channels, next(self.model.parameters()).dtype,
                                     self.device)
+        return self._pool
+
+    def _write_slots(self, slots, ids, lengths) -> None:
+        """`SlotPrefixes.write_slots`: the rows' keys/values join their slots."""
+        cache = PoolForward(self._pool, slots, _host(lengths))
+        with torch.no_grad():
+            self.model(ids, valid_lengths=lengths, return_hidden=True, kv_cache=cache)
+        cache.commit()
+
+    def _logits_after_slots(self, slots, ids, lengths, positions):
+        """`SlotPrefixes.logits_after_slots`: the slots' lengths stay (what the forward wrote
+        past them is overwritten by the next one); replayed from a CUDA graph where `step_graphs`
+        has one for this shape."""
+        if self._graphs is not None:
+            with torch.no_grad():
+                logits = self._graphs(self._pool, slots, ids, lengths, positions)
+            if logits is not None:
+                return logits
+        return self._pool_step(ids, lengths, positions, PoolForward(self._pool, slots))
+
+    def _pool_encode(self, prefix_ids, prefix_lengths) -> "SlotState":
+        self._slot_pool(prefix_ids.shape[0])
         state = SlotState(self._pool, self._pool.allocate(prefix_ids.shape[0]))
         cache = PoolForward(self._pool, state.slots, _host(prefix_lengths))
         with torch.no_grad():

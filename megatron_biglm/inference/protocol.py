@@ -22,7 +22,7 @@ ever sees a later one, the cached keys/values stay exact.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, Sequence, runtime_checkable
 
 import torch
 
@@ -113,6 +113,31 @@ class BlockCausalLogits(Protocol):
                             positions: torch.Tensor) -> torch.Tensor:
         """Logits `[b, k, V]` at `positions [b, k]` of right-padded `input_ids [b, s]`, where
         `starts [b, m]` are each row's block starts (`attention_masks.block_causal_mask`)."""
+        ...
+
+
+@runtime_checkable
+class SlotPrefixes(Protocol):
+    """Capability: prefixes kept in slots of a preallocated key/value pool that the caller
+    manages (`model.kv_pool.KVSlotPool`: taken and given back between blocks, each with a valid
+    length), so a server holds each request's prefix in its own slot from block to block
+    instead of re-encoding it. Rows run after their slot's cached keys, under the split rule
+    (each row sees the slot's cached keys and every real row of its own forward)."""
+
+    def slot_pool(self, slots: int) -> Any:
+        """The adapter's pool (a `KVSlots`), created with at least `slots` slots of
+        `max_length` positions on first use."""
+        ...
+
+    def write_slots(self, slots: Sequence[int], ids: torch.Tensor, lengths: torch.Tensor) -> None:
+        """Run right-padded rows `ids [b, q]` (`lengths [b]` real) after their slots' cached
+        keys and append their keys/values to the slots (block-causal growth)."""
+        ...
+
+    def logits_after_slots(self, slots: Sequence[int], ids: torch.Tensor, lengths: torch.Tensor,
+                           positions: torch.Tensor) -> torch.Tensor:
+        """Logits `[b, k, V]` at `positions [b, k]` of rows `ids [b, q]` run after their
+        slots' cached keys; the slots keep their length."""
         ...
 
 

@@ -86,6 +86,13 @@ class KVSlotPool:
     def length(self, slot: int) -> int:
         return self.lengths[slot]
 
+    def reset(self, slots: Sequence[int]) -> None:
+        """Empty slots still held (length 0): their next forward writes from the start."""
+        for s in slots:
+            if s in self._free:
+                raise ValueError(f"slot {s} is not in use")
+            self.lengths[s] = 0
+
     def copy_slots(self, sources: Sequence[int], targets: Sequence[int]) -> None:
         """Slot `targets[i]` becomes a copy of slot `sources[i]` (keys, values, length)."""
         src = torch.tensor(list(sources), dtype=torch.long, device=self.device)

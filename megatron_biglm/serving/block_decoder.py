@@ -8,7 +8,8 @@ block run only the open slots against it (`mask_predict.decode_block`). This is
 follows the same steps as `MaskPredictGenerator` decoding it alone.
 
 The K/V held at once is that of the candidates of one block step; the scheduler's `max_rows`
-bounds it.
+bounds it. This is the decoder of an HF export (its transformers cache has no pool slots); a
+megatron checkpoint is served by `slot_decoder.SlotPoolBlockDecoder`.
 """
 from __future__ import annotations
 
@@ -23,7 +24,10 @@ from megatron_biglm.generation.slot_forward import SlotForward
 
 
 class ExactCacheBlockDecoder:
-    """Decodes blocks with `adapter` (a `MaskedLMAdapter`), with its prefix cache when exact."""
+    """Decodes blocks with `adapter` (a `MaskedLMAdapter`), with its prefix cache when exact.
+    Nothing is held between blocks, so only `blocks="refresh"` is served."""
+
+    block_modes = ("refresh",)
 
     def __init__(self, adapter):
         self.adapter = adapter
@@ -44,3 +48,6 @@ class ExactCacheBlockDecoder:
         block = slot_offset // block_size
         absorb_block(candidates, widths, result, block, self.mask_id,
                      self.eos_id if config.eos_cut else None)
+
+    def release(self, candidates: Sequence[Candidate]) -> None:
+        """Nothing to give back: a block's keys/values are dropped when it ends."""

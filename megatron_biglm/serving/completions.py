@@ -37,8 +37,10 @@ class PreparedPrompt:
 class CompletionService:
     """Everything between a validated `CompletionRequest` and the scheduler, for one model."""
 
-    def __init__(self, generator: MaskPredictGenerator, model_name: str, *, timeout_s: float):
+    def __init__(self, generator: MaskPredictGenerator, model_name: str, *, timeout_s: float,
+                 block_modes: tuple[str, ...] = ("refresh",)):
         self.generator = generator
+        self.block_modes = tuple(block_modes)  # the `blocks` values the scheduler's decoder serves
         self.adapter = generator.adapter
         self.tokenizer = generator.tokenizer
         self.model_name = model_name
@@ -94,11 +96,16 @@ class CompletionService:
         if req.context_tokens and not scoring:
             raise BadRequest("context_tokens applies to scoring (echo=true with logprobs)",
                              "context_tokens")
+        if req.blocks not in self.block_modes:
+            raise BadRequest(f"blocks={req.blocks!r} is not served for {self.model_name}: it keeps no "
+                             f"keys/values between blocks (an HF export); use one of {list(self.block_modes)}",
+                             "blocks")
         stop = [req.stop] if isinstance(req.stop, str) else list(req.stop or [])
         top_p = None if req.temperature == 0 and req.top_p == 1.0 else req.top_p  # 1.0 keeps all
         try:
             return GenerationConfig(
                 steps=req.steps, max_new_tokens=max(1, req.max_tokens), block_size=req.block_size,
+                blocks=req.blocks,
                 remask=req.remasking, temperature=req.temperature, top_p=top_p, seed=req.seed,
                 until=tuple(stop))
         except GenerationConfigError as exc:

@@ -46,10 +46,18 @@ class Cancelled(RuntimeError):
 
 class BlockDecoder(Protocol):
     """Capability: decode the next block of each candidate, in place (tokens, log-confidences,
-    passes appended; `stopped` set at EOS when the config cuts there)."""
+    passes appended; `stopped` set at EOS when the config cuts there), holding whatever it
+    keeps of a candidate between blocks until `release`. `block_modes`: the values of
+    `GenerationConfig.blocks` it decodes."""
+
+    block_modes: tuple[str, ...]
 
     def decode_block(self, candidates: Sequence[Candidate], config: GenerationConfig,
                      block_size: int, slot_offset: int) -> None:
+        ...
+
+    def release(self, candidates: Sequence[Candidate]) -> None:
+        """The candidates' request left (done, failed, timed out, cancelled): free what they hold."""
         ...
 
 
@@ -102,7 +110,7 @@ class SchedulerStats(Protocol):
 def _group_key(job: GenerationJob) -> tuple:
     c = job.config
     offset = job.blocks_done * job.block_size if c.min_length else 0
-    return (c.steps, c.remask, c.temperature, c.top_k, c.top_p, c.confidence_threshold,
+    return (c.blocks, c.steps, c.remask, c.temperature, c.top_k, c.top_p, c.confidence_threshold,
             c.min_length, offset, job.block_size, c.eos_cut)
 
 
@@ -240,6 +248,7 @@ class BlockScheduler:
     def _finish(self, job: GenerationJob, error: BaseException | None) -> None:
         if job in self._running:
             self._running.remove(job)
+        self.decoder.release(job.candidates)
         if not job.finished:
             job.finished = True
             job.on_done(job, error)

@@ -7,6 +7,7 @@ fields (the `openai` client's `extra_body`):
 |---|---|
 | `steps` | T, Mask-Predict iterations per block (default 10) |
 | `block_size` | slots per block (default: one block of `max_tokens`); a stream sends one event per block |
+| `blocks` | how a finished block joins the prefix: `refresh` (default, re-encoded with the prompt) or `cached` (block-causal: appended to the request's cached keys/values; a megatron checkpoint only) |
 | `remasking` | `low_confidence` (default), `random` or `none` (LLaDA) |
 | `length_beam` | L candidate lengths `max_tokens, max_tokens - 1, ...`; the best mean confidence wins, `max_tokens` is then the upper bound |
 | `scoring` | the rule of `echo` + `logprobs` scoring: `pll` (default), `beam`, `oneshot`, `l2r`, `elbo` |
@@ -75,6 +76,7 @@ class DecodingFields(StrictBody):
     user: Optional[str] = None
     steps: int = Field(10, ge=1)
     block_size: Optional[int] = Field(None, ge=1)
+    blocks: Literal["refresh", "cached"] = "refresh"
     remasking: RemaskName = "low_confidence"
     length_beam: int = Field(1, ge=1, le=16)
 

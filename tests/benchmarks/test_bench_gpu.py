@@ -23,7 +23,7 @@ def _numbers(obj):
 
 
 HEADLINES = ("train_step_mfu", "train_loop_vs_bare", "split_vs_plain", "longform_cached_vs_canvas",
-             "longform_identical", "eval_cache_speedup")
+             "longform_identical", "eval_cache_speedup", "serve_concurrent_vs_sequential")
 
 
 @pytest.mark.slow
@@ -66,6 +66,9 @@ def test_bench_gpu_dry_run_writes_every_section(tmp_path, capsys):
     assert results["generation"]["mask_predict_vs_ar"] > 0
     assert results["eval"]["rules"]["hf:pll"]["max_score_diff"] < 1e-4
     assert results["eval"]["rules"]["megatron(pool):pll"]["max_score_diff"] < 1e-4
+    serve = results["serve"]
+    assert serve["same_outputs"] is True and serve["requests"] == 8 and serve["clients"] == 4
+    assert results["serve_concurrent_vs_sequential"] == serve["ratio"] > 0
     assert [g["goal"] for g in results["goals"]] == [g for g, _, _ in bench_gpu.goal_rows(results)]
 
     table = (tmp_path / bench_gpu.MD_NAME).read_text()

@@ -53,19 +53,22 @@ def test_models_health_and_tokenizer_endpoints(server, client):
     assert server.post("/detokenize", json={"tokens": ids}).json()["prompt"] == PROMPTS[0]
 
 
-def test_greedy_completion_equals_biglm_generate(client, gen_checkpoint, tmp_path):  # noqa: F811
+@pytest.mark.parametrize("blocks", ["refresh", "cached"])
+def test_greedy_completion_equals_biglm_generate(client, gen_checkpoint, tmp_path, blocks):  # noqa: F811
+    """The server keeps each request's prefix in a pool slot (rewritten per block, or grown
+    block-causally with `blocks: cached`); `biglm-generate` uses the growing cache."""
     from megatron_biglm.cli.generate import main as generate
 
     src, out = tmp_path / "in.jsonl", tmp_path / "out.jsonl"
     src.write_text("".join(json.dumps({"prompt": p}) + "\n" for p in PROMPTS[:2]))
     code = generate(["--model", str(gen_checkpoint), "--input", str(src), "--output", str(out),
                      "--max-new-tokens", "9", "--steps", "3", "--block-size", "4", "--batch-size", "1",
-                     "--no-progress"], stdout=io.StringIO(), stderr=io.StringIO())
+                     "--blocks", blocks, "--no-progress"], stdout=io.StringIO(), stderr=io.StringIO())
     assert code == 0
     want = [json.loads(x) for x in out.read_text().splitlines()]
     for prompt, row in zip(PROMPTS[:2], want):
         got = client.completions.create(model=MODEL_NAME, prompt=prompt, max_tokens=9, temperature=0,
-                                        extra_body={"steps": 3, "block_size": 4}).choices[0]
+                                        extra_body={"steps": 3, "block_size": 4, "blocks": blocks}).choices[0]
         assert _ids(got) == row["ids"] and got.text == row["text"]
         assert got.finish_reason == ("length" if row["finish_reason"] == "length" else "stop")
 
@@ -76,7 +79,8 @@ def _mixed_requests():
         out.append(dict(prompt=prompt, max_tokens=6 + i % 3, temperature=[0.0, 0.8, 1.0][i % 3],
                         seed=i, n=1 + i % 2,
                         extra_body={"steps": 2 + i % 3, "block_size": [None, 3, 4][i % 3],
-                                    "remasking": ["low_confidence", "random"][i % 2]}))
+                                    "remasking": ["low_confidence", "random"][i % 2],
+                                    "blocks": ["refresh", "cached"][i // 4]}))
     return out
 
 

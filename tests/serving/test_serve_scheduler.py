@@ -124,3 +124,69 @@ def test_queue_limit_timeout_and_shutdown(generator):
                         (BadRequest("no", "n"), 400)):
         assert error_response(exc).status_code == status
     assert error_response(QueueFull("full")).headers["Retry-After"] == "1"
+
+
+# ---------------------------------------------------------------- the slot pool (megatron checkpoint)
+
+@pytest.fixture(scope="module")
+def pool_generator(gen_checkpoint):  # noqa: F811
+    return MaskPredictGenerator.from_pretrained(gen_checkpoint, cache_layout="pool")
+
+
+@pytest.mark.parametrize("blocks", ["refresh", "cached"])
+def test_pool_slots_hold_each_request_across_blocks_and_are_freed(pool_generator, blocks):
+    """Requests of different lengths join a running batch between blocks; every answer equals
+    the generator's for that request alone (same blocks mode), and every slot goes back."""
+    from megatron_biglm.serving.slot_decoder import SlotPoolBlockDecoder
+
+    gen = pool_generator
+    configs = [GenerationConfig(max_new_tokens=n, steps=2, block_size=3, temperature=t, seed=s, blocks=blocks)
+               for n, t, s in ((10, 0.9, 1), (7, 0.0, 0), (12, 1.0, 2))]
+    prompts = ["To be, or not to be", "O Romeo, Romeo", "Now is the winter of our discontent"]
+    decoder = SlotPoolBlockDecoder(gen.adapter, rows=4)
+    free_before = len(decoder.pool._free)
+    steps = Steps()
+    scheduler = BlockScheduler(decoder, max_queue=8, max_rows=4, stats=steps)
+    jobs = []
+
+    def join_later(job):
+        if job.blocks_done == 1 and len(jobs) == 1:  # the others arrive between A's blocks
+            for prompt, config in zip(prompts[1:], configs[1:]):
+                jobs.append(_job(gen, prompt, config))
+                scheduler.submit(jobs[-1][0])
+
+    jobs.append(_job(gen, prompts[0], configs[0], on_block=join_later))
+    scheduler.submit(jobs[0][0])
+    for job, done, result in list(jobs):
+        assert done.wait(120) and result["error"] is None
+    for job, done, result in jobs[1:]:
+        assert done.wait(120) and result["error"] is None
+    scheduler.close()
+    assert max(steps.rows) >= 2  # some block steps decoded several requests
+    for (job, _, _), prompt, config in zip(jobs, prompts, configs):
+        want = gen.generate([prompt], config)[0]
+        assert gen.output_of("", job.groups[0], 0, config).ids == want.ids
+    assert decoder.slots_held == 0 and len(decoder.pool._free) == free_before
+    assert decoder.pool.num_slots == 8  # bounded: never grew past its preallocation
+
+
+def test_a_cancelled_request_gives_its_slot_back(pool_generator):
+    from megatron_biglm.serving.scheduler import Cancelled
+    from megatron_biglm.serving.slot_decoder import SlotPoolBlockDecoder
+
+    decoder = SlotPoolBlockDecoder(pool_generator.adapter, rows=2)
+    scheduler = BlockScheduler(decoder, max_queue=4, max_rows=2)
+    config = GenerationConfig(max_new_tokens=30, steps=2, block_size=2, blocks="cached")
+    held = []
+
+    def leave(job):
+        held.append(decoder.slots_held)
+        job.cancel()  # the client went away after the first block
+
+    job, done, result = _job(pool_generator, "To be, or not to be", config, on_block=leave)
+    scheduler.submit(job)
+    assert done.wait(120)
+    scheduler.close()
+    assert isinstance(result["error"], Cancelled)
+    assert held == [1] and decoder.slots_held == 0
+
