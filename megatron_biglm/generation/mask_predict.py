@@ -104,15 +104,20 @@ def run_block(forward: SlotForward, rows: list[int], widths: list[int], slot_off
         ws = max(sub_widths)
         was_masked = masked[live_t]
         inputs = torch.where(was_masked, mask_id, tokens[live_t]).masked_fill(~valid[live_t], pad_id)[:, :ws]
-        # only the masked slots are predicted: they come first in each row, in slot order
-        predicted = was_masked[:, :ws].sum(dim=-1)
-        k = int(predicted.max())
+        # only the masked slots are predicted: they come first in each row, in slot order; how
+        # many a row holds is the schedule's (`live_rows`), read back only under a threshold
+        if config.confidence_threshold is None:
+            predicted_n = [remasking.masked_after(n, steps, t - 1) for n in sub_widths]
+        else:
+            predicted_n = was_masked[:, :ws].sum(dim=-1).tolist()
+        predicted = on_device(predicted_n, device)
+        k = max(predicted_n)
         wanted = (~was_masked[:, :ws]).to(torch.uint8).argsort(dim=-1, stable=True)[:, :k]
         logits = forward.logits([rows[i] for i in live], inputs, sub_widths, wanted)
         logits = sampling.constrain(logits, slot_index[live_t].gather(1, wanted), mask_id, eos_id,
                                     config.min_length)
         picked, picked_conf = sampling.choose(
-            logits, predicted.tolist(), temperature=config.temperature, top_k=config.top_k,
+            logits, predicted_n, temperature=config.temperature, top_k=config.top_k,
             top_p=config.top_p, generators=sub_gens)
         if logconf is None:
             logconf = torch.zeros((a, w), dtype=picked_conf.dtype, device=device)
