@@ -148,10 +148,7 @@ class MegatronMaskedLMAdapter(MaskedLMAdapter):
         self._check_cache()
         if isinstance(state, SlotState):
             new = state.continued(_host(rows))
-            cache = PoolForward(new.pool, new.slots, _host(block_lengths))
-            with torch.no_grad():
-                self.model(block_ids, valid_lengths=block_lengths, return_hidden=True, kv_cache=cache)
-            cache.commit()
+            self._write_slots(new.slots, block_ids, block_lengths)
             return new
         cache = KVCacheForward(state.select(rows))
         with torch.no_grad():
@@ -168,7 +165,8 @@ class MegatronMaskedLMAdapter(MaskedLMAdapter):
         return self._pool
 
     def _write_slots(self, slots, ids, lengths) -> None:
-        """`SlotPrefixes.write_slots`: the rows' keys/values join their slots."""
+        """`SlotPrefixes.write_slots`: the rows' keys/values join their slots (also how a prefix
+        state's slots are filled and extended: the adapter has one pool)."""
         cache = PoolForward(self._pool, slots, _host(lengths))
         with torch.no_grad():
             self.model(ids, valid_lengths=lengths, return_hidden=True, kv_cache=cache)
@@ -188,10 +186,7 @@ class MegatronMaskedLMAdapter(MaskedLMAdapter):
     def _pool_encode(self, prefix_ids, prefix_lengths) -> "SlotState":
         self._slot_pool(prefix_ids.shape[0])
         state = SlotState(self._pool, self._pool.allocate(prefix_ids.shape[0]))
-        cache = PoolForward(self._pool, state.slots, _host(prefix_lengths))
-        with torch.no_grad():
-            self.model(prefix_ids, valid_lengths=prefix_lengths, return_hidden=True, kv_cache=cache)
-        cache.commit()
+        self._write_slots(state.slots, prefix_ids, prefix_lengths)
         return state
 
     def describe(self):
