@@ -2,22 +2,19 @@
 
     tmp = begin_checkpoint(root, iteration, subdirs=("dist",))   # all ranks: one shared temp dir
     ... the backend writes its model/optimizer shards into tmp ...
-    return seal_checkpoint(tmp, iteration, train_state, signature, config)   # all ranks
+    return seal_checkpoint(tmp, iteration, train_state, signature, files)   # all ranks
 
 `seal_checkpoint` adds what resume needs beyond the shards (every rank's RNG file; rank 0's
-train_state.json, model_signature.json and config.yaml), then `seal_when_written` seals the
-directory (dirs.seal: manifest, rename, `latest`) on rank 0 only after every rank
-finished writing, so a crash at any point leaves the previous checkpoint as `latest`.
-Writers of other checkpoints (e.g. weights-only imports) use begin_checkpoint and
-seal_when_written alone.
-
-`config` is the run config as an object with `to_yaml()` (written as config.yaml) and
-`checkpoint.keep_last` (how many complete checkpoints to keep): this package does not import
-the run config's module, which sits above it.
+train_state.json, model_signature.json, config.yaml and the recipe's own records, `RunFiles`),
+then `seal_when_written` seals the directory (dirs.seal: manifest, rename, `latest`) on rank
+0 only after every rank finished writing, so a crash at any point leaves the previous
+checkpoint as `latest`, and every file is in the manifest the verifier checks. Writers of
+other checkpoints (e.g. weights-only imports) use begin_checkpoint and seal_when_written alone.
 """
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
@@ -30,6 +27,17 @@ from .signature import SIGNATURE_FILE
 RNG_DIR = "rng"
 #: The resolved run config, beside every checkpoint's shards.
 CONFIG_FILE = "config.yaml"
+
+
+@dataclass(frozen=True)
+class RunFiles:
+    """What a run seals into each of its checkpoints beside the backend's shards and state,
+    as plain text (this package sits below the run config's): `config_yaml`, the resolved
+    run config (config.yaml); `extra`, the recipe's own records by file name (a fine-tune's
+    task_head.json); and `keep_last`, how many complete checkpoints to keep (None: all)."""
+    config_yaml: str
+    keep_last: int | None = None
+    extra: dict = field(default_factory=dict)
 
 
 def rank() -> int:
@@ -73,18 +81,24 @@ def seal_when_written(tmp: Path, iteration: int, keep_last: int | None = None) -
     return broadcast_path(final)
 
 
-def seal_checkpoint(tmp: Path, iteration: int, train_state: dict, signature: dict, config) -> Path:
+def seal_checkpoint(tmp: Path, iteration: int, train_state: dict, signature: dict, files: RunFiles) -> Path:
     """Collective: write the shared files into `tmp`, seal it as `iter_N`; its path on every rank.
 
-    `train_state` is what the backend resumes from (rank 0's copy is written)."""
+    `train_state` is what the backend resumes from (rank 0's copy is written); `files` the
+    run's texts (config.yaml, the recipe's records), sealed with the rest."""
+    taken = sorted(set(files.extra) & {TRAIN_STATE, SIGNATURE_FILE, CONFIG_FILE, RNG_DIR})
+    if taken:
+        raise ValueError(f"a recipe's checkpoint files may not be named {taken}: the checkpoint writes those itself")
     path = rng_file(tmp)
     path.parent.mkdir(exist_ok=True)
     torch.save(rng_state(), path)
     if rank() == 0:
         (tmp / TRAIN_STATE).write_text(json.dumps(train_state, indent=1))
         (tmp / SIGNATURE_FILE).write_text(json.dumps(signature, indent=1))
-        (tmp / CONFIG_FILE).write_text(config.to_yaml(), encoding="utf-8")
-    return seal_when_written(tmp, iteration, keep_last=config.checkpoint.keep_last)
+        (tmp / CONFIG_FILE).write_text(files.config_yaml, encoding="utf-8")
+        for name, text in files.extra.items():
+            (tmp / name).write_text(text, encoding="utf-8")
+    return seal_when_written(tmp, iteration, keep_last=files.keep_last)
 
 
 def rng_file(folder: Path) -> Path:

@@ -2,7 +2,7 @@
 
 A checkpoint holds the model and optimizer (torch_dist shards, resharded on load, so DP and
 TP/PP layouts may change), the scheduler step, RNG states, consumed samples, the NaN-skip
-counters and the resolved config (restoring the scheduler's position is the training
+counters, the resolved config and the recipe's own records (files.RunFiles; restoring the scheduler's position is the training
 backend's part, training/backends.py: this package stays below training). The distributed
 optimizer is saved in megatron's `dp_reshardable` format (patches.DISTOPT_METADATA: the
 default `fully_sharded_model_space` fails on flattened ranges), which reloads at a different
@@ -27,7 +27,7 @@ from megatron_biglm import patches
 from megatron_biglm.common.mcore_internals import in_process_save_strategy
 
 from .dirs import TRAIN_STATE, CheckpointError, refuse_weights_only
-from .files import begin_checkpoint, restore_rng, seal_checkpoint, world_size
+from .files import RunFiles, begin_checkpoint, restore_rng, seal_checkpoint, world_size
 
 
 def _sharded(model_chunks, optimizer, is_loading: bool) -> dict:
@@ -38,9 +38,9 @@ def _sharded(model_chunks, optimizer, is_loading: bool) -> dict:
 
 
 def save_checkpoint(root: Path, iteration: int, model_chunks, optimizer, scheduler, train_state: dict,
-                    config, signature: dict) -> Path:
-    """Write `root/iter_N` atomically; return its path (on every rank). `config`: the run
-    config (see files.seal_checkpoint)."""
+                    files: RunFiles, signature: dict) -> Path:
+    """Write `root/iter_N` atomically; return its path (on every rank). `files`: the run's
+    texts sealed with it (files.RunFiles)."""
     tmp = begin_checkpoint(root, iteration, subdirs=("dist",))
     dist_checkpointing.save(_sharded(model_chunks, optimizer, is_loading=False), str(tmp / "dist"),
                             sharded_strategy=in_process_save_strategy())
@@ -48,7 +48,7 @@ def save_checkpoint(root: Path, iteration: int, model_chunks, optimizer, schedul
                  tp=parallel_state.get_tensor_model_parallel_world_size(),
                  pp=parallel_state.get_pipeline_model_parallel_world_size(),
                  dp=parallel_state.get_data_parallel_world_size())
-    return seal_checkpoint(tmp, iteration, state, signature, config)
+    return seal_checkpoint(tmp, iteration, state, signature, files)
 
 
 def load_checkpoint(path: Path, model_chunks, optimizer) -> dict:

@@ -1,5 +1,6 @@
 """What a fine-tune's checkpoint says about its task head: `task_head.json`, beside its
-config.yaml, written by the run that trained it and read by every export and loader.
+config.yaml, sealed with every checkpoint of the run that trained it (in its manifest, so the
+verifier checks it) and read by every export and loader.
 
 Two shapes, one file:
 
@@ -52,10 +53,9 @@ class EmbedderRecord:
         return {"embedder": dataclasses.asdict(self)}
 
 
-def write_task_head(folder, record: HeadRecord | EmbedderRecord) -> Path:
-    path = Path(folder) / TASK_HEAD_FILE
-    path.write_text(json.dumps(record.to_json(), indent=1) + "\n", encoding="utf-8")
-    return path
+def task_head_text(record: HeadRecord | EmbedderRecord) -> str:
+    """The text of `task_head.json` holding `record` (sealed with each checkpoint of the run)."""
+    return json.dumps(record.to_json(), indent=1) + "\n"
 
 
 def read_task_head(folder) -> HeadRecord | EmbedderRecord | None:

@@ -25,7 +25,6 @@ from pathlib import Path
 import torch
 
 from megatron_biglm.checkpoint.dirs import best_checkpoint_name, iteration_name, point_best
-from megatron_biglm.checkpoint.task_head import write_task_head
 
 RESULTS_FILE = "results.json"
 
@@ -113,11 +112,7 @@ class TaskValidator:
         return record
 
     def on_save(self, loop_state, path) -> None:  # noqa: ARG002
-        """Every checkpoint of a fine-tune carries its task-head record (`task_head.json`, what
-        the exports and loaders read); the `best` pointer follows the best validation."""
-        record = self.recipe.task_head()
-        if record is not None and _is_rank0() and Path(path).is_dir():
-            write_task_head(path, record)
+        """The `best` pointer follows the best validation, once its checkpoint is sealed."""
         best = best_record(self.recipe.history, self.recipe.select_split, self.recipe.select_metric)
         if best is None or not _is_rank0():
             return

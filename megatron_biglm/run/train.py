@@ -209,7 +209,10 @@ def _announce(cfg, info, backend, run: _Run, start: _Start, parts: _Parts):
 
 
 def _loop(cfg, info, backend, run: _Run, parts: _Parts, metrics, recipe, callbacks):
-    """The data iterators, the checkpoint writer and the callbacks, handed to the one loop."""
+    """The data iterators, the checkpoint writer and the callbacks, handed to the one loop.
+    Every checkpoint seals the resolved config and the recipe's own records (a fine-tune's
+    task_head.json) with its shards."""
+    from megatron_biglm.checkpoint.files import RunFiles
     from megatron_biglm.data.pretrain_data import make_loader
     from megatron_biglm.model.shape import shape_of
     from megatron_biglm.training import loop
@@ -229,9 +232,12 @@ def _loop(cfg, info, backend, run: _Run, parts: _Parts, metrics, recipe, callbac
         loader = make_loader(data.valid, 0, mbs, info.dp_rank, info.dp, **collate)
         return itertools.cycle(loader) if len(loader) else iter(())
 
+    config_yaml = cfg.to_yaml()
+
     def save(st):
+        files = RunFiles(config_yaml, cfg.checkpoint.keep_last, recipe.checkpoint_files())
         path = backend.save(cfg.checkpoint_dir, st.iteration, parts.model_chunks, parts.optimizer, parts.scheduler,
-                            {**checkpoint_state(st, parts.stateful), "backend": backend.name}, cfg, run.signature)
+                            {**checkpoint_state(st, parts.stateful), "backend": backend.name}, files, run.signature)
         callbacks.save(st, path)
         return path
 

@@ -21,7 +21,7 @@ class Backend:
     #                       provider: the recipe's model_provider (None: BiGLMModel)
     train_step: Callable  # signature of step.train_step
     evaluate: Callable    # signature of step.evaluate
-    save: Callable        # signature of checkpoint.megatron_io.save_checkpoint
+    save: Callable        # signature of checkpoint.megatron_io.save_checkpoint (the run's texts: files.RunFiles)
     load: Callable        # (path, model_chunks, optimizer, scheduler) -> saved train state
     reshardable: bool     # can its checkpoints resume at another data-parallel size?
     shutdown: Callable    # (DistInfo) -> None: tear down process groups (distributed.shutdown's signature)

@@ -4,7 +4,8 @@ Layout of `iter_N/` (sealed by checkpoint/dirs.py: temp dir -> manifest -> renam
 
     deepspeed/state/        engine.save_checkpoint: module states + one ZeRO shard per rank
     dist/                   the model alone as a megatron torch_dist checkpoint
-    rng/rank_*.pt, train_state.json, model_signature.json, config.yaml   as megatron checkpoints
+    rng/rank_*.pt, train_state.json, model_signature.json, config.yaml (and a recipe's records)
+                            as megatron checkpoints
 
 The same train state (consumed samples, NaN counters, schedule step, backend, DP size),
 RNG and signature files as megatron checkpoints, so resume, the model-compatibility refusal
@@ -20,15 +21,14 @@ import json
 from pathlib import Path
 
 from megatron_biglm.checkpoint.dirs import CheckpointError, refuse_weights_only
-from megatron_biglm.checkpoint.files import begin_checkpoint, restore_rng, seal_checkpoint, world_size
-from megatron_biglm.config import RunConfig
+from megatron_biglm.checkpoint.files import RunFiles, begin_checkpoint, restore_rng, seal_checkpoint, world_size
 from megatron_biglm.training.schedule import resume_scheduler
 
 CHECKPOINT_SUBDIR, CHECKPOINT_TAG = "deepspeed", "state"
 
 
 def save_checkpoint(root: Path, iteration: int, model_chunks, optimizer, scheduler,  # noqa: ARG001
-                    train_state: dict, config: RunConfig, signature: dict) -> Path:
+                    train_state: dict, files: RunFiles, signature: dict) -> Path:
     """Write `root/iter_N` atomically (every rank writes its ZeRO shard); return its path."""
     engine = model_chunks[0]
     tmp = begin_checkpoint(root, iteration, subdirs=("dist",))
@@ -36,7 +36,7 @@ def save_checkpoint(root: Path, iteration: int, model_chunks, optimizer, schedul
     save_model_weights(engine, tmp / "dist")
     state = dict(train_state, iteration=iteration, scheduler=scheduler.state_dict(), world_size=world_size(),
                  tp=1, pp=1, dp=engine.dp_world_size, zero_stage=engine.zero_optimization_stage())
-    return seal_checkpoint(tmp, iteration, state, signature, config)
+    return seal_checkpoint(tmp, iteration, state, signature, files)
 
 
 def save_model_weights(engine, folder: Path) -> None:

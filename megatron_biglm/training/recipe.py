@@ -27,6 +27,10 @@ Batches may carry `valid_lengths` ([b] real tokens per sample, right padding aft
 `padding_excluded` drops the padding from a loss mask, and BiGLMModel's `valid_lengths`
 argument keeps padded keys out of every attention backend.
 
+A recipe whose checkpoints must carry a record of their own (a fine-tune's task head) returns
+it from `checkpoint_files()` ({file name: text}): every checkpoint seals it with its shards, so
+the manifest covers it and the verifier checks it.
+
 A recipe that holds training state (a curriculum position, say) returns it from
 `state_dict()`; it is saved in the checkpoint under "recipe" and handed back to
 `load_state_dict` on resume.
@@ -76,6 +80,10 @@ class Recipe:
         """The per-sample split the attention restricts to (for the FLOPs count), or None
         when the model attends to every (valid) key."""
         return None
+
+    def checkpoint_files(self) -> dict[str, str]:
+        """This recipe's own records every checkpoint carries, {file name: text}; none by default."""
+        return {}
 
     def state_dict(self) -> dict:
         return {}

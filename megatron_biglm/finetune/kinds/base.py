@@ -247,6 +247,13 @@ class FinetuneRecipe(Recipe):
         embedder's), or None for a masked-LM model."""
         return None
 
+    def checkpoint_files(self) -> dict[str, str]:
+        """Every checkpoint of the fine-tune seals its task-head record (`task_head.json`)."""
+        from megatron_biglm.checkpoint.task_head import TASK_HEAD_FILE, task_head_text
+
+        record = self.task_head()
+        return {} if record is None else {TASK_HEAD_FILE: task_head_text(record)}
+
     def settle(self, config):
         """The run config with what this recipe settles (e.g. the head's label names) written
         into its typed sections (`config.derive`), so that the run's config.yaml and its
