@@ -60,7 +60,7 @@ class RunClaim:
     def __init__(self, run_dir, identity: dict):
         self.run_dir, self.identity = Path(run_dir), identity
 
-    def on_start(self, config) -> None:  # noqa: ARG002 - the callback protocol
+    def on_start(self) -> None:
         import torch.distributed as dist
 
         if dist.is_initialized() and dist.get_rank() != 0:

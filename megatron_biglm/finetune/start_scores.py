@@ -30,7 +30,7 @@ def score_start(plan, claim) -> dict:
                                       dtype=_DTYPE[resolve_precision(cfg)], verify=cfg.checkpoint.verify)
     for note in loaded.notes:
         print(f"finetune: {note}", flush=True)
-    claim.on_start(cfg)
+    claim.on_start()
     plan.validator.validate(loaded.model, 0, device)
     save_resolved(cfg, Path(cfg.run_dir) / "config.yaml")
     out = plan.validator.results()

@@ -75,7 +75,7 @@ def train(cfg: RunConfig, *, recipe=None, callbacks=(), init_from=None) -> Train
         run = _prepare(cfg, info, recipe)
         start = _choose_start(cfg, info, backend, run, init_from)
         parts = _build(cfg, backend, run, start, recipe)
-        callbacks.start(cfg)  # every check has passed; nothing is written to run_dir before this
+        callbacks.start()  # every check has passed; nothing is written to run_dir before this
         metrics = _announce(cfg, info, backend, run, start, parts)
         state = _loop(cfg, info, backend, run, parts, metrics, recipe, callbacks)
         return _finish(cfg, info, parts, state, start)

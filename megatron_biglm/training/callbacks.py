@@ -1,7 +1,7 @@
 """What a run hooks into the loop, as `typing.Protocol`s: each callback implements the events
 it wants, and the loop dispatches by `isinstance`, never by probing for attributes.
 
-  StartCallback     on_start(config)                  once the run is built and every check has passed
+  StartCallback     on_start()                        once the run is built and every check has passed
                                                       (batches, start point, model, optimizer), before
                                                       anything is written to the run directory
   StepCallback      on_step(step, loop_state, ctx)    after every optimizer step (ctx: LoopContext,
@@ -13,7 +13,8 @@ it wants, and the loop dispatches by `isinstance`, never by probing for attribut
                                                       (fine-tuning: accuracy, F1, ...)
 
 A plain function `f(step, loop_state)` is a step callback. Every callback runs on every rank,
-with the RNG streams saved and restored around it. A callback stops the run cleanly by setting
+with the RNG streams saved and restored around it. A callback is built with the settings it
+reads (the start event carries none). A callback stops the run cleanly by setting
 `loop_state.stop_requested` to its reason (early stopping): the loop saves and returns with
 `stopped_by` set to that reason, as it does for a signal.
 """
@@ -24,7 +25,7 @@ from typing import Callable, Iterable, Protocol, runtime_checkable
 
 @runtime_checkable
 class StartCallback(Protocol):
-    def on_start(self, config) -> None: ...
+    def on_start(self) -> None: ...
 
 
 @runtime_checkable
@@ -81,10 +82,10 @@ class Callbacks:
     def __iter__(self):
         return iter(self.items)
 
-    def start(self, config) -> None:
+    def start(self) -> None:
         for cb in self.items:
             if isinstance(cb, StartCallback):
-                cb.on_start(config)
+                cb.on_start()
 
     def step(self, step: int, loop_state, ctx) -> None:
         for cb in self.items:
