@@ -12,7 +12,7 @@ run, or a `python -m megatron_biglm.cli.convert from-hf` import of an HF export 
 EuroBERT) with a fresh optimizer and schedule; `checkpoint.load=IMPORT` does the same for a
 weights-only import. Re-running the same command resumes the fine-tune's own checkpoints.
 `finetune.train_examples=0` trains nothing: `init_from` is scored as it is (zero-shot;
-finetune/start_scores.py) into the same results.json.
+run/start_scores.py) into the same results.json.
 """
 from __future__ import annotations
 

@@ -32,7 +32,7 @@ A data file that cannot be read to its end (a truncated .gz/.zst) stops the run,
 A run_dir that holds another fine-tune (another task, data by path or content, or settings) is
 refused; `overwrite: true` deletes it and starts over, but only a folder holding a fine-tune's
 own record, never one that is or holds `init_from` or a pretraining checkpoint
-(`finetune/run_claim.py`). A head `init_from` stores with another shape (a fine-tuned 2-label
+(`run/run_claim.py`). A head `init_from` stores with another shape (a fine-tuned 2-label
 head, and a 3-label task) is refused; `reinit_mismatched_heads: true` starts it fresh instead.
 
 Low data (seed 001 §4.3): `train_examples: N` trains on N examples drawn from the usable

@@ -1,21 +1,22 @@
 """The fine-tuning driver: `finetune(cfg)` plans the run from its loaded config (`plan.py`:
 recipe, start shape, schedule, validation) and runs the plan's config through `train()` with
-the task's recipe and validator; `finetune.train_examples=0` scores the start point instead.
+the task's recipe and validator; `finetune.train_examples=0` scores the start point instead
+(`start_scores.py`). The run directory is claimed for this run (`run_claim.py`) once its start
+has passed every check.
 Writes `results.json` in the run directory and the `best` pointer beside `latest`."""
 from __future__ import annotations
 
 from megatron_biglm.config import RunConfig
 
 from .plan import plan_finetune
+from .run_claim import check_run_dir
+from .start_scores import score_start
 from .train import train
 
 
 def finetune(cfg: RunConfig, *, callbacks=()) -> dict:
     """Run (or resume) a fine-tune; return the results (what results.json holds) and the
     `TrainResult` under "train"."""
-    from megatron_biglm.finetune.run_claim import check_run_dir
-    from megatron_biglm.finetune.start_scores import score_start
-
     plan = plan_finetune(cfg)
     # refuses another run; the record is written once started. The run as its command gave it:
     # what the plan derives (the start's shape, the schedule, a kind's settled options) follows from it

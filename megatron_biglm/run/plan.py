@@ -3,7 +3,7 @@ run really has, the recipe (the task's kind, `finetune/kinds/`), the schedule in
 validation callback.
 
 `finetune.train_examples=0` plans no training (`train_steps` 0, the schedule as loaded): the
-driver scores the start point on the evaluation splits instead (`finetune/start_scores.py`).
+driver scores the start point on the evaluation splits instead (`start_scores.py`).
 
 What the plan learns after loading is written into the typed sections with `config.derive`
 (`dataclasses.replace`, checked once): the start checkpoint's model shape and tokenizer, the

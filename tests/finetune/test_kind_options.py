@@ -1,9 +1,8 @@
 """A kind's settings live in its `Options` alone (`finetune.options`): a user's config that still
 sets one under `finetune:` is refused naming its new place, and what a run saved before (its
-config.yaml, its run record) is read through the one migration that moves them there."""
+config.yaml; its run record: tests/run/test_run_claim.py) is read through the one migration that
+moves them there."""
 from __future__ import annotations
-
-import json
 
 import pytest
 import yaml
@@ -70,23 +69,3 @@ def test_a_saved_config_with_the_old_keys_reads_through_the_one_migration(tmp_pa
     path.write_text(yaml.safe_dump(tree))
     with pytest.raises(ConfigError, match="finetune.template=.* and finetune.options.template=.*; keep one"):
         load_saved_config(path)
-
-
-def test_a_run_recorded_with_the_old_keys_is_resumed_not_refused(tmp_path):
-    from megatron_biglm.config import ConfigError, load_config
-    from megatron_biglm.finetune.run_claim import RUN_FILE, check_run_dir, run_identity
-
-    task = write_task(tmp_path / "task", n_train=8, n_valid=4, n_test=4)
-    cfg = load_config(None, finetune_overrides(task, tmp_path / "run"))
-    mine = json.loads(json.dumps(run_identity(cfg), default=str))
-    options = mine.pop("options")
-    before = {**mine, "options": {}, "template": options["template"], "label_words": options["label_words"]}
-    run_dir = tmp_path / "run"
-    run_dir.mkdir()
-    (run_dir / RUN_FILE).write_text(json.dumps(before))
-    claim, note = check_run_dir(cfg)
-    assert note is None and claim.identity["options"] == options
-    before["label_words"] = ["no", "yes"]
-    (run_dir / RUN_FILE).write_text(json.dumps(before))
-    with pytest.raises(ConfigError, match="holds another run .*options"):
-        check_run_dir(cfg)
