@@ -22,7 +22,7 @@ def main(argv=None) -> int:
 
     try:
         cfg = load_config(args.config, args.overrides)
-        print(kernels(cfg, resolve_precision(cfg)), flush=True)
+        print(kernels(cfg.model.resolved, resolve_precision(cfg.training)), flush=True)
     except ConfigError as exc:
         return refuse(exc, 2)
     return 0

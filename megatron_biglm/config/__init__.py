@@ -19,6 +19,7 @@ from .run_config import (
     ScheduleConfig,
     TrainingConfig,
     check_batch_arithmetic,
+    check_sequence_fits,
     derive,
     save_resolved,
     validate,
@@ -32,5 +33,5 @@ __all__ = [
     "DeepSpeedConfig", "TrainingConfig", "LoggingConfig", "CheckpointConfig", "ModelSection",
     "ObjectiveSection", "load_config", "load_saved_config", "load_yaml_tree", "parse_override", "expand_env",
     "validate",
-    "check_batch_arithmetic", "save_resolved", "ZeroShotEvalConfig", "FinetuneConfig",
+    "check_batch_arithmetic", "check_sequence_fits", "save_resolved", "ZeroShotEvalConfig", "FinetuneConfig",
 ]

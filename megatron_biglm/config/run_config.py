@@ -65,6 +65,13 @@ class ScheduleConfig:
     decay_fraction: Optional[float] = 0.2
     wsd_decay_style: Literal["linear", "cosine", "exponential", "minus_sqrt"] = "linear"
 
+    @property
+    def wsd_decay_steps(self) -> int:
+        """WSD annealing length in steps (explicit `decay_steps` wins over the fraction)."""
+        if self.decay_steps is not None:
+            return self.decay_steps
+        return int(round((self.decay_fraction or 0.0) * self.train_steps))
+
 
 @dataclass
 class ParallelismConfig:
@@ -162,11 +169,8 @@ class RunConfig:
 
     @property
     def decay_steps(self) -> int:
-        """WSD annealing length in steps (explicit `decay_steps` wins over the fraction)."""
-        s = self.schedule
-        if s.decay_steps is not None:
-            return s.decay_steps
-        return int(round((s.decay_fraction or 0.0) * s.train_steps))
+        """WSD annealing length in steps (`ScheduleConfig.wsd_decay_steps`)."""
+        return self.schedule.wsd_decay_steps
 
     @property
     def anneal_start_step(self) -> Optional[int]:
@@ -289,6 +293,17 @@ def check_batch_arithmetic(config: RunConfig, data_parallel_size: int) -> int:
             f"training.micro_batch_size × data-parallel size = {t.micro_batch_size} × {data_parallel_size} = "
             f"{per_step}; pick a global batch that is a multiple of {per_step}")
     return t.global_batch_size // per_step
+
+
+def check_sequence_fits(config: RunConfig) -> None:
+    """`data.seq_length` fits the model (its RoPE tables are built up to `model.seq_length`).
+    Checked as the run is prepared, before anything is built, not at load: the model's preset
+    file is read only where the run is built (sections.ModelSection), and a fine-tune's plan
+    derives both its sequence length and its model from facts it learns after loading."""
+    mc = config.model.resolved
+    if config.data.seq_length > mc.seq_length:
+        raise ConfigError(f"data.seq_length={config.data.seq_length} exceeds the model's maximum "
+                          f"model.seq_length={mc.seq_length}; lower data.seq_length or set model.seq_length")
 
 
 def save_resolved(config: RunConfig, path) -> Path:

@@ -27,7 +27,7 @@ def score_start(plan, claim) -> dict:
     cfg = plan.config
     device = resolve_device(None)
     loaded = load_megatron_checkpoint(plan.init_from, tokenizer=cfg.data.tokenizer, device=device,
-                                      dtype=_DTYPE[resolve_precision(cfg)], verify=cfg.checkpoint.verify)
+                                      dtype=_DTYPE[resolve_precision(cfg.training)], verify=cfg.checkpoint.verify)
     for note in loaded.notes:
         print(f"finetune: {note}", flush=True)
     claim.on_start()

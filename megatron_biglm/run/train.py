@@ -69,8 +69,8 @@ def train(cfg: RunConfig, *, recipe=None, callbacks=(), init_from=None) -> Train
     callbacks = Callbacks(callbacks)  # a callback with no event is refused before anything is built
     cfg = _pin_tokenizer(cfg)
     recipe = recipe if recipe is not None else PretrainRecipe()
-    backend = select_backend(cfg)
-    info = distributed.init_distributed(cfg)
+    backend = select_backend(cfg.training.backend)
+    info = distributed.init_distributed(cfg.parallelism, cfg.training.seed)
     try:
         run = _prepare(cfg, info, recipe)
         start = _choose_start(cfg, info, backend, run, init_from)
@@ -128,15 +128,16 @@ class _Parts:
 def _prepare(cfg, info, recipe) -> _Run:
     """Batch arithmetic, precision, the kernel report, the model config and the recipe's data."""
     from megatron_biglm.checkpoint.signature import model_signature
-    from megatron_biglm.config import check_batch_arithmetic
+    from megatron_biglm.config import check_batch_arithmetic, check_sequence_fits
     from megatron_biglm.training import build
 
     num_micro = check_batch_arithmetic(cfg, info.dp)
-    precision = build.resolve_precision(cfg)
-    kernels = build.kernels(cfg, precision)  # refuses a named kernel that is not installed
+    precision = build.resolve_precision(cfg.training)
+    mc = cfg.model.resolved
+    kernels = build.kernels(mc, precision)  # refuses a named kernel that is not installed
     if info.is_logger:
         print(kernels, flush=True)
-    mc = build.model_config(cfg)
+    check_sequence_fits(cfg)
     signature = model_signature({**mc.to_dict(), "padded_vocab_size": mc.padded_vocab_size})
     return _Run(num_micro, precision, mc, signature, recipe.build_data(cfg, mc, info.dp))
 
@@ -169,13 +170,15 @@ def _choose_start(cfg, info, backend, run: _Run, init_from) -> _Start:
 def _build(cfg, backend, run: _Run, start: _Start, recipe) -> _Parts:
     """Model, optimizer, schedule and the non-finite guard; on resume, their saved states."""
     from megatron_biglm.training import loop
+    from megatron_biglm.training.backends import BuildSpec
     from megatron_biglm.training.loop_state import restore_state
     from megatron_biglm.training.nonfinite import NonFiniteGuard
     from megatron_biglm.training.schedule import build_scheduler
 
-    model_chunks, optimizer = backend.build(cfg, run.model_config, run.precision, run.num_micro,
-                                            init_weights=start.init, provider=recipe.model_provider)
-    scheduler = build_scheduler(optimizer, cfg)
+    spec = BuildSpec(run.model_config, run.precision, run.num_micro, cfg.training, cfg.optimizer,
+                     reinit_mismatched_heads=cfg.finetune.reinit_mismatched_heads)
+    model_chunks, optimizer = backend.build(spec, init_weights=start.init, provider=recipe.model_provider)
+    scheduler = build_scheduler(optimizer, cfg.schedule, cfg.optimizer)
     guard = NonFiniteGuard(cfg.training.max_nonfinite_in_a_row)
     state = loop.LoopState(tokens_per_sample=cfg.data.seq_length)
     stateful = {"nonfinite": guard, "recipe": recipe}
@@ -232,10 +235,8 @@ def _loop(cfg, info, backend, run: _Run, parts: _Parts, metrics, recipe, callbac
         loader = make_loader(data.valid, 0, mbs, info.dp_rank, info.dp, **collate)
         return itertools.cycle(loader) if len(loader) else iter(())
 
-    config_yaml = cfg.to_yaml()
-
     def save(st):
-        files = RunFiles(config_yaml, cfg.checkpoint.keep_last, recipe.checkpoint_files())
+        files = RunFiles(cfg.to_yaml(), cfg.checkpoint.keep_last, recipe.checkpoint_files())
         path = backend.save(cfg.checkpoint_dir, st.iteration, parts.model_chunks, parts.optimizer, parts.scheduler,
                             {**checkpoint_state(st, parts.stateful), "backend": backend.name}, files, run.signature)
         callbacks.save(st, path)

@@ -16,23 +16,25 @@ from __future__ import annotations
 from pathlib import Path
 
 from megatron_biglm.checkpoint.dirs import CheckpointError, is_weights_only
-from megatron_biglm.config import RunConfig
-from megatron_biglm.training.backend_protocol import Backend, load_initial_weights
+from megatron_biglm.training.backend_protocol import Backend, BuildSpec, load_initial_weights
 from megatron_biglm.training.deepspeed_backend import deepspeed_backend
 
-__all__ = ["Backend", "check_resume", "load_initial_weights", "megatron_backend", "select_backend"]
+__all__ = ["Backend", "BuildSpec", "check_resume", "load_initial_weights", "megatron_backend", "select_backend"]
 
 
 def megatron_backend() -> Backend:
     from megatron_biglm.checkpoint import megatron_io
     from megatron_biglm.training import build, distributed, step
+    from megatron_biglm.training.ddp_settings import ddp_config
     from megatron_biglm.training.schedule import resume_scheduler
 
-    def build_megatron(config, mc, precision, num_microbatches, init_weights=None, provider=None):  # noqa: ARG001
-        model_chunks, _ = build.build_model(config, mc, precision, provider, random_init=init_weights is None)
+    def build_megatron(spec: BuildSpec, init_weights=None, provider=None):
+        ddp = ddp_config(spec.training, spec.optimizer.use_distributed_optimizer)
+        model_chunks, _ = build.build_model(spec.model, spec.precision, ddp, spec.training.recompute, provider,
+                                            random_init=init_weights is None)
         if init_weights is not None:
-            load_initial_weights(init_weights, [chunk.module for chunk in model_chunks], config)
-        return model_chunks, build.build_optimizer(config, model_chunks, precision)
+            load_initial_weights(init_weights, [chunk.module for chunk in model_chunks], spec.reinit_mismatched_heads)
+        return model_chunks, build.build_optimizer(spec.optimizer, model_chunks, spec.precision)
 
     def save_megatron(root, iteration, model_chunks, *args, **kwargs):
         # With overlap_param_gather the distributed optimizer's step leaves the all-gather of
@@ -52,9 +54,10 @@ def megatron_backend() -> Backend:
                    load_megatron, reshardable=True, shutdown=distributed.shutdown)
 
 
-def select_backend(config: RunConfig) -> Backend:
-    """The configured backend; fails here (before any process group) if its package is missing."""
-    if config.training.backend == "deepspeed":
+def select_backend(name: str) -> Backend:
+    """The backend `training.backend` names; fails here (before any process group) if its
+    package is missing."""
+    if name == "deepspeed":
         return deepspeed_backend()
     return megatron_backend()
 

@@ -1,8 +1,10 @@
-"""Build a run's pieces from its config: model chunks in megatron DDP, optimizer, data.
+"""Build a run's pieces: model chunks in megatron DDP, optimizer, pretraining data.
 
-Each builder checks the input it is responsible for and fails with a message that says
-what to change: a missing data path, a tokenizer that does not fit the indexed data or the
-model's vocabulary, a global batch that does not split over micro-batches × DP.
+Each builder takes the config sections it reads (as megatron-core's builders take a
+TransformerConfig, an OptimizerConfig, a DDP config), never the whole run config: run/train.py
+reads the sections and hands them down. Each checks the input it is responsible for and fails
+with a message that says what to change: a missing data path, a tokenizer that does not fit
+the indexed data or the model's vocabulary.
 """
 from __future__ import annotations
 
@@ -12,48 +14,39 @@ from dataclasses import dataclass
 from megatron_biglm import patches
 import torch
 from megatron.core import parallel_state
-from megatron.core.distributed import DistributedDataParallel
-from megatron.core.optimizer import OptimizerConfig, get_megatron_optimizer
+from megatron.core.distributed import DistributedDataParallel, DistributedDataParallelConfig
+from megatron.core.optimizer import OptimizerConfig as MegatronOptimizerConfig
+from megatron.core.optimizer import get_megatron_optimizer
 
-from megatron_biglm.config import ConfigError, RunConfig
+from megatron_biglm.config import ConfigError, DataConfig, OptimizerConfig, TrainingConfig
 
 
-def resolve_precision(config: RunConfig) -> str:
+def resolve_precision(training: TrainingConfig) -> str:
     """`auto`: bf16 on GPU, fp32 on CPU (CPU bf16 matmuls are slow and the tests need fp32).
     `bf16` without CUDA runs only with the explicit `training.allow_cpu_bf16: true`."""
-    p = config.training.precision
+    p = training.precision
     if p == "auto":
         return "bf16" if torch.cuda.is_available() else "fp32"
-    if p == "bf16" and not torch.cuda.is_available() and not config.training.allow_cpu_bf16:
+    if p == "bf16" and not torch.cuda.is_available() and not training.allow_cpu_bf16:
         raise ConfigError("training.precision=bf16 without a GPU is refused (bf16 matmuls are slow on most "
                           "CPUs); use fp32 (or auto) on CPU, or set training.allow_cpu_bf16=true to run "
                           "megatron's bf16 mixed precision on CPU anyway")
     return p
 
 
-def kernels(config: RunConfig, precision: str):
-    """The kernel report (model/kernels.py) for this run on this machine; ConfigError when the
-    config names a kernel that is not installed, saying what to pip install."""
+def kernels(mc, precision: str):
+    """The kernel report (model/kernels.py) for the model config `mc` at `precision` on this
+    machine; ConfigError when it names a kernel that is not installed, saying what to pip install."""
     from megatron_biglm.model.config import resolve_dtype
     from megatron_biglm.model.kernels import kernel_report
 
-    mc = config.model.resolved
     return kernel_report(mc.attention_backend, resolve_dtype(precision), float(mc.attention_dropout),
                          mc.attention_compile, mc.transformer_impl)
 
 
-def model_config(config: RunConfig):
-    """The resolved BiGLMModelConfig (preset + overrides, built at load), checked against
-    data.seq_length."""
-    mc = config.model.resolved
-    if config.data.seq_length > mc.seq_length:
-        raise ConfigError(f"data.seq_length={config.data.seq_length} exceeds the model's maximum "
-                          f"model.seq_length={mc.seq_length}; lower data.seq_length or set model.seq_length")
-    return mc
-
-
-def build_module(config: RunConfig, mc, precision: str, provider=None, random_init: bool = True):
-    """This rank's bare model chunk and its TransformerConfig (shared by both backends).
+def build_module(mc, precision: str, recompute: str, provider=None, random_init: bool = True):
+    """This rank's bare model chunk and its TransformerConfig (shared by both backends), for the
+    model config `mc` at `precision` with `training.recompute`'s activation recomputation.
     `provider`: a recipe's `model_provider` (model.model_provider's signature); None builds BiGLMModel.
     `random_init`: False when the caller loads the weights from a checkpoint next (a fine-tune's
     start point): megatron then leaves its layers' weights uninitialised instead of drawing
@@ -63,7 +56,6 @@ def build_module(config: RunConfig, mc, precision: str, provider=None, random_in
     unfilled."""
     from megatron_biglm.model import model_provider
 
-    recompute = config.training.recompute
     extra = {"calculate_per_token_loss": True, "perform_initialization": random_init}
     if recompute == "full":
         extra.update(recompute_granularity="full", recompute_method="uniform", recompute_num_layers=1)
@@ -82,14 +74,13 @@ def build_module(config: RunConfig, mc, precision: str, provider=None, random_in
     return module, tcfg
 
 
-def build_model(config: RunConfig, mc, precision: str, provider=None, random_init: bool = True):
-    """This rank's model chunk wrapped in megatron DDP (one chunk: no virtual pipeline);
-    `random_init` as in build_module."""
-    from megatron_biglm.training.ddp_settings import ddp_config
+def build_model(mc, precision: str, ddp: DistributedDataParallelConfig, recompute: str, provider=None,
+                random_init: bool = True):
+    """This rank's model chunk wrapped in megatron DDP with the settings `ddp`
+    (ddp_settings.ddp_config; one chunk: no virtual pipeline); the rest as in build_module."""
     from megatron_biglm.training.finalize_grads import finalize_model_grads_per_token
 
-    module, tcfg = build_module(config, mc, precision, provider, random_init)
-    ddp = ddp_config(config)
+    module, tcfg = build_module(mc, precision, recompute, provider, random_init)
     model = DistributedDataParallel(config=tcfg, ddp_config=ddp, module=module)
     model.broadcast_params()
     tcfg.finalize_model_grads_func = finalize_model_grads_per_token
@@ -98,10 +89,10 @@ def build_model(config: RunConfig, mc, precision: str, provider=None, random_ini
     return [model], tcfg
 
 
-def build_optimizer(config: RunConfig, model_chunks, precision: str):
-    """megatron's optimizer over the DDP chunks, with the checkpoint fixes from patches/."""
-    o = config.optimizer
-    ocfg = OptimizerConfig(
+def build_optimizer(o: OptimizerConfig, model_chunks, precision: str):
+    """megatron's optimizer as the run config's `optimizer:` section says, over the DDP chunks,
+    with the checkpoint fixes from patches/."""
+    ocfg = MegatronOptimizerConfig(
         optimizer="adam", lr=o.lr, min_lr=o.min_lr, weight_decay=o.weight_decay, adam_beta1=o.adam_beta1,
         adam_beta2=o.adam_beta2, adam_eps=o.adam_eps, clip_grad=o.clip_grad, bf16=precision == "bf16",
         fp16=False, params_dtype=torch.bfloat16 if precision == "bf16" else torch.float32,
@@ -139,13 +130,16 @@ def check_vocab(token_ids, mc, prefixes) -> None:
             raise ConfigError(f"data: {exc}") from None
 
 
-def build_data(config: RunConfig, mc, dp_size: int) -> DataBundle:
+def build_data(d: DataConfig, objective, mc, *, train_samples: int, valid_samples: int,
+               anneal_start_sample: int | None) -> DataBundle:
+    """Pretraining's tokenizer and datasets from the `data:` section, for the resolved objective
+    (`ObjectiveConfig`) and model config `mc`: `train_samples` and `valid_samples` samples, the
+    annealing blend from `anneal_start_sample` on (None: no annealing)."""
     from megatron_biglm.data.blend import parse_blend
     from megatron_biglm.data.pretrain_data import build_pretrain_datasets
     from megatron_biglm.data.token_ids import TokenIds
     from megatron_biglm.data.tokenizer import load_tokenizer
 
-    d = config.data
     if not d.tokenizer:
         raise ConfigError("data.tokenizer is not set: give the tokenizer directory the data was preprocessed with")
     if not d.blend:
@@ -163,11 +157,7 @@ def build_data(config: RunConfig, mc, dp_size: int) -> DataBundle:
     tokenizer = load_tokenizer(d.tokenizer)
     token_ids = TokenIds.from_tokenizer(tokenizer)
     check_vocab(token_ids, mc, prefixes)
-    gbs, steps = config.training.global_batch_size, config.schedule.train_steps
-    anneal = config.anneal_start_step if d.anneal_blend else None
-    eval_samples = config.training.eval_iters * gbs if config.training.eval_iters > 0 else 0
     ds = build_pretrain_datasets(
-        d, token_ids=token_ids, objective=config.objective.resolved, train_samples=steps * gbs,
-        valid_samples=eval_samples, anneal_start_sample=anneal * gbs if anneal is not None else None,
-        is_built_on_rank=lambda: True)
+        d, token_ids=token_ids, objective=objective, train_samples=train_samples, valid_samples=valid_samples,
+        anneal_start_sample=anneal_start_sample, is_built_on_rank=lambda: True)
     return DataBundle(tokenizer, token_ids, ds.train, ds.valid, ds.anneal_start_sample)

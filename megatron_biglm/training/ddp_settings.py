@@ -1,4 +1,5 @@
-"""megatron DDP's communication settings from the run config, `auto` resolved for this machine.
+"""megatron DDP's communication settings from the run config's `training:` section (and whether
+the distributed optimizer is on), `auto` resolved for this machine.
 
 `training.overlap_grad_reduce` and `training.overlap_param_gather` hide the data-parallel
 gradient reduction behind the backward pass and the distributed optimizer's parameter
@@ -16,7 +17,7 @@ from dataclasses import dataclass
 import torch
 from megatron.core.distributed import DistributedDataParallelConfig
 
-from megatron_biglm.config import ConfigError, RunConfig
+from megatron_biglm.config import ConfigError, TrainingConfig
 
 
 @dataclass(frozen=True)
@@ -26,9 +27,9 @@ class DDPSettings:
     check_for_nan_in_grad: bool
 
 
-def resolve_ddp_settings(config: RunConfig) -> DDPSettings:
-    """The settings this run uses; ConfigError for a combination that cannot work."""
-    t, distopt = config.training, config.optimizer.use_distributed_optimizer
+def resolve_ddp_settings(t: TrainingConfig, distopt: bool) -> DDPSettings:
+    """The settings a run with `training:` section `t` uses (`distopt`:
+    `optimizer.use_distributed_optimizer`); ConfigError for a combination that cannot work."""
     cuda = torch.cuda.is_available()
     grad = cuda if t.overlap_grad_reduce == "auto" else t.overlap_grad_reduce
     param = (cuda and distopt and grad) if t.overlap_param_gather == "auto" else t.overlap_param_gather
@@ -42,12 +43,12 @@ def resolve_ddp_settings(config: RunConfig) -> DDPSettings:
     return DDPSettings(overlap_grad_reduce=grad, overlap_param_gather=param, check_for_nan_in_grad=nan)
 
 
-def ddp_config(config: RunConfig) -> DistributedDataParallelConfig:
+def ddp_config(training: TrainingConfig, use_distributed_optimizer: bool) -> DistributedDataParallelConfig:
     """megatron's DDP config: fp32 gradient reduction, the distributed optimizer as configured
     and the resolved communication settings."""
-    s = resolve_ddp_settings(config)
+    s = resolve_ddp_settings(training, use_distributed_optimizer)
     return DistributedDataParallelConfig(
-        grad_reduce_in_fp32=True, use_distributed_optimizer=config.optimizer.use_distributed_optimizer,
+        grad_reduce_in_fp32=True, use_distributed_optimizer=use_distributed_optimizer,
         overlap_grad_reduce=s.overlap_grad_reduce, overlap_param_gather=s.overlap_param_gather,
         check_for_nan_in_grad=s.check_for_nan_in_grad)
 

@@ -27,8 +27,8 @@ import os
 import torch
 import torch.distributed as dist
 
-from megatron_biglm.config import ConfigError, RunConfig
-from megatron_biglm.training.backend_protocol import Backend, load_initial_weights
+from megatron_biglm.config import ConfigError, OptimizerConfig, TrainingConfig
+from megatron_biglm.training.backend_protocol import Backend, BuildSpec, load_initial_weights
 
 INSTALL_HINT = ("pip install 'megatron-biglm[deepspeed]' (CPU machines: DS_BUILD_OPS=0 pip install "
                 "-c constraints-cpu.txt 'megatron-biglm[deepspeed]')")
@@ -67,10 +67,11 @@ def shutdown(info) -> None:
     distributed.shutdown(info)
 
 
-def deepspeed_config(config: RunConfig, precision: str, num_microbatches: int) -> dict:
-    """The DeepSpeed JSON config: batch, clipping and precision from our config, ZeRO from
-    `training.deepspeed`, then `training.deepspeed.extra` merged in (validated in config/run_config.py)."""
-    t, ds = config.training, config.training.deepspeed
+def deepspeed_config(t: TrainingConfig, optimizer: OptimizerConfig, precision: str, num_microbatches: int) -> dict:
+    """The DeepSpeed JSON config: batch from the `training:` section, clipping from `optimizer:`,
+    the resolved precision, ZeRO from `training.deepspeed`, then `training.deepspeed.extra`
+    merged in (validated in config/run_config.py)."""
+    ds = t.deepspeed
     zero = {"stage": ds.zero_stage}
     if ds.offload_optimizer:
         zero["offload_optimizer"] = {"device": "cpu"}
@@ -80,7 +81,7 @@ def deepspeed_config(config: RunConfig, precision: str, num_microbatches: int) -
         "train_batch_size": t.global_batch_size,
         "train_micro_batch_size_per_gpu": t.micro_batch_size,
         "gradient_accumulation_steps": num_microbatches,
-        "gradient_clipping": config.optimizer.clip_grad,
+        "gradient_clipping": optimizer.clip_grad,
         "zero_optimization": zero,
         "bf16": {"enabled": precision == "bf16", "check_grad_overflow": True},
         "fp16": {"enabled": False},
@@ -106,7 +107,7 @@ def weight_decay_groups(module) -> list[dict]:
     return [g for g in ({"params": decay, "wd_mult": 1.0}, {"params": no_decay, "wd_mult": 0.0}) if g["params"]]
 
 
-def build_engine(config: RunConfig, mc, precision: str, num_microbatches: int, init_weights=None, provider=None):
+def build_engine(spec: BuildSpec, init_weights=None, provider=None):
     """([engine], engine.optimizer): the model from the shared builder wrapped by deepspeed.
     `init_weights` (a checkpoint) is loaded into the bare module first: deepspeed.initialize
     takes ZeRO's fp32 master copy (and, at stage 3, the partitions) from the module."""
@@ -115,14 +116,16 @@ def build_engine(config: RunConfig, mc, precision: str, num_microbatches: int, i
     deepspeed = import_deepspeed()
     if not dist.is_initialized() or dist.get_world_size() == 1:
         os.environ.setdefault("LOCAL_RANK", "0")  # deepspeed insists; a plain `python` run has no launcher
-    module, _ = build_module(config, mc, precision, provider, random_init=init_weights is None)
+    module, _ = build_module(spec.model, spec.precision, spec.training.recompute, provider,
+                             random_init=init_weights is None)
     if init_weights is not None:
-        load_initial_weights(init_weights, [module], config)
-    o = config.optimizer
+        load_initial_weights(init_weights, [module], spec.reinit_mismatched_heads)
+    o = spec.optimizer
     optimizer = torch.optim.AdamW(weight_decay_groups(module), lr=o.lr, betas=(o.adam_beta1, o.adam_beta2),
                                   eps=o.adam_eps, weight_decay=o.weight_decay)
     engine, *_ = deepspeed.initialize(model=module, optimizer=optimizer,
-                                      config=deepspeed_config(config, precision, num_microbatches))
+                                      config=deepspeed_config(spec.training, o, spec.precision,
+                                                              spec.num_microbatches))
     return [engine], engine.optimizer
 
 

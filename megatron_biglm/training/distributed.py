@@ -15,7 +15,7 @@ import torch.distributed as dist
 from megatron.core import parallel_state, tensor_parallel
 
 from megatron_biglm.common import process_groups
-from megatron_biglm.config import ConfigError, RunConfig
+from megatron_biglm.config import ConfigError, ParallelismConfig
 
 
 @dataclass
@@ -36,8 +36,9 @@ class DistInfo:
         return self.rank == 0
 
 
-def init_distributed(config: RunConfig) -> DistInfo:
-    """Init the default group (if not yet), megatron's model-parallel groups and the seeds."""
+def init_distributed(parallelism: ParallelismConfig, seed: int) -> DistInfo:
+    """Init the default group (if not yet), megatron's model-parallel groups as `parallelism:`
+    says, and the seeds (`training.seed`)."""
     use_cuda = torch.cuda.is_available()
     if not use_cuda:
         from megatron_biglm import patches
@@ -45,13 +46,13 @@ def init_distributed(config: RunConfig) -> DistInfo:
     created = process_groups.init_default_group()
     rank, world = dist.get_rank(), dist.get_world_size()
     local_rank = process_groups.local_rank()
-    tp = config.parallelism.tensor_model_parallel_size
-    pp = config.parallelism.pipeline_model_parallel_size
+    tp = parallelism.tensor_model_parallel_size
+    pp = parallelism.pipeline_model_parallel_size
     if world % (tp * pp):
         raise ConfigError(f"world size {world} is not divisible by tensor × pipeline parallel = {tp} × {pp}; "
                           f"launch a multiple of {tp * pp} processes")
     process_groups.init_model_parallel(tp, pp)
-    seed_everything(config.training.seed)
+    seed_everything(seed)
     return DistInfo(rank=rank, world_size=world, local_rank=local_rank, tp=tp, pp=pp,
                     dp=parallel_state.get_data_parallel_world_size(),
                     dp_rank=parallel_state.get_data_parallel_rank(),

@@ -17,8 +17,15 @@ from megatron_biglm.training.recipe import Recipe, RecipeData, padding_excluded
 class PretrainRecipe(Recipe):
     name = "pretrain"
 
-    def build_data(self, config, model_config, dp_size: int) -> RecipeData:
-        data = build.build_data(config, model_config, dp_size)
+    def build_data(self, config, model_config, dp_size: int) -> RecipeData:  # noqa: ARG002
+        """The samples the schedule consumes: train_steps global batches, `eval_iters` of them
+        for validation, the annealing blend from the step the WSD decay starts."""
+        gbs, t = config.training.global_batch_size, config.training
+        anneal = config.anneal_start_step if config.data.anneal_blend else None
+        data = build.build_data(
+            config.data, config.objective.resolved, model_config, train_samples=config.schedule.train_steps * gbs,
+            valid_samples=t.eval_iters * gbs if t.eval_iters > 0 else 0,
+            anneal_start_sample=anneal * gbs if anneal is not None else None)
         return RecipeData(train=data.train, valid=data.valid, tokenizer=data.tokenizer)
 
     def forward(self, model, batch: dict, device):

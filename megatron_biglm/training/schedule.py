@@ -10,14 +10,14 @@ from __future__ import annotations
 
 from megatron.core.optimizer_param_scheduler import OptimizerParamScheduler
 
-from megatron_biglm.config import RunConfig
+from megatron_biglm.config import OptimizerConfig, ScheduleConfig
 
 _STYLES = {"wsd": "WSD", "cosine": "cosine", "linear": "linear", "constant": "constant"}
 
 
-def build_scheduler(optimizer, config: RunConfig) -> OptimizerParamScheduler:
-    """The run's scheduler over `optimizer` (anything with `param_groups`)."""
-    s, o = config.schedule, config.optimizer
+def build_scheduler(optimizer, s: ScheduleConfig, o: OptimizerConfig) -> OptimizerParamScheduler:
+    """The scheduler over `optimizer` (anything with `param_groups`) that the run config's
+    `schedule:` and `optimizer:` sections (its lr, min_lr and weight decay) describe."""
     return OptimizerParamScheduler(
         optimizer,
         init_lr=0.0,
@@ -32,20 +32,20 @@ def build_scheduler(optimizer, config: RunConfig) -> OptimizerParamScheduler:
         wd_incr_style="constant",
         use_checkpoint_opt_param_scheduler=False,
         override_opt_param_scheduler=False,
-        wsd_decay_steps=config.decay_steps if s.style == "wsd" else None,
+        wsd_decay_steps=s.wsd_decay_steps if s.style == "wsd" else None,
         lr_wsd_decay_style=s.wsd_decay_style if s.style == "wsd" else None,
     )
 
 
-def lr_curve(config: RunConfig) -> list[float]:
+def lr_curve(schedule: ScheduleConfig, optimizer: OptimizerConfig) -> list[float]:
     """lr at steps 1..train_steps, computed by the same scheduler the loop uses."""
 
     class _Groups:
         param_groups = [{}]
 
-    sched = build_scheduler(_Groups(), config)
+    sched = build_scheduler(_Groups(), schedule, optimizer)
     out = []
-    for _ in range(config.schedule.train_steps):
+    for _ in range(schedule.train_steps):
         sched.step(1)
         out.append(_Groups.param_groups[0]["lr"])
     return out

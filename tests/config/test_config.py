@@ -71,6 +71,21 @@ def test_wsd_anneal_start_and_decay_fraction():
         load_config(None, ["schedule.train_steps=50", "schedule.warmup_steps=45", "schedule.decay_steps=10"])
 
 
+def test_a_sequence_longer_than_the_model_is_refused_before_the_run_is_built():
+    """Checked where the run is prepared (the preset file is read there), naming both keys."""
+    from megatron_biglm.config import check_sequence_fits
+
+    for model_length in (64, 96, 512):
+        fits = load_config(None, ["model.preset=tiny", f"model.seq_length={model_length}",
+                                  f"data.seq_length={model_length}"])
+        check_sequence_fits(fits)
+        too_long = load_config(None, ["model.preset=tiny", f"model.seq_length={model_length}",
+                                      f"data.seq_length={model_length + 1}"])  # loads: the model is read later
+        with pytest.raises(ConfigError, match=rf"data.seq_length={model_length + 1} exceeds the model's maximum "
+                                              rf"model.seq_length={model_length}; lower data.seq_length"):
+            check_sequence_fits(too_long)
+
+
 def test_resolved_config_roundtrips(tmp_path):
     cfg = load_config(None, ["schedule.train_steps=100", "schedule.warmup_steps=1", "optimizer.lr=1e-3"])
     path = _write(tmp_path, yaml.safe_load(cfg.to_yaml()))

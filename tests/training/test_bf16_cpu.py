@@ -76,8 +76,8 @@ def run_layout(tokenizer: str, prefix: str, root: str, layout: str) -> dict:
     built = []
     original = build.build_optimizer
 
-    def keep(config, model_chunks, precision):
-        optimizer = original(config, model_chunks, precision)
+    def keep(section, model_chunks, precision):
+        optimizer = original(section, model_chunks, precision)
         built.append((model_chunks, optimizer))
         return optimizer
 
@@ -181,10 +181,11 @@ def test_bf16_on_cpu_needs_the_opt_in():
     from megatron_biglm.training.build import resolve_precision
 
     with pytest.raises(ConfigError, match="training.allow_cpu_bf16=true"):
-        resolve_precision(load_config(None, ["training.precision=bf16"]))
-    assert resolve_precision(load_config(None, ["training.precision=bf16", "training.allow_cpu_bf16=true"])) == "bf16"
+        resolve_precision(load_config(None, ["training.precision=bf16"]).training)
+    opted_in = load_config(None, ["training.precision=bf16", "training.allow_cpu_bf16=true"])
+    assert resolve_precision(opted_in.training) == "bf16"
     if not torch.cuda.is_available():
-        assert resolve_precision(load_config(None, [])) == "fp32"  # auto on CPU
+        assert resolve_precision(load_config(None, []).training) == "fp32"  # auto on CPU
     with pytest.raises(ConfigError, match="only applies to training.precision=bf16"):
         load_config(None, ["training.allow_cpu_bf16=true"])
     with pytest.raises(ConfigError, match="for the megatron backend"):

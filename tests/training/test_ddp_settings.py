@@ -19,8 +19,14 @@ DISTOPT = "optimizer.use_distributed_optimizer=true"
 OVERLAP = {"training.overlap_grad_reduce": True, "training.overlap_param_gather": True}
 
 
+def _sections(*overrides):
+    """The `training:` section and `optimizer.use_distributed_optimizer` the settings read."""
+    cfg = load_config(None, list(overrides))
+    return cfg.training, cfg.optimizer.use_distributed_optimizer
+
+
 def _settings(*overrides) -> DDPSettings:
-    return resolve_ddp_settings(load_config(None, list(overrides)))
+    return resolve_ddp_settings(*_sections(*overrides))
 
 
 def test_ddp_settings_auto_is_off_on_cpu(monkeypatch):
@@ -36,8 +42,8 @@ def test_ddp_settings_auto_overlaps_with_cuda(monkeypatch):
 
 
 def test_ddp_settings_explicit_values_reach_megatron():
-    ddp = ddp_config(load_config(None, [DISTOPT, "training.overlap_grad_reduce=true",
-                                        "training.overlap_param_gather=true", "training.check_for_nan_in_grad=true"]))
+    ddp = ddp_config(*_sections(DISTOPT, "training.overlap_grad_reduce=true",
+                                "training.overlap_param_gather=true", "training.check_for_nan_in_grad=true"))
     assert ddp.overlap_grad_reduce and ddp.overlap_param_gather and ddp.check_for_nan_in_grad
     assert ddp.use_distributed_optimizer and ddp.grad_reduce_in_fp32
 

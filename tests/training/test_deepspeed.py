@@ -76,7 +76,7 @@ def test_deepspeed_config_comes_from_run_config():
                              "training.deepspeed.offload_param=true",
                              "training.deepspeed.extra={zero_optimization: {overlap_comm: true}, "
                              "steps_per_print: 7}"])
-    ds = deepspeed_config(cfg, "fp32", num_microbatches=4)
+    ds = deepspeed_config(cfg.training, cfg.optimizer, "fp32", num_microbatches=4)
     assert (ds["train_batch_size"], ds["train_micro_batch_size_per_gpu"], ds["gradient_accumulation_steps"]) \
         == (cfg.training.global_batch_size, cfg.training.micro_batch_size, 4)
     assert ds["gradient_clipping"] == cfg.optimizer.clip_grad
@@ -85,7 +85,7 @@ def test_deepspeed_config_comes_from_run_config():
                                        "offload_param": {"device": "cpu"}, "overlap_comm": True}
     assert ds["steps_per_print"] == 7
     assert not ds["fp16"]["enabled"] and not ds["bf16"]["enabled"]  # fp32: no loss scaling at all
-    assert deepspeed_config(cfg, "bf16", 4)["bf16"]["enabled"]
+    assert deepspeed_config(cfg.training, cfg.optimizer, "bf16", 4)["bf16"]["enabled"]
 
 
 def test_weight_decay_groups_follow_megatron():

@@ -36,7 +36,8 @@ class PerTokenLoss(torch.nn.Module):
 def world1():
     from megatron_biglm.training import distributed
 
-    info = distributed.init_distributed(load_config(None, []))
+    cfg = load_config(None, [])
+    info = distributed.init_distributed(cfg.parallelism, cfg.training.seed)
     yield info
     distributed.shutdown(info)
 

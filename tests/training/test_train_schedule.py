@@ -10,12 +10,14 @@ from megatron_biglm.training.schedule import lr_curve
 
 
 def _cfg(*over):
-    return load_config(None, ["optimizer.lr=1e-3", "optimizer.min_lr=1e-4", *over])
+    """The (schedule, optimizer) sections lr_curve reads."""
+    cfg = load_config(None, ["optimizer.lr=1e-3", "optimizer.min_lr=1e-4", *over])
+    return cfg.schedule, cfg.optimizer
 
 
 def test_wsd_linear_matches_formula():
     T, W, D = 100, 10, 20
-    lrs = lr_curve(_cfg(f"schedule.train_steps={T}", f"schedule.warmup_steps={W}", f"schedule.decay_steps={D}"))
+    lrs = lr_curve(*_cfg(f"schedule.train_steps={T}", f"schedule.warmup_steps={W}", f"schedule.decay_steps={D}"))
     for i, lr in enumerate(lrs, start=1):
         if i <= W:
             ref = 1e-3 * i / W
@@ -29,7 +31,7 @@ def test_wsd_linear_matches_formula():
 
 def test_wsd_paper_defaults_decay_fraction():
     # Table 7 scaled down 1000×: 300 steps, 60 annealing steps (20 %).
-    lrs = lr_curve(_cfg("schedule.train_steps=300", "schedule.warmup_steps=2"))
+    lrs = lr_curve(*_cfg("schedule.train_steps=300", "schedule.warmup_steps=2"))
     assert all(lr == pytest.approx(1e-3) for lr in lrs[2:240])
     assert lrs[240] < 1e-3 and lrs[-1] == pytest.approx(1e-4)
     diffs = [a - b for a, b in zip(lrs[240:], lrs[241:])]
@@ -38,7 +40,7 @@ def test_wsd_paper_defaults_decay_fraction():
 
 def test_cosine_matches_formula():
     T, W = 50, 5
-    lrs = lr_curve(_cfg("schedule.style=cosine", f"schedule.train_steps={T}", f"schedule.warmup_steps={W}"))
+    lrs = lr_curve(*_cfg("schedule.style=cosine", f"schedule.train_steps={T}", f"schedule.warmup_steps={W}"))
     for i, lr in enumerate(lrs, start=1):
         if i <= W:
             ref = 1e-3 * i / W
