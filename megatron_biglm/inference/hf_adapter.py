@@ -53,6 +53,7 @@ class HFMaskedLMAdapter(MaskedLMAdapter):
         self.model = model.eval()
         self.special = special
         self.max_length = int(max_length or getattr(model.config, "max_position_embeddings", 512))
+        self.embedding_rows = int(model.get_input_embeddings().num_embeddings)
         self._dtype = next(model.parameters()).dtype
         self._position_offset = 0
         self._max_position_id = int(getattr(model.config, "max_position_embeddings", 1 << 30)) - 1
