@@ -48,7 +48,8 @@ def unresized_export(gen_export, tmp_path_factory):  # noqa: F811
 
 @pytest.fixture(scope="module")
 def server(unresized_export):
-    with serve(unresized_export[0], "--timeout", str(TIMEOUT_S)) as running:
+    # on the CPU wherever the test runs: the out-of-memory it provokes is the host's
+    with serve(unresized_export[0], "--timeout", str(TIMEOUT_S), "--device", "cpu") as running:
         yield running
 
 
