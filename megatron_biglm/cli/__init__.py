@@ -40,6 +40,16 @@ def refuse(exc: BaseException, code: int) -> int:
     return code
 
 
+def print_result(line: str) -> None:
+    """A run's final result line, printed once: by the logging rank (global rank 0, the rank
+    whose `DistInfo.is_logger` is true); under torchrun every other rank holds the same result
+    and prints nothing."""
+    from megatron_biglm.common.process_groups import global_rank
+
+    if global_rank() == 0:
+        print(line, flush=True)
+
+
 def command_logging() -> None:
     """The logging of a data command: warnings from everything, progress from ours, and not
     megatron's note that optional fused kernels are missing (they are for GPU runs)."""
@@ -54,8 +64,8 @@ def command_logging() -> None:
 def run_command(argv, *, description: str, config_help: str, overrides_help: str, run, summary) -> int:
     """A run's command line: `--config FILE` and `section.key=value` overrides go to
     `run(config, overrides)`, which loads the config once and calls the driver; `summary(result)`
-    is printed as one JSON line (exit 0). A config, checkpoint or non-finite-loss error is printed
-    as `error: ...` (exit 2, 3 for non-finite)."""
+    is printed as one JSON line by the logging rank (exit 0). A config, checkpoint or
+    non-finite-loss error is printed as `error: ...` (exit 2, 3 for non-finite)."""
     import argparse
     import json
     import logging
@@ -76,5 +86,5 @@ def run_command(argv, *, description: str, config_help: str, overrides_help: str
         result = run(args.config, args.overrides)
     except (ConfigError, CheckpointError, HubUnavailable, TooManyNonFinite) as exc:
         return refuse(exc, 3 if isinstance(exc, TooManyNonFinite) else 2)
-    print(json.dumps(summary(result)), flush=True)
+    print_result(json.dumps(summary(result)))
     return 0

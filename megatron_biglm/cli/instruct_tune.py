@@ -17,7 +17,7 @@ import dataclasses
 import json
 import sys
 
-from megatron_biglm.cli import refuse
+from megatron_biglm.cli import print_result, refuse
 
 
 def main(argv=None) -> int:
@@ -37,7 +37,7 @@ def main(argv=None) -> int:
         result = _instruct_tune(args)
     except (ConfigError, CheckpointError, HubUnavailable) as exc:
         return refuse(exc, 2)
-    print(json.dumps({"result": result["train"]}), flush=True)
+    print_result(json.dumps({"result": result["train"]}))
     return 0
 
 

@@ -81,6 +81,9 @@ def _build(args):
     layout = "pool" if is_megatron_checkpoint(args.model) else "grow"
     generator = MaskPredictGenerator.from_pretrained(args.model, device=args.device, dtype=args.dtype,
                                                      cache_layout=layout, **load)
+    unembedded = generator.prompt_ids.warning()
+    if unembedded is not None:
+        print(f"biglm-serve: warning: {unembedded}", file=sys.stderr, flush=True)
     decoder = (SlotPoolBlockDecoder(generator.adapter, args.max_rows)
                if isinstance(generator.adapter, SlotPrefixes) else ExactCacheBlockDecoder(generator.adapter))
     name = args.served_model_name or Path(args.model).resolve().name

@@ -45,6 +45,12 @@ def local_rank() -> int:
     return int(os.environ.get("LOCAL_RANK", 0))
 
 
+def global_rank() -> int:
+    """This process's rank under a launcher (RANK), 0 in a plain process; the group made by
+    `init_default_group` has the same rank, and rank 0 is the one that logs."""
+    return int(os.environ.get("RANK", 0))
+
+
 def default_backend() -> str:
     return "nccl" if torch.cuda.is_available() else "gloo"
 

@@ -4,7 +4,8 @@ It owns what is about text and batching: tokenizing prompts into the model input
 `[BOS] + prompt ids + N slots` (the layout of the scoring rules), fitting them to the model's
 positions, batching prompts with padding, seeding each candidate's random draws, choosing the
 length-beam winner, the EOS and `until` cuts, and decoding ids back to text. The decoding itself
-is `blocks.decode_candidates` over the adapter (duck-typed: see `slot_forward`).
+is `blocks.decode_candidates` over the adapter (duck-typed: see `slot_forward`). Every prompt's
+ids are checked against the ids the model embeds first (`prompt_ids.py`).
 
 Seeds: each candidate draws from its own generator, seeded from (config.seed, the prompt's ids,
 how many identical prompts came before it in the call, the candidate length). So a prompt's
@@ -25,6 +26,7 @@ from .blocks import Candidate, decode_candidates
 from .config import GenerationConfig, GenerationConfigError
 from .length import LengthPredictor, best, candidate_lengths, lengths_around, mean_logprob
 from .output import CanvasStep, GenerationOutput
+from .prompt_ids import PromptIdRange
 
 
 class MaskPredictGenerator:
@@ -50,6 +52,7 @@ class MaskPredictGenerator:
                              "[BOS] + prompt + slots, so set the tokenizer's bos_token (or cls_token)")
         self.adapter = adapter
         self.tokenizer = tokenizer
+        self.prompt_ids = PromptIdRange.of(adapter, tokenizer)  # ids are checked before any forward
         if length_predictor is None and isinstance(adapter, LengthPrediction):
             length_predictor = adapter.predict_lengths
         self.length_predictor = length_predictor
@@ -91,6 +94,7 @@ class MaskPredictGenerator:
         for i, ids in enumerate(encoded):
             if not ids:
                 raise ValueError(f"prompt {i} has no ids; the model input is [BOS] + prompt + slots")
+            self.prompt_ids.check(i, ids)
         texts = [self.tokenizer.decode(ids, skip_special_tokens=False) for ids in encoded]
         return self._run(texts, encoded, config, batch_size, progress)
 
@@ -136,6 +140,7 @@ class MaskPredictGenerator:
         if not ids:
             raise ValueError(f"prompt {index} is empty (no tokens); give every prompt some text "
                              "(the model input is [BOS] + prompt + slots)")
+        self.prompt_ids.check(index, ids, self.tokenizer)
         return ids
 
     def _generate_batch(self, prompts, encoded, occurrence, config) -> list[GenerationOutput]:

@@ -53,6 +53,7 @@ class HFMaskedLMAdapter(MaskedLMAdapter):
         self.model = model.eval()
         self.special = special
         self.max_length = int(max_length or getattr(model.config, "max_position_embeddings", 512))
+        self.embedding_rows = _embedding_rows(model)
         self._dtype = next(model.parameters()).dtype
         self._position_offset = 0
         self._max_position_id = int(getattr(model.config, "max_position_embeddings", 1 << 30)) - 1
@@ -306,6 +307,16 @@ class HFMaskedLMAdapter(MaskedLMAdapter):
         if not _close(cached[valid], full[valid]):
             return False, "cached-prefix logits differ from the full forward"
         return True, ""
+
+
+def _embedding_rows(model) -> int | None:
+    """The rows of a transformers model's input embedding; None for another module (a wrapper
+    whose forward calls one), which does not say."""
+    from transformers import PreTrainedModel
+
+    if not isinstance(model, PreTrainedModel):
+        return None
+    return int(model.get_input_embeddings().num_embeddings)
 
 
 def _gather(logits: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:

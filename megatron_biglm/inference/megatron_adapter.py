@@ -72,6 +72,7 @@ class MegatronMaskedLMAdapter(MaskedLMAdapter):
         self.model = model.eval()
         self.special = special
         self.vocab_size = int(vocab_size)
+        self.embedding_rows = self.vocab_size  # the rows past it are megatron's padding, no token's
         self.max_length = int(max_length)
         self.split_attention = bool(split_attention)
         self.prefix_cache = bool(prefix_cache and self.split_attention and _tp_size() == 1)

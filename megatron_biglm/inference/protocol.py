@@ -38,6 +38,9 @@ class MaskedLMAdapter(ABC):
     Attributes set by subclasses:
       special: the token ids above.
       max_length: the longest `prefix + suffix` the model accepts.
+      embedding_rows: how many token ids the model embeds: an id at or past it has no row of
+        its own (an index error on CPU, a device-side assert that breaks a CUDA context);
+        None when the adapter cannot tell. Callers check ids against it before any forward.
       split_attention: True when `split` is honoured (see module docstring); False means the
         model runs full attention whatever `split` says, and prefix reuse is then impossible.
       prefix_cache: True when `encode_prefix`/`logits_with_prefix` are implemented and exact.
@@ -48,6 +51,7 @@ class MaskedLMAdapter(ABC):
 
     special: TokenIds
     max_length: int
+    embedding_rows: int | None = None
     split_attention: bool = False
     prefix_cache: bool = False
     length_buckets: Any = None

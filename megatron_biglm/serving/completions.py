@@ -3,10 +3,12 @@ OpenAI-shaped choices.
 
 A prompt (text, or token ids as lm-eval sends them) becomes `[BOS] + ids + max_tokens slots`,
 the generator's layout, refused when it does not fit the model's positions (no silent left
-truncation: the message names both lengths). Each of the `n` choices is a group of length
-candidates (`max_tokens, max_tokens - 1, ...` under a length beam) whose random draws come
-from `MaskPredictGenerator.candidate_generator(seed, ids, choice, length)`: the stream
-`biglm-generate` uses for the same prompt and seed, independent of the batch.
+truncation: the message names both lengths) or holding an id the model does not embed (the
+generator's check, `generation.prompt_ids`: the id, its position and the valid range). Each of
+the `n` choices is a group of length candidates (`max_tokens, max_tokens - 1, ...` under a
+length beam) whose random draws come from
+`MaskPredictGenerator.candidate_generator(seed, ids, choice, length)`: the stream `biglm-generate`
+uses for the same prompt and seed, independent of the batch.
 
 `echo` + `logprobs` scores the prompt under the request's rule (`scoring.score_prompts`)
 and puts its per-token terms before the generated tokens' log-confidences (lm-eval's
@@ -23,6 +25,7 @@ from megatron_biglm.generation.blocks import Candidate
 from megatron_biglm.generation.config import GenerationConfig, GenerationConfigError
 from megatron_biglm.generation.generator import MaskPredictGenerator
 from megatron_biglm.generation.output import GenerationOutput
+from megatron_biglm.generation.prompt_ids import BadTokenId
 
 from .scheduler import GenerationJob
 from .schema import BadRequest, CompletionRequest
@@ -45,7 +48,6 @@ class CompletionService:
         self.tokenizer = generator.tokenizer
         self.model_name = model_name
         self.timeout_s = float(timeout_s)
-        self.vocab_size = len(self.tokenizer)
 
     # ------------------------------------------------------------------ checks
     def prompts(self, req: CompletionRequest) -> list[PreparedPrompt]:
@@ -66,11 +68,13 @@ class CompletionService:
                 ids = list(self.tokenizer(p, add_special_tokens=False)["input_ids"]) if p else []
                 text = p
             else:
-                bad = [t for t in p if not 0 <= t < self.vocab_size]
-                if bad:
-                    raise BadRequest(f"prompt {i} holds token ids outside the vocabulary "
-                                     f"[0, {self.vocab_size}): {bad[:5]}", "prompt")
-                ids, text = list(p), self.tokenizer.decode(list(p), skip_special_tokens=False)
+                ids, text = list(p), None
+            try:  # before any forward: an id without an embedding row breaks a CUDA context
+                self.generator.prompt_ids.check(i, ids, self.tokenizer if text is not None else None)
+            except BadTokenId as exc:
+                raise BadRequest(str(exc), "prompt") from None
+            if text is None:
+                text = self.tokenizer.decode(ids, skip_special_tokens=False)
             if not ids:
                 raise BadRequest(f"prompt {i} has no tokens; the model input is [BOS] + prompt + slots",
                                  "prompt")

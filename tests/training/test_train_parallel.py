@@ -28,6 +28,9 @@ def _torchrun(overrides, timeout=240):
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=timeout, env=env)
     assert proc.returncode == 0, (proc.stdout + proc.stderr)[-5000:]
+    # the run's result line comes from the logging rank only, not once per rank
+    results = [line for line in proc.stdout.splitlines() if line.startswith('{"result"')]
+    assert len(results) == 1, proc.stdout[-5000:]
 
 
 def _losses(run):
