@@ -40,6 +40,7 @@ from megatron.core.transformer.transformer_config import TransformerConfig
 
 from .attention_params import BiGLMAttentionParams, build_attention_params, resolve_backend, resolve_compile
 from .config import BiGLMModelConfig
+from .grad_layout import contiguous_grad
 from .kv_cache import KVCacheForward
 from .kv_pool import PoolForward
 from .layer_spec import biglm_block_spec, resolve_transformer_impl
@@ -142,6 +143,7 @@ class BiGLMModel(GPTModel):
             # Backward: each rank keeps its slice of the (already TP-reduced) gradient.
             hidden = gather_from_sequence_parallel_region(
                 hidden, tensor_parallel_output_grad=False, group=parallel_state.get_tensor_model_parallel_group())
+        hidden = contiguous_grad(hidden)  # the heads read it batch-first: see grad_layout.py
         if return_hidden:
             return hidden.transpose(0, 1).contiguous()
         output = self.lm_head(self, hidden, labels=labels, loss_mask=loss_mask,

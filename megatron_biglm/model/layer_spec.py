@@ -2,7 +2,7 @@
 
 A pre-norm block: RMSNorm -> self-attention (fused QKV column-parallel linear, RoPE applied by
 megatron's SelfAttention, BiGLM core attention, row-parallel output projection) -> residual ->
-RMSNorm -> SwiGLU MLP (fc1 = [gate; up], fc2) -> residual. Biases, GLU and the activation are
+RMSNorm -> SwiGLU MLP (fc1 = [gate; up], fc2; `mlp.BiGLMMLP`) -> residual. Biases, GLU and the activation are
 set by the TransformerConfig (`BiGLMModelConfig.to_transformer_config`), not here.
 
 `local` (the default where Transformer Engine is absent): megatron-core modules plus our RMSNorm,
@@ -20,7 +20,7 @@ from megatron.core.tensor_parallel import ColumnParallelLinear, RowParallelLinea
 from megatron.core.transformer.attention import SelfAttention, SelfAttentionSubmodules
 from megatron.core.transformer.enums import AttnMaskType
 from megatron.core.transformer.identity_op import IdentityOp
-from megatron.core.transformer.mlp import MLP, MLPSubmodules
+from megatron.core.transformer.mlp import MLPSubmodules
 from megatron.core.transformer.spec_utils import ModuleSpec
 from megatron.core.transformer.transformer_block import (
     TransformerBlockSubmodules,
@@ -29,6 +29,7 @@ from megatron.core.transformer.transformer_block import (
 from megatron.core.transformer.transformer_layer import TransformerLayer, TransformerLayerSubmodules
 
 from .core_attention import BiGLMCoreAttention
+from .mlp import BiGLMMLP
 from .rms_norm import BiGLMRMSNorm
 
 
@@ -92,7 +93,7 @@ def biglm_layer_spec(ffn_hidden_size: int | None = None, impl: str = "local") ->
             self_attn_bda=get_bias_dropout_add,
             pre_mlp_layernorm=norm,
             mlp=ModuleSpec(
-                module=MLP,
+                module=BiGLMMLP,
                 params={} if ffn_hidden_size is None else {"ffn_hidden_size": int(ffn_hidden_size)},
                 submodules=MLPSubmodules(linear_fc1=column, linear_fc2=row),
             ),
