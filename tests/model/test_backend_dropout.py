@@ -17,20 +17,23 @@ from megatron_biglm.model.attention_params import resolve_backend
 CONFIGS = Path(__file__).resolve().parents[2] / "examples" / "configs"
 
 
-def _fake(monkeypatch, cuda: bool, flash: bool):
+def _fake(monkeypatch, cuda: bool, flash: bool, varlen: bool = False):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: cuda)
     monkeypatch.setattr(attention_params, "flash_attn_available", lambda: flash)
+    monkeypatch.setattr(attention_params, "torch_varlen_available", lambda: cuda and varlen)
 
 
-@pytest.mark.parametrize("cuda,flash,dropout,expected", [
-    (True, False, 0.0, "flex"),    # GPU without flash-attn, no dropout: flex, as before
-    (True, False, 0.1, "sdpa"),    # ... with dropout: sdpa applies dropout_p
-    (True, True, 0.1, "flash"),    # flash-attn has dropout
-    (True, True, 0.0, "flash"),
-    (False, False, 0.1, "sdpa"),   # CPU
+@pytest.mark.parametrize("cuda,flash,varlen,dropout,expected", [
+    (True, False, False, 0.0, "flex"),    # GPU without flash-attn or torch varlen, no dropout: flex
+    (True, False, False, 0.1, "sdpa"),    # ... with dropout: sdpa applies dropout_p
+    (True, False, True, 0.0, "varlen"),   # torch's varlen attention, no dropout
+    (True, False, True, 0.1, "sdpa"),     # varlen has no dropout either
+    (True, True, True, 0.1, "flash"),     # flash-attn has dropout
+    (True, True, False, 0.0, "flash"),
+    (False, False, False, 0.1, "sdpa"),   # CPU
 ])
-def test_auto_picks_a_backend_that_supports_the_dropout(monkeypatch, cuda, flash, dropout, expected):
-    _fake(monkeypatch, cuda, flash)
+def test_auto_picks_a_backend_that_supports_the_dropout(monkeypatch, cuda, flash, varlen, dropout, expected):
+    _fake(monkeypatch, cuda, flash, varlen)
     assert resolve_backend("auto", torch.bfloat16, dropout) == expected
 
 
