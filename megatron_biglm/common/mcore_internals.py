@@ -79,6 +79,23 @@ def transformer_config_release_defaults() -> dict:
     return {}
 
 
+def mlp_submodule(module, submodules, params: dict):
+    """A transformer layer's `mlp` entry for `module`, an `MLP` subclass, as each release builds it.
+
+    0.19 hands the layer's MLP `pg_collection` and expects `module.as_mlp_submodule` (it rewraps
+    a `ModuleSpec` itself only for `MLP` and TE's fused MLP, warning on every layer; any other
+    module gets `pg_collection` it does not take). 0.16 has no `as_mlp_submodule` and builds a
+    `ModuleSpec` (passing `tp_group` only to `MLP` itself; a subclass resolves the same group).
+    """
+    import functools
+
+    from megatron.core.transformer.spec_utils import ModuleSpec
+
+    if hasattr(module, "as_mlp_submodule"):
+        return functools.partial(module.as_mlp_submodule, submodules=submodules, **params)
+    return ModuleSpec(module=module, params=params, submodules=submodules)
+
+
 def in_process_save_strategy():
     """A `dist_checkpointing.save` strategy for the torch_dist format that writes this rank's
     shards from this process, into one file, with no helper process.

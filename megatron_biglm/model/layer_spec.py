@@ -28,6 +28,9 @@ from megatron.core.transformer.transformer_block import (
 )
 from megatron.core.transformer.transformer_layer import TransformerLayer, TransformerLayerSubmodules
 
+from megatron_biglm import patches
+from megatron_biglm.common.mcore_internals import mlp_submodule
+
 from .core_attention import BiGLMCoreAttention
 from .mlp import BiGLMMLP
 from .rms_norm import BiGLMRMSNorm
@@ -65,6 +68,7 @@ def biglm_layer_spec(ffn_hidden_size: int | None = None, impl: str = "local") ->
     """Spec for one BiGLM transformer layer. ``ffn_hidden_size`` sizes the MLP (megatron-core
     0.19 asks for it explicitly; None takes the TransformerConfig's, with 0.19's warning).
     ``impl``: "local" or "transformer_engine" (resolved, see `resolve_transformer_impl`)."""
+    patches.apply_mlp_subclass_notice()  # the MLP is BiGLMMLP, a subclass megatron 0.16 logs about per layer
     if impl == "transformer_engine":
         from megatron.core.extensions.transformer_engine import TELayerNormColumnParallelLinear, TERowParallelLinear
 
@@ -92,11 +96,9 @@ def biglm_layer_spec(ffn_hidden_size: int | None = None, impl: str = "local") ->
             ),
             self_attn_bda=get_bias_dropout_add,
             pre_mlp_layernorm=norm,
-            mlp=ModuleSpec(
-                module=BiGLMMLP,
-                params={} if ffn_hidden_size is None else {"ffn_hidden_size": int(ffn_hidden_size)},
-                submodules=MLPSubmodules(linear_fc1=column, linear_fc2=row),
-            ),
+            mlp=mlp_submodule(
+                BiGLMMLP, MLPSubmodules(linear_fc1=column, linear_fc2=row),
+                {} if ffn_hidden_size is None else {"ffn_hidden_size": int(ffn_hidden_size)}),
             mlp_bda=get_bias_dropout_add,
             sharded_state_dict_keys_map=keys_map,
         ),

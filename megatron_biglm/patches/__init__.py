@@ -7,7 +7,9 @@
     patches.apply_distopt_checkpoint_fixes(optimizer)  # then save/load with DISTOPT_METADATA
 
 `apply_cpu` installs the CPU shims (one file each, `cpu_*.py`) only when CUDA is absent;
-`apply_distopt_checkpoint_fixes` fixes one optimizer instance (distopt_checkpoint.py).
+`apply_distopt_checkpoint_fixes` fixes one optimizer instance (distopt_checkpoint.py);
+`apply_mlp_subclass_notice` quiets megatron's per-layer notice about an `MLP` subclass
+(mlp_subclass_notice.py), called where BiGLM's layer spec is built.
 Nothing here patches anything at import time. Each module docstring names the exact failure
 it fixes and the megatron-core versions it was seen in.
 """
@@ -24,6 +26,7 @@ from . import (
     cpu_streams,
     cpu_synchronize,
     cpu_tensor_type,
+    mlp_subclass_notice,
 )
 from ._patching import Patch, log
 from .distopt_checkpoint import (
@@ -70,6 +73,11 @@ def apply_cpu(force: bool = False, skip: Iterable[str] = ()) -> List[str]:
     return list(_APPLIED)
 
 
+def apply_mlp_subclass_notice() -> bool:
+    """Install `mlp_subclass_notice` (idempotent); False where this megatron-core has no such notice."""
+    return mlp_subclass_notice.PATCH.apply()
+
+
 def applied_cpu_patches() -> List[str]:
     """Names of the CPU shims installed in this process."""
     return list(_APPLIED)
@@ -78,5 +86,5 @@ def applied_cpu_patches() -> List[str]:
 __all__ = [
     "apply_cpu", "applied_cpu_patches", "CPU_PATCHES", "CPU_PATCH_NAMES", "Patch",
     "apply_distopt_checkpoint_fixes", "DISTOPT_METADATA", "distopt_before_load",
-    "distopt_after_load",
+    "distopt_after_load", "apply_mlp_subclass_notice",
 ]

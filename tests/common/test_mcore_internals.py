@@ -109,3 +109,18 @@ def test_the_in_process_save_strategy_writes_what_the_default_writes_without_for
     for name, (state, _) in loaded.items():
         for key, value in tensors.items():
             assert torch.equal(state[key], value), (name, key)
+
+
+def test_an_mlp_subclass_builds_in_a_layer_on_this_release_with_the_layers_tp_group(caplog):
+    import logging
+
+    from megatron.core import parallel_state
+    from model_fixtures import build_model, init_megatron, tiny_config
+
+    from megatron_biglm.model.mlp import BiGLMMLP
+
+    init_megatron()
+    caplog.set_level(logging.WARNING)
+    mlps = [m for m in build_model(tiny_config()).modules() if isinstance(m, BiGLMMLP)]
+    assert mlps and all(m.tp_group is parallel_state.get_tensor_model_parallel_group() for m in mlps)
+    assert "Rewrapping ModuleSpec" not in caplog.text and "Unknown MLP type" not in caplog.text
