@@ -168,16 +168,11 @@ class RunConfig:
         return Path(self.checkpoint.dir) if self.checkpoint.dir else Path(self.run_dir) / "checkpoints"
 
     @property
-    def decay_steps(self) -> int:
-        """WSD annealing length in steps (`ScheduleConfig.wsd_decay_steps`)."""
-        return self.schedule.wsd_decay_steps
-
-    @property
     def anneal_start_step(self) -> Optional[int]:
         """The last step before the decay; steps after it use the annealing blend."""
         if self.schedule.style != "wsd":
             return None
-        return self.schedule.train_steps - self.decay_steps
+        return self.schedule.train_steps - self.schedule.wsd_decay_steps
 
     def to_dict(self) -> dict:
         """Plain data (what config.yaml holds): the sections as written, not as resolved."""
@@ -213,7 +208,7 @@ def validate(config: RunConfig) -> None:
         raise ConfigError(f"schedule.warmup_steps={s.warmup_steps} must be in [0, schedule.train_steps="
                           f"{s.train_steps})")
     if s.style == "wsd":
-        decay = config.decay_steps
+        decay = config.schedule.wsd_decay_steps
         if s.decay_fraction is not None and not 0 < s.decay_fraction <= 1 and s.decay_steps is None:
             raise ConfigError(f"schedule.decay_fraction={s.decay_fraction} must be in (0, 1]")
         if not 0 < decay <= s.train_steps - s.warmup_steps:

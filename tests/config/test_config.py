@@ -64,7 +64,7 @@ def test_defaults_merge_and_ablation_override(tmp_path):
 
 def test_wsd_anneal_start_and_decay_fraction():
     cfg = load_config(None, ["schedule.train_steps=300000", "schedule.warmup_steps=2000"])
-    assert cfg.decay_steps == 60000 and cfg.anneal_start_step == 240000
+    assert cfg.schedule.wsd_decay_steps == 60000 and cfg.anneal_start_step == 240000
     cfg = load_config(None, ["schedule.train_steps=50", "schedule.warmup_steps=5", "schedule.decay_steps=10"])
     assert cfg.anneal_start_step == 40
     with pytest.raises(ConfigError, match="fit after the warmup"):

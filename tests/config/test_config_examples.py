@@ -33,7 +33,7 @@ def test_example_config_loads_and_model_resolves(path):
 def test_final_presets_follow_table7():
     for size in ("136m", "360m", "1p3b", "3p5b"):
         cfg = load_config(CONFIGS / f"biglm_{size}.yaml")
-        assert (cfg.schedule.style, cfg.schedule.train_steps, cfg.decay_steps) == ("wsd", 300000, 60000)
+        assert (cfg.schedule.style, cfg.schedule.train_steps, cfg.schedule.wsd_decay_steps) == ("wsd", 300000, 60000)
         assert cfg.anneal_start_step == 240000  # 20 % annealing
         assert (cfg.optimizer.lr, cfg.optimizer.min_lr, cfg.optimizer.clip_grad) == (6e-4, 6e-5, 1.0)
         assert (cfg.training.global_batch_size, cfg.data.seq_length) == (1024, 2048)
