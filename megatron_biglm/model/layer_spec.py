@@ -69,6 +69,7 @@ def biglm_layer_spec(ffn_hidden_size: int | None = None, impl: str = "local") ->
     0.19 asks for it explicitly; None takes the TransformerConfig's, with 0.19's warning).
     ``impl``: "local" or "transformer_engine" (resolved, see `resolve_transformer_impl`)."""
     patches.apply_mlp_subclass_notice()  # the MLP is BiGLMMLP, a subclass megatron 0.16 logs about per layer
+    patches.apply_rope_one_pass()  # megatron's unfused RoPE copies q and k several times per pass
     if impl == "transformer_engine":
         from megatron.core.extensions.transformer_engine import TELayerNormColumnParallelLinear, TERowParallelLinear
 

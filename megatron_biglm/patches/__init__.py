@@ -9,7 +9,8 @@
 `apply_cpu` installs the CPU shims (one file each, `cpu_*.py`) only when CUDA is absent;
 `apply_distopt_checkpoint_fixes` fixes one optimizer instance (distopt_checkpoint.py);
 `apply_mlp_subclass_notice` quiets megatron's per-layer notice about an `MLP` subclass
-(mlp_subclass_notice.py), called where BiGLM's layer spec is built.
+(mlp_subclass_notice.py), and `apply_rope_one_pass` computes megatron's unfused RoPE in one
+pass per direction (rope_one_pass.py); both are called where BiGLM's layer spec is built.
 Nothing here patches anything at import time. Each module docstring names the exact failure
 it fixes and the megatron-core versions it was seen in.
 """
@@ -27,6 +28,7 @@ from . import (
     cpu_synchronize,
     cpu_tensor_type,
     mlp_subclass_notice,
+    rope_one_pass,
 )
 from ._patching import Patch, log
 from .distopt_checkpoint import (
@@ -78,6 +80,11 @@ def apply_mlp_subclass_notice() -> bool:
     return mlp_subclass_notice.PATCH.apply()
 
 
+def apply_rope_one_pass() -> bool:
+    """Install `rope_one_pass` (idempotent); False where megatron's attention module is absent."""
+    return rope_one_pass.PATCH.apply()
+
+
 def applied_cpu_patches() -> List[str]:
     """Names of the CPU shims installed in this process."""
     return list(_APPLIED)
@@ -86,5 +93,5 @@ def applied_cpu_patches() -> List[str]:
 __all__ = [
     "apply_cpu", "applied_cpu_patches", "CPU_PATCHES", "CPU_PATCH_NAMES", "Patch",
     "apply_distopt_checkpoint_fixes", "DISTOPT_METADATA", "distopt_before_load",
-    "distopt_after_load", "apply_mlp_subclass_notice",
+    "distopt_after_load", "apply_mlp_subclass_notice", "apply_rope_one_pass",
 ]
