@@ -29,7 +29,8 @@ def megatron_groups():
 
 
 def _config(**changes) -> TransformerConfig:
-    """A real megatron config; RoPE options are set after construction, as a model's are read."""
+    """A real megatron config with RoPE switches set on it after construction (constructing an
+    MLA or fused-RoPE config would ask for settings this path never reads)."""
     cfg = TransformerConfig(num_layers=1, hidden_size=64, num_attention_heads=4, use_cpu_initialization=True)
     for key, value in changes.items():
         setattr(cfg, key, value)
