@@ -79,12 +79,14 @@ def restricting_lengths(valid_lengths: torch.Tensor | None, seq_len: int) -> tor
     ``valid = seq_len`` is the rule without ``valid_length``; so a batch whose rows are all full
     may drop its lengths, and with no restricting split either, run plain full attention with
     no mask at all. Call it on a CPU tensor (the batch as the loader gives it) to keep the check
-    free of a device sync. An entry past ``seq_len`` is refused here, since dropping the lengths
-    would otherwise hide it from :func:`checked_split`.
+    free of a device sync. A shape other than ``[batch]`` or an entry past ``seq_len`` is
+    refused here, since dropping the lengths would otherwise hide it from :func:`checked_split`.
     """
     if valid_lengths is None:
         return None
     valid = torch.as_tensor(valid_lengths)
+    if valid.dim() != 1:
+        raise ValueError(f"valid_lengths must be a 1-D tensor [batch], got shape {tuple(valid.shape)}")
     if bool((valid < seq_len).any()):
         return valid_lengths
     if bool((valid > seq_len).any()):

@@ -151,6 +151,8 @@ def test_a_length_past_the_sequence_is_refused_whether_or_not_a_row_is_padded(ca
     for split in (None, torch.zeros(len(lengths), dtype=torch.long)):
         with pytest.raises(ValueError, match=rf"valid_lengths must lie in \[1, seq_len={s}\]"):
             build_attention_params(split, s, "sdpa", valid_lengths=valid)
+    with pytest.raises(ValueError, match=r"valid_lengths must be a 1-D tensor \[batch\]"):
+        restricting_lengths(torch.full((len(lengths), 1), s), s)
 
 
 # --- dense bool, both conventions -----------------------------------------------------------
