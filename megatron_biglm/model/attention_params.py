@@ -19,7 +19,7 @@ which derives them from the one rule in `objective.split_rule`):
   varlen      -> `segments`, one torch varlen call (torch.nn.attention.varlen, CUDA) over
                  [prefix, suffix] segments, the prefix keys gathered twice
   all None    -> full bidirectional attention: split None or all 0 (variants `mlm`, `no_attn`
-                 emit split 0), and no padding
+                 emit split 0), and no padded row (valid_lengths None, or all = seq_len)
 Inference may add `kv_cache` (see `kv_cache.py`): the prefix key/value cache hook.
 """
 from __future__ import annotations
@@ -32,7 +32,7 @@ from typing import Any, Optional
 import torch
 from megatron.core.packed_seq_params import PackedSeqParams
 
-from megatron_biglm.objective.split_rule import restricting_split
+from megatron_biglm.objective.split_rule import restricting_lengths, restricting_split
 
 from .attention_masks import (SplitGroups, VarlenSegments, VarlenSplit, dense_split_mask, flex_split_block_mask,
                               split_groups, varlen_segments, varlen_split_lengths)
@@ -168,17 +168,21 @@ def build_attention_params(
 ) -> BiGLMAttentionParams:
     """Build the mask for `backend` (already resolved) from `split`.
 
-    `split` None or all 0 means full attention (split 0 makes every row a suffix row), and then
-    no mask is built at all: that is checked on `split` as given, so pass the batch's CPU
-    tensor to keep the check free of a device sync. With right padding (`valid_lengths`) and
-    no split, the split rule with split = valid_lengths is exactly "attend to valid keys only",
-    so padding reuses the same builders. `compile_flex` (see `resolve_compile`) says whether the
-flex kernel runs compiled; the other backends ignore it. The flex BlockMask is computed from per-block arithmetic
-    (`flex_split_block_mask`'s analytic method): no s x s grid and no torch.compile, on any device.
+    `split` None or all 0 means full attention (split 0 makes every row a suffix row), and
+    `valid_lengths` None or all `seq_len` means no padding (the rule with valid = seq_len is the
+    rule without it, so such lengths are dropped); with neither, no mask is built at all. Both
+    are checked as given, so pass the batch's CPU tensors to keep the checks free of a device
+    sync: the builders move what they need to `device`. With right padding (`valid_lengths`)
+    and no split, the split rule with split = valid_lengths is exactly "attend to valid keys
+    only", so padding reuses the same builders. `compile_flex` (see `resolve_compile`) says
+    whether the flex kernel runs compiled; the other backends ignore it. The flex BlockMask is
+    computed from per-block arithmetic (`flex_split_block_mask`'s analytic method): no s x s
+    grid and no torch.compile, on any device.
     """
     if backend not in ("sdpa", "local", "flex", "flash", "sdpa_split", "varlen"):
         raise ValueError(f"build_attention_params needs a resolved backend, got {backend!r}")
     split = restricting_split(split)
+    valid_lengths = restricting_lengths(valid_lengths, seq_len)
     if split is None and valid_lengths is None:
         return BiGLMAttentionParams(backend=backend)
     if split is None:

@@ -21,7 +21,10 @@ POOLING_MODES = ("mean", "first", "last")
 
 def pool_hidden(hidden: torch.Tensor, valid_lengths: Optional[torch.Tensor],
                 mode: str = "mean") -> torch.Tensor:
-    """hidden [b, s, h] (batch first), valid_lengths [b] in 1..s or None -> [b, h], hidden's dtype."""
+    """hidden [b, s, h] (batch first), valid_lengths [b] in 1..s or None -> [b, h], hidden's dtype.
+
+    `valid_lengths` may sit on the host (the batch as the loader gives it): it is range-checked
+    where it is, free of a device sync there, then moved to hidden's device once."""
     if mode not in POOLING_MODES:
         raise ValueError(f"pooling mode must be one of {POOLING_MODES}, got {mode!r}")
     if hidden.dim() != 3:
@@ -29,12 +32,13 @@ def pool_hidden(hidden: torch.Tensor, valid_lengths: Optional[torch.Tensor],
     b, s, _ = hidden.shape
     if valid_lengths is None:
         valid_lengths = torch.full((b,), s, dtype=torch.long, device=hidden.device)
-    valid_lengths = valid_lengths.to(device=hidden.device, dtype=torch.long)
+    valid_lengths = valid_lengths.to(dtype=torch.long)
     if valid_lengths.shape != (b,):
         raise ValueError(f"valid_lengths must be [batch] = [{b}], got {tuple(valid_lengths.shape)}")
     if bool(((valid_lengths < 1) | (valid_lengths > s)).any()):
         raise ValueError(f"valid_lengths must lie in 1..{s} (an empty sample has nothing to pool), "
                          f"got {valid_lengths.tolist()}")
+    valid_lengths = valid_lengths.to(device=hidden.device)
     if mode == "first":
         return hidden[:, 0]
     if mode == "last":

@@ -72,6 +72,32 @@ def restricting_split(split: torch.Tensor | None) -> torch.Tensor | None:
     return split
 
 
+def restricting_lengths(valid_lengths: torch.Tensor | None, seq_len: int) -> torch.Tensor | None:
+    """``valid_lengths``, or None when it pads no row (None, or every entry ``seq_len``).
+
+    A row whose valid length is ``seq_len`` has no padding key, and the rule with
+    ``valid = seq_len`` is the rule without ``valid_length``; so a batch whose rows are all full
+    may drop its lengths, and with no restricting split either, run plain full attention with
+    no mask at all. Call it on a CPU tensor (the batch as the loader gives it) to keep the check
+    free of a device sync. A shape other than ``[batch]`` or an entry past ``seq_len`` is
+    refused here, since dropping the lengths would otherwise hide it from :func:`checked_split`.
+    """
+    if valid_lengths is None:
+        return None
+    valid = torch.as_tensor(valid_lengths)
+    if valid.dim() != 1:
+        raise ValueError(f"valid_lengths must be a 1-D tensor [batch], got shape {tuple(valid.shape)}")
+    if bool((valid < seq_len).any()):
+        return valid_lengths
+    if bool((valid > seq_len).any()):
+        raise _valid_lengths_out_of_range(valid, seq_len)
+    return None
+
+
+def _valid_lengths_out_of_range(valid: torch.Tensor, seq_len: int) -> ValueError:
+    return ValueError(f"valid_lengths must lie in [1, seq_len={seq_len}], got {valid.tolist()}")
+
+
 def checked_split(split, seq_len: int, valid_lengths=None) -> tuple[torch.Tensor, torch.Tensor]:
     """``(split, valid)`` as int64 ``[b]`` tensors after checking the rule's domain.
 
@@ -95,7 +121,7 @@ def checked_split(split, seq_len: int, valid_lengths=None) -> tuple[torch.Tensor
                 f"valid_lengths shape {tuple(valid.shape)} must match split {tuple(split.shape)}"
             )
         if bool(((valid < 1) | (valid > seq_len)).any()):
-            raise ValueError(f"valid_lengths must lie in [1, seq_len={seq_len}], got {valid.tolist()}")
+            raise _valid_lengths_out_of_range(valid, seq_len)
     if bool(((split < 0) | (split > valid)).any()):
         raise ValueError(
             f"split must lie in [0, valid length] (seq_len={seq_len}), got {split.tolist()}; "

@@ -34,8 +34,9 @@ class PretrainRecipe(Recipe):
         split = batch["split"]
         padding = {}
         if batch.get("valid_lengths") is not None:
-            padding["valid_lengths"] = batch["valid_lengths"].to(device)
-            loss_mask = padding_excluded(loss_mask, padding["valid_lengths"])
+            # the model checks the host tensor (no sync) and moves what it needs
+            padding["valid_lengths"] = batch["valid_lengths"]
+            loss_mask = padding_excluded(loss_mask, batch["valid_lengths"].to(device, non_blocking=True))
         output = model(tokens, split=split, labels=batch["labels"].to(device, non_blocking=True),
                        loss_mask=loss_mask, **padding)
         return output, partial(masked_lm_loss_func, loss_mask)

@@ -128,3 +128,32 @@ def test_pooling_head_pools_the_models_hidden_states_over_valid_lengths(tiny):
             model, hidden.transpose(0, 1), valid_lengths=lengths)
     torch.testing.assert_close(pooled[1], hidden[1, :5].mean(0), atol=1e-6, rtol=1e-6)
     torch.testing.assert_close(pooled[0], hidden[0].mean(0), atol=1e-6, rtol=1e-6)
+
+
+@pytest.mark.parametrize("head, options", [("classification", {"num_labels": 3, "pooling": "mean"}),
+                                           ("span", {})])
+def test_head_model_reads_host_lengths_as_each_row_alone(tiny, head, options):
+    """A task-head model given the loader's CPU lengths: a batch whose rows are all full gives
+    exactly the output of no lengths (full attention, the pooling over every position), and a
+    batch with padded rows gives each row what it gives alone, unpadded."""
+    from megatron_biglm.model.head_model import head_model_provider
+
+    cfg, _ = tiny
+    torch.manual_seed(5)
+    model = head_model_provider(head, options)(True, True, cfg, cfg.to_transformer_config()).eval()
+    g = torch.Generator().manual_seed(11)
+    ids = torch.randint(4, cfg.vocab_size, (3, 20), generator=g)
+    with torch.no_grad():
+        full = model(ids, valid_lengths=torch.full((3,), 20))
+        torch.testing.assert_close(full, model(ids), atol=0, rtol=0)
+        lengths = torch.tensor([20, 13, 7])
+        padded = ids.clone()
+        padded[torch.arange(20)[None, :] >= lengths[:, None]] = 0
+        out = model(padded, valid_lengths=lengths)
+        for i, n in enumerate(lengths.tolist()):
+            alone = model(ids[i:i + 1, :n])[0]
+            if head == "span":
+                torch.testing.assert_close(out[i, :n], alone, atol=1e-5, rtol=1e-5)
+                assert torch.isneginf(out[i, n:]).all()
+            else:
+                torch.testing.assert_close(out[i], alone, atol=1e-5, rtol=1e-5)

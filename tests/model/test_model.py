@@ -87,6 +87,52 @@ def test_right_padding_matches_the_unpadded_sample(model, cfg):
     torch.testing.assert_close(h_full[1, :29], alone_full[0], atol=1e-5, rtol=1e-5)
 
 
+def _attention_params_seen(model, ids, **kw):
+    """What the first layer's core attention received as `packed_seq_params` in a forward."""
+    seen = []
+    core = model.decoder.layers[0].self_attention.core_attention
+    hook = core.register_forward_pre_hook(
+        lambda mod, args, kwargs: seen.append(kwargs["packed_seq_params"]), with_kwargs=True)
+    try:
+        _hidden(model, ids, **kw)
+    finally:
+        hook.remove()
+    return seen[0]
+
+
+def test_lengths_that_pad_no_row_run_plain_full_attention(model, cfg):
+    """valid_lengths all = seq_len is no padding: the same forward as valid_lengths=None (no
+    mask reaches the attention, with or without a restricting split), the same logits."""
+    for draw in range(3):
+        b = random_batch(cfg, 3, 24 + 8 * draw, seed=300 + draw)
+        ids, split = b["input_ids"], b["split"]
+        full = torch.full((ids.shape[0],), ids.shape[1])
+        for use_split in (None, torch.zeros_like(split), split):
+            given_full = _hidden(model, ids, use_split, valid_lengths=full)
+            torch.testing.assert_close(given_full, _hidden(model, ids, use_split), atol=0, rtol=0)
+        params = _attention_params_seen(model, ids, split=None, valid_lengths=full)
+        assert params.is_full_attention and params.dense_mask is None
+        with torch.no_grad():
+            torch.testing.assert_close(model(ids, split=None, valid_lengths=full), model(ids, split=None),
+                                       atol=0, rtol=0)
+        restricted = _attention_params_seen(model, ids, split=split, valid_lengths=full)
+        bare = _attention_params_seen(model, ids, split=split)
+        assert torch.equal(restricted.dense_mask, bare.dense_mask)
+
+
+def test_one_padded_row_still_builds_the_mask_and_keeps_its_valid_positions(model, cfg):
+    b = random_batch(cfg, 3, 32, seed=310)
+    ids = b["input_ids"].clone()
+    lengths = torch.tensor([32, 21, 32])
+    ids[1, 21:] = 0
+    params = _attention_params_seen(model, ids, split=None, valid_lengths=lengths)
+    assert params.dense_mask is not None and params.dense_mask.shape == (3, 1, 32, 32)
+    h = _hidden(model, ids, None, valid_lengths=lengths)
+    alone = _hidden(model, ids[1:2, :21], None)
+    torch.testing.assert_close(h[1, :21], alone[0], atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(h[0], _hidden(model, ids[0:1], None)[0], atol=1e-5, rtol=1e-5)
+
+
 # ---------------------------------------------------------------- backends
 def _loss_and_grads(model, batch, backend):
     model.zero_grad(set_to_none=True)

@@ -13,6 +13,8 @@ import itertools
 
 import pytest
 import torch
+from hypothesis import assume, given, settings
+from hypothesis import strategies as st
 
 from megatron_biglm.model.attention_masks import (
     block_causal_mask,
@@ -30,6 +32,7 @@ from megatron_biglm.model.attention_masks import (
 from megatron_biglm.objective.split_rule import (
     VARIANTS,
     attention_split,
+    restricting_lengths,
     restricting_split,
     restricts_attention,
     visible,
@@ -106,6 +109,50 @@ def test_only_biglm_restricts_and_the_others_carry_split_zero():
     assert restricting_split(None) is None
     assert restricting_split(torch.zeros(3, dtype=torch.long)) is None
     assert torch.equal(restricting_split(cut), cut)
+
+
+def _batch_of_lengths(max_over: int):
+    """(seq_len, valid lengths [b] in [1, seq_len + max_over], dtype): full rows drawn often."""
+    def draw(s):
+        entry = st.one_of(st.just(s), st.integers(1, s + max_over))
+        return st.tuples(st.just(s), st.lists(entry, min_size=1, max_size=9),
+                         st.sampled_from([torch.int64, torch.int32]))
+    return st.integers(1, 80).flatmap(draw)
+
+
+@settings(max_examples=300, deadline=None)
+@given(_batch_of_lengths(max_over=0))
+def test_restricting_lengths_drops_exactly_the_batches_without_a_padded_row(case):
+    s, lengths, dtype = case
+    valid = torch.tensor(lengths, dtype=dtype)
+    kept = restricting_lengths(valid, s)
+    if all(n >= s for n in lengths):
+        assert kept is None
+        # dropping them changes nothing: the rule with valid = seq_len is the rule without it
+        split = torch.tensor([n // 2 for n in lengths])
+        assert torch.equal(rule_grid(split, s, valid.long()), rule_grid(split, s))
+    else:
+        assert kept is valid  # the input itself, unchanged
+        assert torch.equal(kept, torch.tensor(lengths, dtype=dtype))
+    assert restricting_lengths(None, s) is None
+
+
+@settings(max_examples=200, deadline=None)
+@given(_batch_of_lengths(max_over=4))
+def test_a_length_past_the_sequence_is_refused_whether_or_not_a_row_is_padded(case):
+    """Dropping all-full lengths must not hide an out-of-range one: the lengths are refused
+    either by `restricting_lengths` itself or, when a row is padded, by the builders."""
+    pytest.importorskip("megatron.core")
+    from megatron_biglm.model.attention_params import build_attention_params
+
+    s, lengths, dtype = case
+    valid = torch.tensor(lengths, dtype=dtype)
+    assume(any(n > s for n in lengths))
+    for split in (None, torch.zeros(len(lengths), dtype=torch.long)):
+        with pytest.raises(ValueError, match=rf"valid_lengths must lie in \[1, seq_len={s}\]"):
+            build_attention_params(split, s, "sdpa", valid_lengths=valid)
+    with pytest.raises(ValueError, match=r"valid_lengths must be a 1-D tensor \[batch\]"):
+        restricting_lengths(torch.full((len(lengths), 1), s), s)
 
 
 # --- dense bool, both conventions -----------------------------------------------------------
@@ -320,7 +367,7 @@ def test_model_builds_each_backend_mask_from_the_rule_and_none_for_split_zero():
 
     for split, s, valid in cases(9, n=20):
         grid = rule_grid(split, s, valid)
-        if restricting_split(split) is not None or valid is not None:
+        if restricting_split(split) is not None or restricting_lengths(valid, s) is not None:
             dense = build_attention_params(split, s, "sdpa", valid_lengths=valid)
             assert torch.equal(~dense.dense_mask[:, 0], grid)
             assert torch.equal(dense.sdpa_mask()[:, 0], grid)
@@ -334,7 +381,50 @@ def test_model_builds_each_backend_mask_from_the_rule_and_none_for_split_zero():
             assert torch.equal(expand_groups(grouped.groups, s), grid)
             varlen = build_attention_params(split, s, "varlen", valid_lengths=valid)
             assert torch.equal(expand_segments(varlen.segments, s), grid)
-    # split 0 everywhere (mlm/no_attn) without padding: full attention, no mask built at all
+    # split 0 everywhere (mlm/no_attn) without padding: full attention, no mask built at all;
+    # lengths that pad no row are no padding
+    full = torch.full((3,), 9)
     for backend in ("sdpa", "local", "flex", "flash", "sdpa_split", "varlen"):
         assert build_attention_params(torch.zeros(3, dtype=torch.long), 9, backend).is_full_attention
         assert build_attention_params(None, 9, backend).is_full_attention
+        assert build_attention_params(None, 9, backend, valid_lengths=full).is_full_attention
+        assert build_attention_params(torch.zeros(3, dtype=torch.long), 9, backend,
+                                      valid_lengths=full).is_full_attention
+
+
+def test_all_full_lengths_beside_a_restricting_split_build_what_no_lengths_build():
+    """With a restricting split, lengths that pad no row are dropped: each backend builds
+    exactly the representation it builds for the split alone."""
+    pytest.importorskip("megatron.core")
+    from megatron_biglm.model.attention_params import build_attention_params
+
+    for split, s, _ in cases(12, n=20):
+        if restricting_split(split) is None:
+            continue
+        full = torch.full_like(split, s)
+        for backend in ("sdpa", "flex", "flash", "sdpa_split", "varlen"):
+            given_full = build_attention_params(split, s, backend, valid_lengths=full)
+            without = build_attention_params(split, s, backend)
+            assert not given_full.is_full_attention
+            if backend == "sdpa":
+                assert torch.equal(given_full.dense_mask, without.dense_mask)
+            elif backend == "flex":
+                held = [t for t in given_full.block_mask.as_tuple() if isinstance(t, torch.Tensor)]
+                bare = [t for t in without.block_mask.as_tuple() if isinstance(t, torch.Tensor)]
+                assert len(held) == len(bare) >= 4 and all(map(torch.equal, held, bare))
+            elif backend == "flash":
+                assert _same_fields(given_full.varlen, without.varlen)
+            elif backend == "sdpa_split":
+                assert given_full.groups == without.groups
+            else:
+                assert _same_fields(given_full.segments, without.segments)
+
+
+def _same_fields(a, b) -> bool:
+    import dataclasses
+
+    for f in dataclasses.fields(a):
+        x, y = getattr(a, f.name), getattr(b, f.name)
+        if not (torch.equal(x, y) if isinstance(x, torch.Tensor) else x == y):
+            return False
+    return True

@@ -272,7 +272,8 @@ class FinetuneRecipe(Recipe):
 
     # ---- loss -------------------------------------------------------------------------
     def logits(self, model, batch: dict, device) -> torch.Tensor:
-        return model(batch["tokens"].to(device), split=None, valid_lengths=batch["valid_lengths"].to(device))
+        # the lengths stay on the host: the model checks them there and moves what it needs
+        return model(batch["tokens"].to(device), split=None, valid_lengths=batch["valid_lengths"])
 
     def forward(self, model, batch: dict, device):
         return self.logits(model, batch, device), partial(self._loss, batch)

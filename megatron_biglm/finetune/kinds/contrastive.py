@@ -181,7 +181,8 @@ class ContrastiveRecipe(FinetuneRecipe):
     # ---- loss -------------------------------------------------------------------------
     def forward(self, model, batch, device):
         """Queries and passages in two forwards, each at its own padded width."""
-        q_len, p_len = batch["valid_lengths"].to(device), batch["passage_lengths"].to(device)
+        # the lengths stay on the host: the model and the pooling check them there, no sync
+        q_len, p_len = batch["valid_lengths"], batch["passage_lengths"]
         queries = model(batch["tokens"].to(device), split=None, valid_lengths=q_len, return_hidden=True)
         passages = model(batch["passages"].to(device), split=None, valid_lengths=p_len, return_hidden=True)
         return (queries, passages), partial(self._loss, q_len, p_len)

@@ -287,8 +287,8 @@ class Seq2SeqRecipe(FinetuneRecipe):
 
     # ---- forward / loss ---------------------------------------------------------------
     def forward(self, model, batch: dict, device):
-        valid = batch["valid_lengths"].to(device)
-        loss_mask = padding_excluded(batch["loss_mask"].to(device), valid)
+        valid = batch["valid_lengths"]  # on the host: the model checks it there without a sync
+        loss_mask = padding_excluded(batch["loss_mask"].to(device), valid.to(device))
         labels = batch["labels"].to(device)
         output = model(batch["tokens"].to(device), split=batch["split"], valid_lengths=valid,
                        labels=labels, loss_mask=loss_mask, length_prefix=batch["split"].to(device))

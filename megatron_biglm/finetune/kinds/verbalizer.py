@@ -307,7 +307,7 @@ class VerbalizerRecipe(LabelRecipe):
 
     def logits(self, model, batch: dict, device) -> torch.Tensor:
         return model(batch["tokens"].to(device), split=batch["split"],
-                     valid_lengths=batch["valid_lengths"].to(device), runtime_gather_output=True)
+                     valid_lengths=batch["valid_lengths"], runtime_gather_output=True)
 
     def _loss(self, batch: dict, logits: torch.Tensor):
         scores = self.scores(batch, logits)

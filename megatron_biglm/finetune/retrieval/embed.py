@@ -53,7 +53,8 @@ def embed_tokens(model, input_ids: torch.Tensor, valid_lengths: torch.Tensor,
                  options: EmbeddingOptions) -> torch.Tensor:
     """One forward of BiGLMModel (full bidirectional attention, padding masked) -> embeddings."""
     device = next(model.parameters()).device
-    valid_lengths = valid_lengths.to(device)
+    # the lengths stay where the caller has them (the tokenizer's: the host); the model and the
+    # pooling check them there and move what they need
     hidden = model(input_ids.to(device), split=None, valid_lengths=valid_lengths, return_hidden=True)
     return pool(hidden, valid_lengths, options)
 
