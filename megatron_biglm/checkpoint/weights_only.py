@@ -67,12 +67,9 @@ def load_model_weights(checkpoint, model, *, verify: bool = True, fresh_heads: b
                               "fresh (the rest of the model loads), or start from a checkpoint without it")
     for name in [*fresh, *mismatched]:
         wanted.pop(name)
-    loaded = dist_checkpointing.load({"model": wanted}, str(saved.dist_dir))["model"]
-    # what DCP already read into the model's own tensors needs no second copy
-    in_place = loaded_in_place(module, loaded)
-    result = module.load_state_dict({k: v for k, v in loaded.items() if k not in in_place}, strict=False)
-    missing = [k for k in result.missing_keys if not k.endswith("_extra_state") and k not in fresh
-               and k not in mismatched and k not in in_place]
+    loaded = dist_checkpointing.load({"model": wanted}, str(saved.dist_dir))
+    result = module.load_state_dict(loaded["model"], strict=False)
+    missing = [k for k in result.missing_keys if not k.endswith("_extra_state") and k not in fresh and k not in mismatched]
     if missing or result.unexpected_keys:
         raise CheckpointError(f"checkpoint {saved.path} does not fill the model: missing {missing[:4]}, "
                               f"unexpected {list(result.unexpected_keys)[:4]}")
@@ -83,20 +80,6 @@ def load_model_weights(checkpoint, model, *, verify: bool = True, fresh_heads: b
             print(f"weights from {saved.path}; {REINIT_OPTION}: freshly initialised, as the stored shape differs: "
                   f"{'; '.join(mismatched.values())}", flush=True)
     return saved
-
-
-def loaded_in_place(module, loaded: dict) -> set[str]:
-    """Names in `loaded` (what `dist_checkpointing.load` returned for `module`'s sharded state
-    dict) whose tensor is the very view of the module's own tensor of that name (same memory,
-    shape, strides and dtype): DCP read those bytes straight into the model."""
-    own = module.state_dict(keep_vars=True)
-
-    def same(a, b) -> bool:
-        return (isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor) and a.device == b.device
-                and a.dtype == b.dtype and a.shape == b.shape and a.stride() == b.stride()
-                and a.data_ptr() == b.data_ptr())
-
-    return {name for name, tensor in loaded.items() if same(tensor, own.get(name))}
 
 
 #: Parameters a fine-tune adds on top of a pretrained model (model/heads.py, the length head).
