@@ -126,8 +126,9 @@ def _first_bad_entry(view: memoryview, offset: int, length: int) -> str | None:
 
 
 def _stored_entry_intact(view: memoryview, offset: int, info: zipfile.ZipInfo, end: int) -> bool:
-    """Whether an uncompressed entry's local header names it and its bytes, lying before `end`
-    (relative to the archive at `offset`), match the directory's CRC-32."""
+    """Whether an uncompressed entry is intact: the directory records one size for it (stored
+    bytes are the entry's bytes), its local header is one and names it, and its bytes, lying
+    before `end` (relative to the archive at `offset`), match the directory's CRC-32."""
     start = info.header_offset
     if start < 0 or start + _LOCAL_HEADER.size > end or info.file_size != info.compress_size:
         return False
