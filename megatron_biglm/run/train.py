@@ -19,6 +19,7 @@ import logging
 from dataclasses import dataclass
 from pathlib import Path
 
+from megatron_biglm.common import host_memory
 from megatron_biglm.config import RunConfig
 
 log = logging.getLogger("megatron_biglm.run.train")
@@ -71,6 +72,8 @@ def train(cfg: RunConfig, *, recipe=None, callbacks=(), init_from=None) -> Train
     recipe = recipe if recipe is not None else PretrainRecipe()
     backend = select_backend(cfg.training.backend)
     info = distributed.init_distributed(cfg.parallelism, cfg.training.seed)
+    if info.device.type == "cpu":
+        host_memory.keep_freed_memory()  # a CPU step's tensors live in host memory: reuse it
     try:
         run = _prepare(cfg, info, recipe)
         start = _choose_start(cfg, info, backend, run, init_from)
