@@ -373,7 +373,7 @@ def parse_args(argv):
     p.add_argument("--dry-run", action="store_true", help="every section on CPU with tiny shapes")
     p.add_argument("--sections", nargs="+", choices=gpu_sections.ORDER, default=list(SECTIONS),
                    help="the sections to run (always in the order above)")
-    p.add_argument("--budget-s", nargs="+", default=[], metavar="SECONDS|NAME=SECONDS",
+    p.add_argument("--budget-s", nargs="+", action="extend", default=[], metavar="SECONDS|NAME=SECONDS",
                    help="a total for the sections (their budgets scaled to it) and/or one section's budget")
     p.add_argument("--resume", action="store_true",
                    help="keep the sections a previous call finished in --out; run the others")
@@ -390,7 +390,7 @@ def parse_args(argv):
     args = p.parse_args(argv)
     args.sections = [name for name in gpu_sections.ORDER if name in args.sections]
     try:
-        args.budgets = gpu_sections.budgets(args.sections, args.budget_s, args.dry_run)
+        gpu_sections.budgets(args.sections, args.budget_s, args.dry_run)  # refuses a bad --budget-s here
         args.inject = gpu_sections.parse_injection(args.inject_failure)
     except ValueError as exc:
         p.error(str(exc))
@@ -503,11 +503,13 @@ def _run(args, argv) -> int:
     results.save()
     phases = _phases(args, results, device, dtype, peak)
     t_start = time.perf_counter()
+    kept = [name for name in args.sections if args.resume and results.produced(name)]
+    budgets = gpu_sections.budgets([n for n in args.sections if n not in kept], args.budget_s, args.dry_run)
     for name in args.sections:
-        if args.resume and results.produced(name):
+        if name in kept:
             print(f"[{name}] kept from the previous call (--resume)", flush=True)
             continue
-        section, budget = gpu_sections.BY_NAME[name], args.budgets[name]
+        section, budget = gpu_sections.BY_NAME[name], budgets[name]
         results.data.pop(name, None)
         init_single_process(seed=0)
         fn = _injected(args.inject[name], name, budget) if name in args.inject else phases[name]
