@@ -82,6 +82,7 @@ def test_results_are_written_whole_after_every_row(tmp_path):
     assert Results.load(tmp_path) == {"a": 1} and Results.load(tmp_path / "none") is None
 
 
+@pytest.mark.slow
 def test_resume_keeps_finished_sections_and_runs_the_rest(tmp_path):
     out = ["--dry-run", "--out", str(tmp_path)]
     assert bench_gpu.main([*out, "--sections", "attention", "parity", "--inject-failure", "parity"]) == 0
