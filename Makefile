@@ -64,7 +64,8 @@ test-one: $(STAMP) wordnet
 #   (a) Python 3.11 and the megatron-core pip resolves there (0.16.x): fast and slow sets;
 #   (b) Python 3.12 and the newest megatron-core (0.19.x; torch 2.13.0's CUDA build, which runs
 #       on CPU): STACK_B_SETS, the fast set and the device wheels' offline install by default.
-#       Both slow sets take ~21 min each on 2 cores, which would put CI at ~60 min; STACK_B_SETS="fast slow" runs the full matrix.
+#       Both slow sets take ~21 min each on 2 cores, which would put CI at ~60 min;
+#       STACK_B_SETS="fast slow" runs the full matrix.
 # .ci/find-python locates each interpreter (PATH, pyenv, /usr/bin) or says how to install it.
 # The slow set holds the tests marked slurm: they start a SLURM cluster on this host
 # (tests/slurm/cluster.sh; as root it apt-get installs slurm-wlm and munge where missing) and skip
