@@ -102,3 +102,23 @@ def test_a_run_where_no_section_produced_figures_fails(tmp_path):
     results = json.loads((tmp_path / JSON_NAME).read_text())
     assert "injected failure" in results["sections"]["attention"]["error"]
     assert "not measured" in (tmp_path / bench_gpu.MD_NAME).read_text()
+
+
+def test_compile_counts_see_a_recompile_and_a_graph_break():
+    import torch
+
+    def scaled(x, n):
+        return x * n
+
+    def broken(x):
+        y = x + 1
+        torch._dynamo.graph_break()
+        return y * 2
+
+    before = gpu_compile_counts.snapshot()
+    f = torch.compile(scaled, backend="eager")
+    f(torch.ones(2), 1)
+    f(torch.ones(2), 2)  # a new Python int: the guard on n fails, dynamo compiles again
+    torch.compile(broken, backend="eager")(torch.ones(2))
+    counts = gpu_compile_counts.since(before)
+    assert counts["recompiles"] >= 1 and counts["graph_breaks"] >= 1 and counts["graphs"] >= 2
