@@ -7,6 +7,9 @@
 #   bash benchmarks/device_run.sh --dry-run [benchmark flags...]  # on CPU: the benchmark's dry run only
 #   bash benchmarks/device_run.sh --resume                        # a second call: the sections the JSON lacks
 #
+# $OUT starts empty on every call: for --resume, put the first call's gpu_acceptance.json in
+# .gpu_resume/ (git-ignored) and carry it with .whl.
+#
 # 1. install   the carried wheels (.whl/, benchmarks/device_wheels.txt) offline      ~30 s
 # 2. tests     the `-m gpu` tests of the GPU-only paths, capped                       <= 90 s
 # 3. benchmark `python -m benchmarks gpu` with a total budget of what is left,
@@ -23,7 +26,10 @@ for arg in "$@"; do
   case $arg in --dry-run) dry=1;; --resume) resume=1;; esac
 done
 start=$SECONDS
-mkdir -p "$OUT"
+mkdir -p "$OUT/gpu"
+if [ $resume -eq 1 ] && [ ! -f "$OUT/gpu/gpu_acceptance.json" ] && [ -f .gpu_resume/gpu_acceptance.json ]; then
+  cp .gpu_resume/gpu_acceptance.json "$OUT/gpu/"
+fi
 export PYTHONUNBUFFERED=1
 
 if [ $dry -eq 0 ]; then

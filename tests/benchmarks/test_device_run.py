@@ -135,3 +135,4 @@ def test_an_unpinned_wheel_line_is_refused_with_its_line(tmp_path):
     bad.write_text("# comment\nmegatron-core==0.19.2\nlm-eval\n")
     with pytest.raises(ValueError, match=r"pins.txt:3: 'lm-eval' is not pinned"):
         device_wheels.read_pins(bad)
+
