@@ -51,8 +51,6 @@ hardware. Its goals are printed but mean nothing.
 from __future__ import annotations
 
 import argparse
-import json
-import math
 import statistics
 import sys
 import tempfile
@@ -65,7 +63,7 @@ import torch
 from benchmarks import gpu_compile_counts, gpu_sections
 from benchmarks.gpu_guard import run_guarded
 from benchmarks.gpu_report import GOALS, MD_NAME, finite_numbers, goal_rows, markdown, summary  # noqa: F401
-from benchmarks.gpu_results import JSON_NAME, Results
+from benchmarks.gpu_results import JSON_NAME, Results  # noqa: F401 - JSON_NAME: where the run writes
 
 SECTIONS = gpu_sections.DEFAULT
 PARITY_TOL = {torch.bfloat16: 2e-2, torch.float16: 5e-3, torch.float32: 1e-4}
@@ -522,9 +520,10 @@ def _run(args, argv) -> int:
         results.data["meta"]["seconds"] = time.perf_counter() - t_start
         results.save()
         rec = outcome.record
-        print(f"[{name}] {rec['status']} in {rec['elapsed_s']:.1f} s" + (f": {rec['error']}" if rec.get("error") else ""),
-              flush=True)
-    results.data["goals"] = [dict(goal=g, key=k, value=v, target=t, met=v >= t) for k, g, v, t in goal_rows(results.data)]
+        error = f": {rec['error']}" if rec.get("error") else ""
+        print(f"[{name}] {rec['status']} in {rec['elapsed_s']:.1f} s{error}", flush=True)
+    results.data["goals"] = [dict(goal=g, key=k, value=v, target=t, met=v >= t)
+                             for k, g, v, t in goal_rows(results.data)]
     results.save()
     table = markdown(results.data)
     (args.out / MD_NAME).write_text(table)

@@ -96,7 +96,8 @@ def markdown(results: dict) -> str:
             f"{a['full']['fwd_ms']:.2f} / {a['full']['fwdbwd_ms']:.2f} ms")
         for kernel, r in a["split"].items():
             bwd = "n/a" if r["fwdbwd_ms"] is None else f"{r['fwdbwd_ms']:.2f}"
-            row("attention", f"split {kernel} fwd / fwd+bwd" + (" (auto's pick)" if kernel == a["best_split_kernel"] else ""),
+            pick = " (auto's pick)" if kernel == a["best_split_kernel"] else ""
+            row("attention", f"split {kernel} fwd / fwd+bwd{pick}",
                 f"{r['fwd_ms']:.2f} / {bwd} ms")
     for r in results.get("longform", {}).get("runs", []):
         same = "identical" if r.get("identical") else f"DIFFERENT {r.get('first_difference')}"

@@ -187,7 +187,8 @@ def run_bare(cfg, *, warmup: int, steps: int, phase_steps: int, device, peak: fl
             for chunk in chunks:
                 chunk.zero_grad_buffer()
             optimizer.zero_grad()
-            losses = forward_backward(chunks, iter(batches), num_micro, seq, mbs, make_forward_step(info.device, recipe))
+            losses = forward_backward(chunks, iter(batches), num_micro, seq, mbs,
+                                      make_forward_step(info.device, recipe))
             _sync(info.device)
             t1 = time.perf_counter()
             report = reduce_reports(losses, info.device, recipe)
@@ -200,16 +201,16 @@ def run_bare(cfg, *, warmup: int, steps: int, phase_steps: int, device, peak: fl
             phases["data"].append(fetched)
             phases["forward+backward"].append(t1 - t0)
             phases["optimizer"].append(time.perf_counter() - t1)
-        step_s = statistics.median(times)
+        step_s, predicted = statistics.median(times), statistics.median(predicted)
         result = dict(runs=f"bare twin: the same builders and train_step, {num_micro} micro-batch(es) of {mbs}, "
                            f"fresh batches, {precision}, {'device-side' if inner is not None else 'megatron'} "
                            "optimizer step",
-                      steps_timed=len(times), step_s=step_s, step_times_s=times, tokens_per_s=num_micro * mbs * seq / step_s,
-                      mfu=statistics.median(flops) / step_s / peak, predicted_tokens_per_step=statistics.median(predicted),
-                      predicted_fraction=statistics.median(predicted) / (num_micro * mbs * seq),
+                      steps_timed=len(times), step_s=step_s, step_times_s=times,
+                      tokens_per_s=num_micro * mbs * seq / step_s, mfu=statistics.median(flops) / step_s / peak,
+                      predicted_tokens_per_step=predicted, predicted_fraction=predicted / (num_micro * mbs * seq),
                       data_s=statistics.median(data_s), recompiles=recompiles,
                       phases_s={k: statistics.median(v) for k, v in phases.items() if v})
-        del chunks, optimizer
+        del chunks, optimizer, loader  # the loader's worker processes end with it
         return result
     finally:
         if device.type == "cuda":
