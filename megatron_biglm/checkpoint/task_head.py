@@ -31,7 +31,7 @@ DEFAULT_PROMPTS = {"query": "query: ", "passage": "passage: "}
 
 @dataclass(frozen=True)
 class HeadRecord:
-    head: str                       # "classification" or "span" (model/heads.py)
+    head: str                       # a registered task head (model/task_heads.py): classification, span, ...
     num_labels: int
     pooling: str = "mean"           # classification: over the valid tokens, or "first"
     problem_type: str = "single_label_classification"   # HF's: also regression, multi_label_classification

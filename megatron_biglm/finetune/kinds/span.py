@@ -25,7 +25,7 @@ import torch
 
 from megatron_biglm.checkpoint.task_head import HeadRecord
 from megatron_biglm.data.token_ids import TokenIds
-from megatron_biglm.model.head_model import head_model_provider
+from megatron_biglm.model.head_model import head_model_provider, head_of_record
 from megatron_biglm.training.recipe import LOSS_KEY
 
 from ..data_files import DatasetSchema
@@ -93,7 +93,8 @@ class SpanQARecipe(FinetuneRecipe):
         return out
 
     def model_provider(self, pre_process, post_process, config, transformer_config):
-        return head_model_provider("span")(pre_process, post_process, config, transformer_config)
+        return head_model_provider(*head_of_record(self.task_head()))(
+            pre_process, post_process, config, transformer_config)
 
     def collate(self, windows: Sequence) -> dict:
         width = self.options.max_length
