@@ -9,14 +9,13 @@ the record is written only once every check of the start has passed (`RunClaim.o
 loop's start event), so a start that fails leaves no claim and the corrected rerun is not
 refused as "another run".
 
-`overwrite` deletes only a folder that holds a fine-tune's own record, and never one that this
-run reads: a run_dir that is, or holds, `finetune.init_from`, or that holds a pretraining
+`overwrite` deletes only what a fine-tune wrote (its run_dir's manifest, `run_dir.py`), only
+where a fine-tune's own record is, never anything else there, and never what this run reads: a run_dir that is, or holds, `finetune.init_from`, or that holds a pretraining
 checkpoint (an `iter_N` folder whose saved config has no `finetune.task`), is refused.
 """
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 
 import yaml
@@ -25,6 +24,9 @@ from megatron_biglm.common.file_content import file_content
 from megatron_biglm.config import ConfigError
 from megatron_biglm.config.finetune_section import migrate_moved_keys
 from megatron_biglm.config.resume_settings import allowed_changes, trajectory
+
+from .run_dir import RUN_WRITES, delete_run, run_entries, write_manifest
+from .run_lock import LOCK_FILE
 
 #: the run_dir file that says which fine-tune the folder holds
 RUN_FILE = "finetune_run.json"
@@ -59,8 +61,8 @@ class RunClaim:
     """This fine-tune's record, written into run_dir by the loop's start event (every rank
     calls it; rank 0 writes)."""
 
-    def __init__(self, run_dir, identity: dict):
-        self.run_dir, self.identity = Path(run_dir), identity
+    def __init__(self, run_dir, identity: dict, entries: list[str] = RUN_WRITES):
+        self.run_dir, self.identity, self.entries = Path(run_dir), identity, list(entries)
 
     def on_start(self) -> None:
         import torch.distributed as dist
@@ -68,6 +70,7 @@ class RunClaim:
         if dist.is_initialized() and dist.get_rank() != 0:
             return
         self.run_dir.mkdir(parents=True, exist_ok=True)
+        write_manifest(self.run_dir, self.entries)
         (self.run_dir / RUN_FILE).write_text(json.dumps(self.identity, indent=1) + "\n")
 
 
@@ -78,8 +81,8 @@ def check_run_dir(cfg) -> tuple[RunClaim, str | None]:
     it. Returns the claim to write once the start has passed its checks, and the note."""
     run_dir = Path(cfg.run_dir)
     mine = json.loads(json.dumps(run_identity(cfg), default=str))
-    claim = RunClaim(run_dir, mine)
-    if not (run_dir.is_dir() and any(run_dir.iterdir())):
+    claim = RunClaim(run_dir, mine, run_entries(cfg))
+    if not (run_dir.is_dir() and any(p.name != LOCK_FILE for p in run_dir.iterdir())):
         return claim, None
     marker = run_dir / RUN_FILE
     theirs = json.loads(marker.read_text()) if marker.is_file() else None
@@ -99,8 +102,8 @@ def check_run_dir(cfg) -> tuple[RunClaim, str | None]:
                           "fine-tune its own run_dir, or set finetune.overwrite=true to delete that run and "
                           f"start over{hatch}")
     _check_deletable(cfg, run_dir, theirs)
-    shutil.rmtree(run_dir)
-    return claim, f"finetune.overwrite: deleted the other run in {run_dir}"
+    deleted = delete_run(run_dir)
+    return claim, f"finetune.overwrite: deleted the other run's {', '.join(deleted)} in {run_dir}"
 
 
 def _with_trajectory(theirs: dict, mine: dict) -> dict:
