@@ -107,9 +107,11 @@ def check_inputs_outside(cfg) -> None:
     run_dir = Path(cfg.run_dir).expanduser().resolve()
     start = cfg.finetune.init_from
     if start and Path(start).expanduser().resolve() == run_dir:
-        raise ConfigError(f"run_dir and finetune.init_from are the same path ({run_dir}): a fine-tune writes its "
-                          "own checkpoints into run_dir, apart from the checkpoint it starts from; give it another "
-                          "run_dir")
+        how = "finetune.overwrite: " if cfg.finetune.overwrite else ""
+        raise ConfigError(f"{how}run_dir {cfg.run_dir} holds finetune.init_from={start}, the checkpoint this run "
+                          f"starts from: run_dir and finetune.init_from are the same path ({run_dir}). A fine-tune "
+                          "writes its own checkpoints apart from its start: give it another run_dir (overwrite "
+                          "would not help)")
     if start and _inside(Path(start).expanduser().resolve(), run_dir):
         raise ConfigError(f"run_dir {cfg.run_dir} holds finetune.init_from={start}, the checkpoint this run starts "
                           "from; give this fine-tune a run_dir of its own, apart from its inputs")
