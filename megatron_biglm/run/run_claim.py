@@ -103,7 +103,7 @@ def check_run_dir(cfg) -> tuple[RunClaim, str | None]:
                           f"start over{hatch}")
     _check_deletable(cfg, run_dir, theirs)
     deleted = delete_run(run_dir)
-    return claim, f"finetune.overwrite: deleted the other run's {', '.join(deleted)} in {run_dir}"
+    return claim, f"finetune.overwrite: deleted the other run in {run_dir} (what it wrote: {', '.join(deleted)})"
 
 
 def _with_trajectory(theirs: dict, mine: dict) -> dict:

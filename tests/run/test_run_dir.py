@@ -35,8 +35,8 @@ def test_overwrite_deletes_only_what_the_run_wrote(tmp_path):
     run_dir = tmp_path / "run"
     _other_run(run_dir)
     _, note = check_run_dir(load_config(None, finetune_overrides(task, run_dir) + ["finetune.overwrite=true"]))
-    assert note == (f"finetune.overwrite: deleted the other run's checkpoints, finetune_run.json, metrics.jsonl, "
-                    f"results.json, run_manifest.json in {run_dir}")
+    assert note == (f"finetune.overwrite: deleted the other run in {run_dir} (what it wrote: checkpoints, "
+                    f"finetune_run.json, metrics.jsonl, results.json, run_manifest.json)")
     assert _tree(run_dir) == []
 
 
@@ -84,3 +84,15 @@ def test_run_dir_and_init_from_the_same_path_says_so(tmp_path):
     cfg = load_config(None, finetune_overrides(task, start) + [f"finetune.init_from={start}", "finetune.overwrite=true"])
     with pytest.raises(ConfigError, match=r"run_dir and finetune\.init_from are the same path .*overwrite would not help"):
         finetune(cfg)
+
+
+def test_a_max_length_past_the_model_names_finetune_max_length(tmp_path):
+    from megatron_biglm.config import ConfigError, load_config
+    from megatron_biglm.run.plan import plan_finetune
+
+    task = write_task(tmp_path / "task", n_train=8, n_valid=4, n_test=4)
+    cfg = load_config(None, finetune_overrides(task, tmp_path / "run") + ["finetune.max_length=600"])
+    limit = cfg.model.resolved.seq_length
+    with pytest.raises(ConfigError, match=rf"\Afinetune\.max_length=600 exceeds the model's maximum "
+                                          rf"model\.seq_length={limit}; lower finetune\.max_length or set model\.seq_length\Z"):
+        plan_finetune(cfg)
