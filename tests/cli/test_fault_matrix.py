@@ -603,7 +603,7 @@ FAULTS += [
     Fault("config", "learning rate nan", lambda e: own_finetune(e, "optimizer.lr=nan"),
           2, r"config key 'optimizer\.lr': 'nan' is not a finite number"),
     Fault("config", "a key written twice", duplicate_key,
-          2, r"config file \S+dup\.yaml: key 'optimizer' is written twice in one mapping, at line 1 and line 4"),
+          2, r"config file \S+dup\.yaml: key 'optimizer' is written twice in one mapping, at line 1 and line 5"),
     Fault("training", "every step non-finite", every_step_nan,
           RuntimeError, r"the loss was NaN/inf at every one of the run's 3 steps"),
 ]
