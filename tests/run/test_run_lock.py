@@ -114,3 +114,37 @@ def test_a_requeued_slurm_job_takes_over_its_own_lock(tmp_path, monkeypatch):
         assert note == f"run_dir {run_dir}: SLURM job 4242 requeued; resuming its run"
     finally:
         release(run_dir, fd)
+
+
+@pytest.mark.slow
+def test_two_finetunes_at_once_the_second_fails_and_the_first_finishes_untouched(tmp_path):
+    from megatron_biglm.config import load_config
+    from megatron_biglm.run import finetune
+    from megatron_biglm.run.run_lock import LOCK_FILE, RunDirBusy
+
+    task = write_task(tmp_path / "task", n_train=32, n_valid=8, n_test=8)
+    run_dir = tmp_path / "run"
+    overrides = finetune_overrides(task, run_dir, **{"finetune.epochs": 2})  # 4 steps
+    config = tmp_path / "ft.yaml"
+    config.write_text("{}\n")
+    first = subprocess.Popen([sys.executable, "-m", "megatron_biglm.cli.finetune", "--config", str(config), *overrides],
+                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                             env={**os.environ, "PYTHONPATH": str(REPO)})
+    try:
+        deadline = time.monotonic() + 240
+        while not (run_dir / LOCK_FILE).is_file() or f'"pid": {first.pid}' not in (run_dir / LOCK_FILE).read_text():
+            assert first.poll() is None and time.monotonic() < deadline, first.stderr.read()
+            time.sleep(0.2)
+        started = time.monotonic()
+        with pytest.raises(RunDirBusy, match=rf"in use by another run \(pid {first.pid} on {socket.gethostname()}"):
+            finetune(load_config(None, overrides))
+        assert time.monotonic() - started < 10
+        assert first.wait(timeout=300) == 0, first.stderr.read()
+    finally:
+        first.kill()
+        first.wait()
+    steps = [json.loads(line)["step"] for line in (run_dir / "metrics.jsonl").read_text().splitlines()
+             if json.loads(line).get("kind") == "train"]
+    assert steps == sorted(set(steps))  # one run's steps, once each
+    assert json.loads((run_dir / "results.json").read_text())["finished"]
+    assert not (run_dir / LOCK_FILE).exists()
