@@ -18,7 +18,6 @@
 REPO=${REPO:-$(cd "$(dirname "${BASH_SOURCE[0]}")/.." 2>/dev/null && pwd)}
 [[ -f "$REPO/launch/common.sh" ]] || REPO=${SLURM_SUBMIT_DIR:?run sbatch from the repository root}
 : "${TASK:=mnli}"
-: "${GBS:=32}"
-NODES_DEFAULT=1 TP_DEFAULT=1 PP_DEFAULT=1 MBS_DEFAULT=4
+NODES_DEFAULT=1
 RUN_NAME=finetune_$TASK CONFIG_NAME=finetune/$TASK.yaml ENTRY=megatron_biglm.cli.finetune
 source "$REPO/launch/common.sh"

@@ -34,6 +34,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--search", action="store_true", help="rank the layouts that fit this GPU count")
     p.add_argument("--top", type=int, default=10, help="layouts --search lists")
     p.add_argument("--json", action="store_true", help="print JSON")
+    p.add_argument("--print-layout", action="store_true",
+                   help="print the config's 'TP PP MBS GBS' (overrides applied) and exit (launch/common.sh)")
     return p
 
 
@@ -59,6 +61,11 @@ def main(argv=None) -> int:
             raise PlanError(f"--mfu {args.mfu} must lie in (0, 1]")
         gpu = get_gpu(args.gpu, args.gpu_table)
         cfg = load_config(args.config, args.overrides)
+        if args.print_layout:
+            par, t = cfg.parallelism, cfg.training
+            print(par.tensor_model_parallel_size, par.pipeline_model_parallel_size, t.micro_batch_size,
+                  t.global_batch_size)
+            return 0
         w = workload_from_config(cfg, on_gpu=gpu.name != "cpu")
         mfu = read_measured(args.measured) if args.measured else MFU(args.mfu or DEFAULT_MFU, "assumed")
         world = args.nodes * args.gpus_per_node

@@ -62,3 +62,15 @@ def search_text(fits: list[Plan], misses: list[Plan], top: int) -> str:
         for p in misses[:top]:
             lines.append(f"  {p.reason()}")
     return "\n".join(lines)
+
+
+def presets_markdown(plans: list[tuple[str, Plan]]) -> str:
+    """The README's table of the pretraining presets' plans: (preset, plan) rows."""
+    lines = ["| preset | nodes x GPUs | layout | memory per GPU (GiB) | tokens/s (MFU) | days to the paper's tokens |",
+             "|---|---|---|---|---|---|"]
+    for name, p in plans:
+        l = p.layout
+        lines.append(f"| {name} | {l.world // p.gpus_per_node} x {p.gpus_per_node} {p.gpu.name} | TP={l.tp} PP={l.pp} "
+                     f"mbs={l.micro_batch} | {p.peak / GIB:.1f} | {p.time.tokens_per_s:,.0f} ({p.mfu.value:.0%} "
+                     f"{p.mfu.source}) | {p.days:.1f} ({p.tokens:.3g} tokens) |")
+    return "\n".join(lines)

@@ -114,18 +114,18 @@ def buffer_layout(params: list[Param], dp: int, distopt: bool, bucket_size: int 
 def shard_numels(layout_: Buckets, dp: int) -> list[int]:
     """Parameter elements each DP rank owns under the distributed optimizer (padding excluded),
     and how many parameters have a piece there: [(elements, pieces)] per rank."""
+    per_bucket = [[(s, e) for s, e in layout_.params if s >= b0 and e <= b1] for b0, b1 in layout_.buckets]
     out = []
     for rank in range(dp):
         owned = pieces = 0
-        for b0, b1 in layout_.buckets:
+        for (b0, b1), spans in zip(layout_.buckets, per_bucket):
             size = (b1 - b0) // dp
             lo, hi = b0 + rank * size, b0 + (rank + 1) * size
-            for s, e in layout_.params:
-                if s >= b0 and e <= b1:
-                    n = max(0, min(e, hi) - max(s, lo))
-                    if n:
-                        owned += n
-                        pieces += 1
+            for s, e in spans:
+                n = min(e, hi) - max(s, lo)
+                if n > 0:
+                    owned += n
+                    pieces += 1
         out.append((owned, pieces))
     return out
 
