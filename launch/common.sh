@@ -144,15 +144,6 @@ if [[ "${DRY_RUN:-0}" == "1" ]]; then
   exit 0
 fi
 
-# The kernels and versions this node runs with (attention backend as resolved, megatron's Adam,
-# flash-attn / Transformer Engine / Apex, python, torch, megatron-core, transformers). A config
-# naming a kernel that is not installed stops here, before srun, saying what to pip install.
-# A fine-tune takes its model from the checkpoint it starts from: its ranks print the report.
-if [[ "$ENTRY" == "megatron_biglm.cli.train" ]]; then
-  "$PYTHON" -m megatron_biglm.cli.kernels --config "$CONFIG" "${OVERRIDES[@]}" \
-    || { failed "the kernel check before srun" 2; exit 2; }
-fi
-
 # The planner on the resolved layout and this allocation: a layout predicted not to fit the GPUs'
 # memory stops here, before srun, with the breakdown and the nearest layout that fits.
 if [[ "$ENTRY" == "megatron_biglm.cli.train" && "$PLAN" != off ]]; then
@@ -164,6 +155,15 @@ if [[ "$ENTRY" == "megatron_biglm.cli.train" && "$PLAN" != off ]]; then
     fi
     echo "launch: PLAN=warn: running a layout biglm-plan predicts does not fit" >&2
   fi
+fi
+
+# The kernels and versions this node runs with (attention backend as resolved, megatron's Adam,
+# flash-attn / Transformer Engine / Apex, python, torch, megatron-core, transformers). A config
+# naming a kernel that is not installed stops here, before srun, saying what to pip install.
+# A fine-tune takes its model from the checkpoint it starts from: its ranks print the report.
+if [[ "$ENTRY" == "megatron_biglm.cli.train" ]]; then
+  "$PYTHON" -m megatron_biglm.cli.kernels --config "$CONFIG" "${OVERRIDES[@]}" \
+    || { failed "the kernel check before srun" 2; exit 2; }
 fi
 
 mkdir -p "$RUN_DIR"

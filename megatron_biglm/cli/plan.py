@@ -78,6 +78,11 @@ def main(argv=None) -> int:
                         cfg.optimizer.use_distributed_optimizer)
         tokens = args.tokens or float(cfg.schedule.train_steps * t.global_batch_size * cfg.data.seq_length)
         plan = plan_layout(w, layout, gpu, args.gpus_per_node, mfu, tokens)
+        if plan.fits:  # a layout whose memory fits must also have whole micro-batches
+            from megatron_biglm.planner.layout import check_layout
+            mc = w.model
+            check_layout(layout, num_layers=mc.num_layers, num_heads=mc.num_attention_heads,
+                         num_groups=mc.query_groups, gpus_per_node=args.gpus_per_node, world=world)
         fits = misses = None
         if args.search or not plan.fits:
             fits, misses = search_layouts(w, world, args.gpus_per_node, t.global_batch_size, gpu, mfu, tokens)

@@ -25,8 +25,8 @@ class Layout:
 
     @property
     def micro_batches(self) -> int:
-        """Micro-batches per step on each data-parallel rank."""
-        return self.global_batch // (self.micro_batch * self.dp)
+        """Micro-batches per step on each data-parallel rank (at least one)."""
+        return max(1, self.global_batch // (self.micro_batch * self.dp))
 
     def with_(self, **changes) -> "Layout":
         return replace(self, **changes)
@@ -47,8 +47,9 @@ def valid_tp(num_heads: int, num_groups: int, gpus_per_node: int) -> list[int]:
 
 
 def check_layout(layout: Layout, *, num_layers: int, num_heads: int, num_groups: int,
-                 gpus_per_node: int, world: int) -> None:
-    """PlanError naming the value and the valid choices for a layout that cannot run."""
+                 gpus_per_node: int, world: int, batch: bool = True) -> None:
+    """PlanError naming the value and the valid choices for a layout that cannot run
+    (`batch`: the batch arithmetic too; its memory can be planned without it)."""
     tps = valid_tp(num_heads, num_groups, gpus_per_node)
     if layout.tp not in tps:
         raise PlanError(f"TP={layout.tp} must divide the {num_heads} attention heads and {num_groups} query "
@@ -61,7 +62,9 @@ def check_layout(layout: Layout, *, num_layers: int, num_heads: int, num_groups:
                         f"{[d for d in _divisors(world) if d % layout.tp == 0]}")
     if layout.recompute not in RECOMPUTE:
         raise PlanError(f"recompute={layout.recompute!r}; choose one of {RECOMPUTE}")
-    if layout.micro_batch <= 0 or layout.global_batch % (layout.micro_batch * layout.dp):
+    if layout.micro_batch <= 0:
+        raise PlanError(f"micro-batch {layout.micro_batch} must be >= 1")
+    if batch and layout.global_batch % (layout.micro_batch * layout.dp):
         raise PlanError(f"global batch {layout.global_batch} is not divisible by micro-batch {layout.micro_batch} "
                         f"x DP {layout.dp}; valid micro-batches: "
                         f"{[m for m in _divisors(max(1, layout.global_batch // layout.dp)) if layout.global_batch % (m * layout.dp) == 0]}")

@@ -86,7 +86,7 @@ def comm_buffers(w: Workload, layout: Layout) -> int:
 
 def plan_layout(w: Workload, layout: Layout, gpu: GPU, gpus_per_node: int, mfu: MFU, tokens: float) -> Plan:
     check_layout(layout, num_layers=w.model.num_layers, num_heads=w.model.num_attention_heads,
-                 num_groups=w.model.query_groups, gpus_per_node=gpus_per_node, world=layout.world)
+                 num_groups=w.model.query_groups, gpus_per_node=gpus_per_node, world=layout.world, batch=False)
     stages = []
     for stage in sorted({0, layout.pp - 1}):
         s = static_memory(w, layout, stage)

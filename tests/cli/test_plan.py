@@ -46,7 +46,7 @@ def test_measured_mfu_is_used_and_said(tmp_path, capsys):
 def test_a_layout_that_does_not_fit_is_refused_with_the_nearest_fit(capsys):
     argv = ["--config", CFG, "--nodes", "32", "--gpus-per-node", "8", "--gpu", "a100-40gb",
             "parallelism.tensor_model_parallel_size=1", "parallelism.pipeline_model_parallel_size=1",
-            "training.micro_batch_size=4", "training.global_batch_size=16384"]
+            "training.micro_batch_size=64"]
     assert main(argv) == 1
     out, err = capsys.readouterr()
     assert "does not fit" in out and "nearest layout that fits: TP=" in out and "does not fit" in err
@@ -61,6 +61,11 @@ def test_a_layout_that_does_not_fit_is_refused_with_the_nearest_fit(capsys):
 def test_bad_input_is_refused_naming_the_value_and_the_choices(argv, needle, capsys):
     assert main(["--config", CFG, "--nodes", "32", "--gpus-per-node", "8"] + argv) == 2
     assert needle in capsys.readouterr().err
+
+
+def test_whole_micro_batches_are_checked_once_memory_fits(capsys):
+    assert main(ARGS + ["training.micro_batch_size=3"]) == 2
+    assert "global batch 1024 is not divisible by micro-batch 3 x DP 256" in capsys.readouterr().err
 
 
 def test_search_ranks_layouts_that_fit(capsys):

@@ -174,11 +174,11 @@ def test_a_layout_that_does_not_fit_is_refused_before_srun(tmp_path):
     """PLAN=refuse (the default) stops before srun with the planner's line; PLAN=warn runs it."""
     env = _fake_srun_env(tmp_path, NODES="1", GPU_KIND="a100-40gb", MBS="64", GBS="512")
     script = str(REPO / "launch" / "pretrain_3p5b.sh")
-    proc = subprocess.run(["bash", script, "model.attention_backend=sdpa"], capture_output=True, text=True,
-                          env=env, cwd=REPO)
+    args = ["model.attention_backend=sdpa", "training.precision=fp32"]  # the kernel check passes on a CPU
+    proc = subprocess.run(["bash", script, *args], capture_output=True, text=True, env=env, cwd=REPO)
     assert proc.returncode == 2, proc.stderr
     assert "biglm-plan: does not fit" in proc.stderr and "nearest that fits" in proc.stderr
     assert "fake srun called" not in proc.stdout
-    proc = subprocess.run(["bash", script, "model.attention_backend=sdpa"], capture_output=True, text=True,
-                          env={**env, "PLAN": "warn"}, cwd=REPO)
+    proc = subprocess.run(["bash", script, *args], capture_output=True, text=True, env={**env, "PLAN": "warn"},
+                          cwd=REPO)
     assert proc.returncode == 0 and "fake srun called" in proc.stdout and "PLAN=warn" in proc.stderr

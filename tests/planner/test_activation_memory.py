@@ -22,6 +22,7 @@ def grid_errors():
     return errors
 
 
+@pytest.mark.slow
 def test_every_cell_within_5_percent(grid_errors):
     worst = max(grid_errors, key=lambda k: abs(grid_errors[k]))
     mean = sum(abs(e) for e in grid_errors.values()) / len(grid_errors)
@@ -30,6 +31,7 @@ def test_every_cell_within_5_percent(grid_errors):
     assert all(abs(e) <= 0.05 for e in grid_errors.values()), grid_errors
 
 
+@pytest.mark.slow
 def test_split_kernels_are_exact(grid_errors):
     """sdpa_split keeps no mask: every such cell is exact to 16 bytes."""
     for (seq, mbs, recompute, backend, precision), err in grid_errors.items():

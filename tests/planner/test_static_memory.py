@@ -22,6 +22,7 @@ def predicted(tp, pp, dp, distopt, precision, stage, dp_rank):
     return dict(weights=s.weights, main_weights=s.main_weights, grads=s.grads, optimizer=s.optimizer)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("distopt,precision", CASES)
 def test_static_memory_one_process(distopt, precision):
     from megatron_biglm.model.standalone import init_single_process
