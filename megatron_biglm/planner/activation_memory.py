@@ -7,7 +7,7 @@ groups and FFN per TP rank):
 - the QKV projection's input (T·h·e); the rotated q and k and the QKV output that v views
   (T·(2·n_q + 3·n_kv)·d·e); RoPE's cos/sin tables (6·s·d·e);
 - attention: its output and one fp32 log-sum-exp per query and head (T·n_q·d·e + 4·T·n_q); the
-  `sdpa` backend also keeps its dense [b, 1, s, s] masks (2·b·s²·e, shared by the layers, and
+  `sdpa` backend also keeps its dense [b, 1, s, s] masks ((1 + TP)·b·s²·e, measured, shared by the layers, and
   not kept when the attention is recomputed; the split kernels keep none, no s×s);
 - the output projection's input (T·n_q·d·e);
 - the MLP: fc1's input (T·h·e), SwiGLU's [gate; up] and activation, fc2's input (4·T·f·e).
@@ -15,7 +15,8 @@ groups and FFN per TP rank):
 Selective recompute drops what the core attention keeps and recomputes it; full recompute keeps
 each layer's input only (and one fp32 RoPE table they share). The first stage adds the token ids; the last adds the final norm and the
 fused loss over the predicted rows (their gathered hidden states, targets, log-sum-exp; one
-`[chunk, vocab]` fp32 block lives only inside a chunk and is not kept). Sequence parallelism
+`[chunk, vocab]` fp32 block lives only inside a chunk and is not kept; under TP the
+vocabulary-parallel loss keeps each row's fp32 softmax shard). Sequence parallelism
 splits the h-sized tensors over TP.
 """
 from __future__ import annotations
@@ -72,12 +73,15 @@ def stage_bytes(w: Workload, layout: Layout, stage: int, micro_batch: int, predi
     if layout.recompute == "full":
         total += w.seq_length * mc.head_dim * 4  # the RoPE table every checkpointed layer shares
     if w.attention_backend not in SPLIT_KERNELS and layout.recompute == "none":
-        total += 2 * micro_batch * w.seq_length ** 2 * e  # sdpa's dense mask, shared by the layers
+        # sdpa's dense masks, shared by the layers: 2 copies at TP 1, 3 at TP 2, as measured on CPU
+        total += (1 + layout.tp) * micro_batch * w.seq_length ** 2 * e
     if stage == 0:
         total += T * 8  # token ids (embedding)
     if stage == layout.pp - 1:
         total += norm_bytes(T, mc.hidden_size)  # final norm
         total += predicted_rows * (mc.hidden_size * e + 8 + 8 + 4 + 4)
+        if layout.tp > 1:  # the vocabulary-parallel loss keeps its rows' fp32 softmax shard and a flag
+            total += predicted_rows * (mc.padded_vocab_size // layout.tp * 4 + 1)
     return total
 
 

@@ -37,3 +37,24 @@ def test_split_kernels_are_exact(grid_errors):
     for (seq, mbs, recompute, backend, precision), err in grid_errors.items():
         if backend == "sdpa_split":
             assert abs(err) < 1e-4, (seq, mbs, recompute, precision, err)
+
+
+@pytest.mark.slow
+def test_tp2_cells_within_5_percent():
+    """TP 2 on two gloo ranks: every recompute mode, both backends and dtypes at one shape."""
+    from planner_grid import GRID
+    from torchrun_util import run_function
+
+    cells = [(seq, mbs, 2, rc, be, pr, predicted_rows(seq)) for seq, mbs, rc, be, pr in GRID
+             if seq == 128 and mbs == 3]
+    res = run_function("tests/planner_measure.py:activation_grid_worker", nproc=2, kwargs={"cells": cells},
+                       timeout=170).check()
+    errors = {}
+    for rank, rows in res.results.items():
+        for row in rows:
+            seq, mbs, tp, recompute, backend, precision, rows_ = row["cell"]
+            predicted = prediction(seq, mbs, tp, recompute, backend, precision, rows_)
+            errors[(rank, recompute, backend, precision)] = (predicted - row["bytes"]) / row["bytes"]
+    worst = max(errors, key=lambda k: abs(errors[k]))
+    print(f"activation grid TP 2: {len(errors)} cells, worst {errors[worst]:+.2%} at {worst}")
+    assert all(abs(e) <= 0.05 for e in errors.values()), errors
