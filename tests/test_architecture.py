@@ -21,7 +21,7 @@ FLOORS = {
     "checkpoint": 1, "objective": 1, "patches": 1,
     "model": 2, "data": 2, "config": 2,
     "inference": 3, "training": 3,
-    "export": 4, "evaluation": 4, "generation": 4,
+    "export": 4, "evaluation": 4, "generation": 4, "planner": 4,
     "finetune": 5,
     "run": 6,
     "experiments": 7,

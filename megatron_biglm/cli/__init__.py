@@ -24,6 +24,7 @@ lowdata, quickstart) parses its arguments, loads a config once and calls a drive
   train_tokenizer    byte-level BPE on a (sampled) corpus         biglm-train-tokenizer
   count_params       a preset's parameter breakdown               biglm-count-params
   kernels            the kernels a config gets on this machine    biglm-kernels
+  plan               does a layout fit, what does a run cost      biglm-plan
   plot_curves        loss curves of runs (PNG)                    biglm-plot-curves
   lm_eval            lm-eval's own CLI, our models registered   biglm-lm-eval
   fetch_data         corpus, BIG-bench and WordNet, offline-safe  biglm-fetch-data
