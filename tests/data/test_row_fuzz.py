@@ -24,6 +24,7 @@ from hypothesis import strategies as st
 from megatron_biglm.data.readers import iter_records
 from megatron_biglm.data.rows import SKIP, STOP, BadInputError, SkipReport, iter_rows
 from megatron_biglm.finetune.data_files import label_text, load_split
+from megatron_biglm.finetune.labels import kind_of
 from megatron_biglm.finetune.tasks import get_task
 from megatron_biglm.finetune.tasks.declaration import TaskDeclarationError, with_labels
 
@@ -212,9 +213,14 @@ def test_an_inferred_label_round_trips_file_id_name(labels, fmt):
         path.write_text("".join(json.dumps(r) + "\n" for r in rows))
     try:
         task, _ = with_labels(get_task({"kind": "head", "fields": ["text"]}), str(path))
-    except TaskDeclarationError as exc:  # fewer than two labels: said, with the column
-        assert "'label' column holds" in str(exc)
+    except TaskDeclarationError as exc:  # fewer than two labels, or labels of mixed kinds: said, with the column
+        kinds = {kind_of(v, label_text(v)) for v in (r["label"] for r in rows) if label_text(v)}
+        if "mixes kinds of labels" in str(exc):
+            assert len(kinds) > 1, (kinds, str(exc))
+        else:
+            assert "'label' column holds" in str(exc) and len(kinds) <= 1
         return
+    assert len({kind_of(r["label"], label_text(r["label"])) for r in rows if label_text(r["label"])}) == 1
     names = task.dataset.label_names  # = the exported id2label, by index
     read, report = load_split(task.dataset, files=[str(path)])
     assert report.rows_seen == len(rows) == report.rows_kept + report.rows_dropped
