@@ -258,9 +258,9 @@ def read_rows(inputs, schema: str | DatasetSchema, *, report: RowReport | None =
     return rows, report
 
 
-#: the formats a fine-tuning file may have, by extension (after .gz/.zst)
+#: the formats a fine-tuning file may have, by extension (after .gz/.zst); a directory lists them all
 DATA_FORMATS = {".jsonl": "jsonl", ".json": "jsonl", ".ndjson": "jsonl", ".csv": "csv", ".tsv": "tsv",
-                ".parquet": "parquet"}
+                ".parquet": "parquet", ".pq": "parquet"}
 
 
 def data_format(path) -> str:
@@ -276,7 +276,7 @@ def file_objects(inputs, report: RowReport, *, what: str, skip_unreadable: bool 
     the error for another format. A file that cannot be read to its end stops with
     BadInputError naming it, unless `skip_unreadable` (`finetune.skip_unreadable`): then the
     rows before the damage are kept and the rest is counted as one loss."""
-    for path in expand_inputs(inputs, report):
+    for path in expand_inputs(inputs, report, DATA_FORMATS):
         try:
             fmt = data_format(path)
         except ValueError as exc:
@@ -325,7 +325,7 @@ def check_split_files(data: Mapping, splits: Iterable[str], where: str = "finetu
         if files is None:
             continue
         report = RowReport()
-        found = expand_inputs(files, report)
+        found = expand_inputs(files, report, DATA_FORMATS)
         if report.counts:
             raise ConfigError(f"{where}.{split}: {'; '.join(report.example_lines())}; give an existing file, "
                               "directory or glob")

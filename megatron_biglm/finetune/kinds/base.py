@@ -225,7 +225,9 @@ class FinetuneRecipe(Recipe):
         schema = self.schema
         wants = [*schema.required, *([schema.label_field] if schema.label_field else [])]
         labels = (f"; labels: {list(schema.label_names)}" if schema.label_names else "")
-        shown = "\n  ".join(report.example_lines()) or "(no rows at all: is the file empty?)"
+        shown = "\n  ".join([*report.no_rows_lines(), *report.example_lines()])
+        if not report.rows_seen:
+            shown = (shown + "\n  " if shown else "") + "(no rows at all: is the file empty?)"
         raise ConfigError(f"task {self.task.name}: finetune.data.{split} has no usable row "
                           f"({report.summary_line()}):\n  {shown}\nThe task reads the columns {wants}{labels}")
 

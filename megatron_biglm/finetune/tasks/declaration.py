@@ -53,6 +53,7 @@ from typing import Mapping, Sequence
 
 from ..data_files import DatasetSchema, get_schema, label_values
 from ..labels import LabelValueError, inferred_labels
+from ..row_report import RowReport
 from .columns import TaskDeclarationError, as_list
 from .task import Task, check_metric_name
 
@@ -119,7 +120,11 @@ def with_labels(task: Task, train_files, *, skip_unreadable: bool = False) -> tu
     if not train_files:
         raise TaskDeclarationError(f"task {task.name}: list its labels (finetune.task.labels): they are "
                                    "inferred from local training files, and this run has none")
-    column = label_values(train_files, schema.label_field, skip_unreadable=skip_unreadable)
+    report = RowReport()
+    column = label_values(train_files, schema.label_field, report, skip_unreadable=skip_unreadable)
+    if not column.values and report.no_rows:
+        raise TaskDeclarationError(f"task {task.name}: the training split has no row to infer labels from: "
+                                   + "; ".join(report.no_rows_lines()))
     if column.columns and not column.present:
         raise TaskDeclarationError(f"task {task.name}: {_no_column(schema.label_field, column.columns)}")
     try:
@@ -128,6 +133,10 @@ def with_labels(task: Task, train_files, *, skip_unreadable: bool = False) -> tu
     except LabelValueError as exc:
         raise TaskDeclarationError(f"task {task.name}: the training split: {exc}") from None
     if len(names) < (1 if schema.label_kind == "multi" else 2):
+        if not column.values and report.total:
+            raise TaskDeclarationError(
+                f"task {task.name}: the training split has no row to infer labels from ({report.summary_line()}): "
+                + "; ".join(report.example_lines()[:3]))
         raise TaskDeclarationError(
             f"task {task.name}: the training split's {schema.label_field!r} column holds {names or 'no values'}; "
             "a classification task needs at least two labels (check label_field, or list labels)")
