@@ -24,7 +24,7 @@ from megatron_biglm.finetune.epochs import steps_per_epoch, train_steps
 from megatron_biglm.finetune.kinds import recipe_for
 from megatron_biglm.finetune.tasks import get_task
 from megatron_biglm.finetune.tasks.declaration import with_labels
-from megatron_biglm.finetune.validation import TaskValidator
+from megatron_biglm.finetune.validation import TaskValidator, probe_user_metrics
 
 
 @dataclass
@@ -189,6 +189,7 @@ def plan_finetune(cfg: RunConfig) -> FinetunePlan:
     except ValueError as exc:
         raise ConfigError(f"finetune.task {task.name}: {exc}") from None
     check_metrics(recipe)
+    probe_user_metrics(recipe)  # a user metric called once on a fake prediction set: before any step
     try:
         recipe.prepare(cfg)  # every split read and checked before anything trains
     except ConfigError:
