@@ -79,9 +79,7 @@ def expand_inputs(inputs: Iterable, report: SkipReport, formats: dict | None = N
         elif os.path.isdir(item):
             listed = [p for p in sorted(Path(item).rglob("*")) if p.is_file()]
             matches = [p for p in listed if _has_known_suffix(p, formats or _SUFFIX_FORMAT)]
-            ignored = getattr(report, "ignored", None)
-            if ignored is not None:
-                ignored.extend(str(p) for p in listed if p not in matches)
+            report.ignored.extend(str(p) for p in listed if p not in matches)
         else:
             matches = [Path(item)]
         if not matches:

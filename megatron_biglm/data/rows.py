@@ -240,14 +240,14 @@ def iter_rows(path, *, fmt: str | None = None, skips: SkipReport, on_unreadable:
         rows += 1
         yield row
     if not rows and skips.files_failed == failed:
-        skips.no_rows[str(path)] = why_no_rows(position, skips.counts - before)
+        skips.no_rows[str(path)] = why_no_rows(position, skips.counts - before, fmt)
 
 
-def why_no_rows(position: "Position", skipped: Counter) -> str:
+def why_no_rows(position: "Position", skipped: Counter, fmt: str) -> str:
     """Why a file read to its end gave no row: it is empty, holds only a csv/tsv header or
     only blank lines, or none of its lines could be read (the counts by reason)."""
     if not position.line:
-        return "the file is empty (no lines)"
+        return "the file holds no rows" if fmt == "parquet" else "the file is empty (no lines)"
     if not skipped:
         columns = ", ".join(position.header or ())
         return f"the file holds only a header ({columns}) and no rows" if position.header is not None else "no rows"
