@@ -61,10 +61,13 @@ def input_format(path, requested: str = "auto") -> str:
                             "(--input-format)")
 
 
-def expand_inputs(inputs: Iterable, report: SkipReport) -> list[Path]:
+def expand_inputs(inputs: Iterable, report: SkipReport, formats: dict | None = None) -> list[Path]:
     """Paths, globs (`**` recursive) and directories -> sorted, de-duplicated file list.
-    A pattern or directory with no matching files is reported as `unmatched_pattern`; a
-    literal path is kept even if missing, so reading it reports `unreadable_file`."""
+    A directory lists the files of every format in `formats` (extension -> format, as
+    `input_format`'s table; default: the corpus formats), plain, .gz or .zst; its other files are
+    left out and named in `report.ignored`. A pattern or directory with no matching files is
+    reported as `unmatched_pattern`; a literal path is kept even if missing, so reading it
+    reports `unreadable_file`."""
     if isinstance(inputs, (str, os.PathLike)):
         inputs = [inputs]
     files: list[Path] = []
@@ -74,12 +77,16 @@ def expand_inputs(inputs: Iterable, report: SkipReport) -> list[Path]:
         if glob.has_magic(item):
             matches = [Path(m) for m in sorted(glob.glob(item, recursive=True)) if os.path.isfile(m)]
         elif os.path.isdir(item):
-            matches = [p for p in sorted(Path(item).rglob("*"))
-                       if p.is_file() and _has_known_suffix(p)]
+            listed = [p for p in sorted(Path(item).rglob("*")) if p.is_file()]
+            matches = [p for p in listed if _has_known_suffix(p, formats or _SUFFIX_FORMAT)]
+            report.ignored.extend(str(p) for p in listed if p not in matches)
         else:
             matches = [Path(item)]
         if not matches:
-            report.skip(UNMATCHED_PATTERN, item, 0, "matched no input files")
+            kinds = sorted(set((formats or _SUFFIX_FORMAT).values()))
+            report.skip(UNMATCHED_PATTERN, item, 0, "matched no input files" + (
+                f" (a directory is read for {', '.join(kinds)} files, plain, .gz or .zst)"
+                if os.path.isdir(item) else ""))
         for path in matches:
             key = os.path.realpath(path)
             if key not in seen:
@@ -88,9 +95,9 @@ def expand_inputs(inputs: Iterable, report: SkipReport) -> list[Path]:
     return files
 
 
-def _has_known_suffix(path: Path) -> bool:
+def _has_known_suffix(path: Path, formats: dict) -> bool:
     try:
-        input_format(path)
+        format_by_suffix(path, formats, "")
         return True
     except ValueError:
         return False

@@ -70,6 +70,8 @@ class SkipReport:
         self.examples: dict[str, list[str]] = {}
         self.files_seen = 0
         self.files_failed = 0
+        self.no_rows: dict[str, str] = {}  # a file read to its end without one row -> why (`why_no_rows`)
+        self.ignored: list[str] = []  # files a directory holds in no format its reader reads
 
     def skip(self, reason: str, source, line: int = 0, detail: str = "", count: int = 1) -> None:
         where = f"{source}:{line}" if line else str(source)
@@ -207,10 +209,11 @@ def read_errors() -> tuple[type, ...]:
 
 class Position:
     """The last line a reader has read whole, to say where an unreadable file ended."""
-    __slots__ = ("line",)
+    __slots__ = ("line", "header")
 
     def __init__(self):
         self.line = 0
+        self.header = None  # a csv/tsv file's column names, once read
 
 
 def iter_rows(path, *, fmt: str | None = None, skips: SkipReport, on_unreadable: str = STOP,
@@ -225,8 +228,35 @@ def iter_rows(path, *, fmt: str | None = None, skips: SkipReport, on_unreadable:
     readers = {"jsonl": _jsonl_rows, "csv": _delimited_rows, "tsv": _delimited_rows, "parquet": _parquet_rows}
     if fmt not in readers:
         raise ValueError(f"unknown row format {fmt!r}; use one of {sorted(readers)}")
-    yield from read_to_end(path, lambda position: readers[fmt](path, fmt, skips, position, columns),
-                           skips=skips, on_unreadable=on_unreadable, opt_in=opt_in)
+    before, failed, rows = Counter(skips.counts), skips.files_failed, 0
+    position = Position()
+
+    def read(at: Position) -> Iterator[Row]:
+        at.header = None
+        yield from readers[fmt](path, fmt, skips, at, columns)
+        position.line, position.header = at.line, at.header
+
+    for row in read_to_end(path, read, skips=skips, on_unreadable=on_unreadable, opt_in=opt_in):
+        rows += 1
+        yield row
+    if not rows and skips.files_failed == failed:
+        skips.no_rows[str(path)] = why_no_rows(position, skips.counts - before, fmt)
+
+
+def why_no_rows(position: "Position", skipped: Counter, fmt: str) -> str:
+    """Why a file read to its end gave no row: it is empty, holds only a csv/tsv header or
+    only blank lines, or none of its lines could be read (the counts by reason)."""
+    if not position.line:
+        return "the file holds no rows" if fmt == "parquet" else "the file is empty (no lines)"
+    if not skipped:
+        columns = ", ".join(position.header or ())
+        return f"the file holds only a header ({columns}) and no rows" if position.header is not None else "no rows"
+    if set(skipped) == {BLANK_LINE}:
+        return f"the file holds only blank lines ({skipped[BLANK_LINE]})"
+    counts = ", ".join(f"{reason} {n}" for reason, n in sorted(skipped.items()))
+    hint = ("; the file is not UTF-8 (latin-1 or cp1252?): save it as UTF-8"
+            if skipped[INVALID_UTF8] >= max(skipped.values()) else "")
+    return f"no row could be read ({counts}){hint}"
 
 
 def read_to_end(path, read, *, skips: SkipReport, on_unreadable: str = STOP, opt_in: str = "") -> Iterator:
@@ -335,12 +365,15 @@ def _delimited_rows(path, fmt, skips: SkipReport, position: Position, columns) -
     source = str(path)
     bad: dict[int, str] = {}
 
+    pending: list[str] = []  # the lines of the row being read
+
     def decoded(fh) -> Iterator[str]:
         for number, raw in _lines(fh, position):
             text, why = _decode(raw)
             if text is None:
                 bad[number] = why
                 text = raw.decode("utf-8", "replace")
+            pending.append(text)
             yield text
 
     with open_binary(path) as fh:
@@ -356,11 +389,13 @@ def _delimited_rows(path, fmt, skips: SkipReport, position: Position, columns) -
             line = min(bad)
             raise BadInputError(f"{path}:{line}: {INVALID_UTF8} in the header ({bad[line]}); save the file as "
                                 "UTF-8")
+        position.header = tuple(header)
         repeated = sorted({name for name in header if header.count(name) > 1})
         if repeated:
             raise BadInputError(f"{path}:1: the header names the column(s) {repeated} more than once; give every "
                                 "column its own name")
         start = reader.line_num + 1
+        pending.clear()
         while True:
             try:
                 cells = next(reader)
@@ -369,8 +404,12 @@ def _delimited_rows(path, fmt, skips: SkipReport, position: Position, columns) -
             except csv.Error as exc:
                 skips.skip_row(INVALID_ROW, source, start, str(exc))
                 start = reader.line_num + 1
+                pending.clear()
                 continue
             first, start = start, reader.line_num + 1
+            lines, pending[:] = pending[:], []
+            if len(lines) > 1:
+                _check_quotes(path, first, lines)
             undecodable = [n for n in range(first, start) if n in bad]
             if undecodable:
                 skips.skip_row(INVALID_UTF8, source, undecodable[0], bad[undecodable[0]])
@@ -383,6 +422,29 @@ def _delimited_rows(path, fmt, skips: SkipReport, position: Position, columns) -
                                f"({', '.join(header)})")
                 continue
             yield Row(source, first, {name: cells[i] if i < len(cells) else None for i, name in enumerate(header)})
+
+
+#: how far one csv/tsv row may run over lines (or bytes) before its open quote is taken for an
+#: unbalanced one: far beyond a cell of prose, well short of a file swallowed into one cell
+MAX_ROW_LINES = 1000
+MAX_ROW_BYTES = 1 << 20
+
+
+def _check_quotes(path, first: int, lines: list[str]) -> None:
+    """A row over several lines is a quoted cell holding line breaks. Its quotes are balanced
+    (a quote inside a quoted cell is written twice); an odd number of them is an unbalanced
+    quote that swallowed the lines after it, to the next quote or the end of the file. So is
+    a row longer than the bounds. Either raises BadInputError at the row's first line."""
+    size = sum(len(line.encode("utf-8", "replace")) for line in lines)
+    quotes = sum(line.count('"') for line in lines)
+    if quotes % 2 == 0 and len(lines) <= MAX_ROW_LINES and size <= MAX_ROW_BYTES:
+        return
+    how = (f"runs over {len(lines)} lines to line {first + len(lines) - 1} with {quotes} quote(s)" if quotes % 2
+           else f"runs over {len(lines)} lines ({size:,} bytes; at most {MAX_ROW_LINES} lines or "
+                f"{MAX_ROW_BYTES:,} bytes)")
+    raise BadInputError(f"{path}:{first}: {INVALID_ROW}: an unbalanced quote: the quoted cell opened on line {first} "
+                        f"{how}, taking the rows after it into one cell; close the quote, or write a quote inside "
+                        'a cell as "" (and quote that cell)')
 
 
 def _parquet_rows(path, fmt, skips: SkipReport, position: Position, columns) -> Iterator[Row]:  # noqa: ARG001

@@ -65,6 +65,33 @@ def check_trained_digest(directory, trained_digest: str | None, what: str) -> No
                                 "checkpoint); point at the tokenizer the model was trained with")
 
 
+def checkpoint_tokenizer(directory, *, vocab_size: int, trained_digest: str | None, trained_path: str | None,
+                         checkpoint, what: str = "data.tokenizer") -> None:
+    """Refuse a tokenizer given in place of a checkpoint's own (`what`, a directory) before the
+    model is built: its SHA-256 (`tokenizer_digest`) must equal the one the checkpoint recorded
+    (`trained_digest`, `data.tokenizer_sha256`), and its ids must fit the checkpoint's
+    `vocab_size` embedding rows. The message names both tokenizers and how to use the right one
+    (leave `what` unset: the checkpoint's own)."""
+    from .tokenizer import load_tokenizer, tokenizer_digest
+
+    path = Path(str(directory)).expanduser()
+    trained = f"{trained_path}" if trained_path else "the tokenizer it was trained with"
+    if trained_digest and path.is_dir():
+        digest = tokenizer_digest(path)
+        if digest != trained_digest:
+            raise TokenizerMismatch(
+                f"{what}={directory} is not the tokenizer {checkpoint} was trained with ({trained}): its SHA-256 is "
+                f"{digest[:12]}..., the checkpoint recorded {trained_digest[:12]}...; leave {what} unset to use the "
+                "checkpoint's own, or point it at a copy of that tokenizer")
+    if path.is_dir():
+        size = len(load_tokenizer(str(path)))
+        if size > vocab_size:
+            raise TokenizerMismatch(
+                f"{what}={directory} has {size} tokens but {checkpoint} has {vocab_size} embedding rows (trained "
+                f"with {trained}): ids past {vocab_size - 1} would index no row; leave {what} unset to use the "
+                "checkpoint's own")
+
+
 def load_export_tokenizer(vocab_size: int, run_tokenizer: str | None,
                           override: str | None, trained_digest: str | None = None) -> Tuple[object, str, List[str]]:
     """(tokenizer, its source, notes) to ship with an export.
@@ -86,6 +113,16 @@ def load_export_tokenizer(vocab_size: int, run_tokenizer: str | None,
             "model was trained with"))
     if not override:
         check_trained_digest(source, trained_digest, "data.tokenizer of the saved run config,")
+    if override and trained_digest and Path(override).expanduser().is_dir():
+        from .tokenizer import tokenizer_digest
+
+        digest = tokenizer_digest(override)
+        if digest != trained_digest:
+            raise TokenizerMismatch(
+                f"--tokenizer {override} is not the tokenizer the model was trained with"
+                + (f" ({run_tokenizer})" if run_tokenizer else "") + f": its SHA-256 is {digest[:12]}..., the "
+                f"checkpoint recorded {trained_digest[:12]}... (data.tokenizer_sha256). Drop --tokenizer to use "
+                "the run's own, or pass a copy of it")
     tokenizer = load_tokenizer(str(Path(source).expanduser()))
     notes = check_fits_vocab(tokenizer, vocab_size, f"tokenizer {source}")
     if override and run_tokenizer and Path(run_tokenizer).expanduser().exists() \

@@ -8,7 +8,8 @@ from typing import Sequence
 
 from megatron_biglm.common.config_fields import ConfigError
 
-from .data_files import DatasetSchema, label_text, names_a_number
+from .data_files import DatasetSchema
+from .labels import listed_labels, names_a_number
 
 _LABEL_KIND = {"single_label_classification": "single", "regression": "regression",
                "multi_label_classification": "multi"}
@@ -28,7 +29,7 @@ def labelled_schema(spec, problem: str, common: dict, where: str) -> DatasetSche
         raise TaskDeclarationError(f"{where}.fields: name the text column(s) the task reads, e.g. fields: [text]")
     labels = spec.get("labels")
     if labels is not None:
-        labels = tuple(label_text(x) or str(x) for x in as_list(labels, f"{where}.labels"))  # 1.0 names label 1
+        labels = listed_labels(as_list(labels, f"{where}.labels"))  # 1.0 names label 1
         if len(set(labels)) != len(labels) or any(not x for x in labels):
             raise TaskDeclarationError(f"{where}.labels must be distinct non-empty names, got {list(labels)}")
     if problem == "regression" and labels is not None:

@@ -21,13 +21,13 @@ from __future__ import annotations
 
 import math
 import os
-import re
 from dataclasses import dataclass
 from typing import Iterable, Iterator, Mapping
 
 from megatron_biglm.data.readers import NOT_AN_OBJECT, expand_inputs
 from megatron_biglm.data.rows import SKIP, STOP, Row, format_by_suffix, iter_rows
 
+from .labels import _INTEGER, label_order, label_text, names_a_number  # noqa: F401  (the one label rule)
 from .row_report import BAD_ANSWERS, BAD_LABEL, EMPTY_FIELD, EMPTY_TARGET, MISSING_FIELD, UNLABELED, RowReport
 
 
@@ -202,40 +202,6 @@ def _label_index(value, schema: DatasetSchema):
     return _BAD
 
 
-_INTEGER = re.compile(r"[+-]?\d+")
-_NUMBER = re.compile(r"[+-]?(\d+(\.\d*)?|\.\d+)([eE][+-]?\d+)?")
-
-
-def label_text(value) -> str | None:
-    """The label name a cell spells, the same in every format: a string stripped, a number
-    in its shortest form (an integral float as an integer: 2.0 is "2"), a boolean as True or
-    False; None for what names no label (a list, a mapping, NaN)."""
-    if isinstance(value, bool):
-        return str(value)
-    if isinstance(value, int):
-        return str(value)
-    if isinstance(value, float):
-        if not math.isfinite(value):
-            return None
-        return str(int(value)) if value.is_integer() else repr(value)
-    if isinstance(value, str):
-        return value.strip()
-    return None
-
-
-def names_a_number(name: str) -> bool:
-    """Whether a label name is a number written out (2, -1, 0.5, 1e3)."""
-    return bool(_NUMBER.fullmatch(name))
-
-
-def label_order(names) -> tuple[str, ...]:
-    """Distinct label names in their one order: names of numbers first, by value (0, 2, 10),
-    then the others sorted; so ids never depend on the order of the rows."""
-    names = set(names)
-    numbers = sorted(filter(names_a_number, names), key=lambda n: (float(n), n))
-    return tuple(numbers) + tuple(sorted(names - set(numbers)))
-
-
 @dataclass(frozen=True)
 class LabelColumn:
     """A label column as the training files hold it: every value (rows without one left
@@ -292,9 +258,9 @@ def read_rows(inputs, schema: str | DatasetSchema, *, report: RowReport | None =
     return rows, report
 
 
-#: the formats a fine-tuning file may have, by extension (after .gz/.zst)
+#: the formats a fine-tuning file may have, by extension (after .gz/.zst); a directory lists them all
 DATA_FORMATS = {".jsonl": "jsonl", ".json": "jsonl", ".ndjson": "jsonl", ".csv": "csv", ".tsv": "tsv",
-                ".parquet": "parquet"}
+                ".parquet": "parquet", ".pq": "parquet"}
 
 
 def data_format(path) -> str:
@@ -310,7 +276,7 @@ def file_objects(inputs, report: RowReport, *, what: str, skip_unreadable: bool 
     the error for another format. A file that cannot be read to its end stops with
     BadInputError naming it, unless `skip_unreadable` (`finetune.skip_unreadable`): then the
     rows before the damage are kept and the rest is counted as one loss."""
-    for path in expand_inputs(inputs, report):
+    for path in expand_inputs(inputs, report, DATA_FORMATS):
         try:
             fmt = data_format(path)
         except ValueError as exc:
@@ -359,7 +325,7 @@ def check_split_files(data: Mapping, splits: Iterable[str], where: str = "finetu
         if files is None:
             continue
         report = RowReport()
-        found = expand_inputs(files, report)
+        found = expand_inputs(files, report, DATA_FORMATS)
         if report.counts:
             raise ConfigError(f"{where}.{split}: {'; '.join(report.example_lines())}; give an existing file, "
                               "directory or glob")

@@ -71,4 +71,10 @@ class RowReport(SkipReport):
     def summary_line(self) -> str:
         dropped = super().summary_line().replace("skipped", "dropped", 1)
         truncated = ", ".join(f"{f} {n}" for f, n in sorted(self.truncated.items())) or "none"
-        return f"rows {self.rows_seen}: kept {self.rows_kept}, {dropped}; truncated: {truncated}"
+        ignored = (f"; ignored {len(self.ignored)} file(s) of no data format in its directories "
+                   f"({', '.join(self.ignored[:3])}{', ...' if len(self.ignored) > 3 else ''})" if self.ignored else "")
+        return f"rows {self.rows_seen}: kept {self.rows_kept}, {dropped}; truncated: {truncated}{ignored}"
+
+    def no_rows_lines(self) -> list[str]:
+        """`file: why` for each file that gave no row (empty, a header only, no readable line)."""
+        return [f"{path}: {why}" for path, why in self.no_rows.items()]

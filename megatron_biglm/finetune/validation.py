@@ -23,6 +23,8 @@ model that is not training (the untrained start point of `finetune.train_example
 from __future__ import annotations
 
 import json
+import math
+import numbers
 from pathlib import Path
 
 import torch
@@ -48,6 +50,62 @@ def best_record(history: list[dict], split: str, metric: str) -> dict | None:
         if best is None or value > sign * best["valid"][split][metric]:
             best = record
     return best
+
+
+def probe_user_metrics(recipe) -> None:
+    """Call every user metric (`module:function`) once on the kind's small fake prediction set
+    (`recipe.metric_probe()`, shaped as its validation passes them), before anything is built:
+    a wrong signature, an exception, a return that is not a number or a dict of numbers, or
+    a `select_metric` none of the metrics reports is a ConfigError naming the metric, instead
+    of a traceback at the first validation, after an epoch."""
+    from megatron_biglm.config import ConfigError
+
+    from .metrics.task_scores import score_keys, user_metric
+
+    task = recipe.task
+    user = [name for name in task.metrics if ":" in name]
+    probe = recipe.metric_probe() if user else None
+    if probe is None:
+        return
+    keys = score_keys([name for name in task.metrics if ":" not in name])
+    shown = f"predictions {_short(probe.predictions)}, references {_short(probe.references)}"
+    for name in user:
+        try:
+            fn = user_metric(name)
+        except ValueError as exc:
+            raise ConfigError(f"task {task.name}: {exc}") from None
+        try:
+            value = fn(probe.predictions, probe.references)
+        except Exception as exc:  # noqa: BLE001 - any failure of the user's code is reported, with its cause
+            raise ConfigError(
+                f"task {task.name}: metric {name!r} fails on a small fake prediction set of kind {task.kind} "
+                f"({shown}): {type(exc).__name__}: {exc}. A metric is called as function(predictions, references) "
+                "and returns a number or a dict of numbers") from None
+        if isinstance(value, dict):
+            bad = {k: v for k, v in value.items() if not _a_number(v)}
+            if bad or not value:
+                raise ConfigError(f"task {task.name}: metric {name!r} returned {_short(value)} on a small fake "
+                                  f"prediction set ({shown}): a dict it returns must map score names to numbers")
+            keys.extend(str(k) for k in value)
+        elif _a_number(value):
+            keys.append(name.rpartition(":")[2])
+        else:
+            raise ConfigError(f"task {task.name}: metric {name!r} returned a {type(value).__name__} "
+                              f"({_short(value)}) on a small fake prediction set ({shown}): a metric returns a "
+                              "number or a dict of numbers")
+    if recipe.select_split is not None and recipe.select_metric not in keys:
+        raise ConfigError(f"finetune.select_metric={recipe.select_metric!r} is not a score of task {task.name}: "
+                          f"its metrics report {keys} (a user metric's dict on a small fake prediction set "
+                          "included); select one of them, or return that key")
+
+
+def _a_number(value) -> bool:
+    return isinstance(value, numbers.Real) and not isinstance(value, bool)
+
+
+def _short(value) -> str:
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
 
 
 class TaskValidator:
@@ -105,6 +163,13 @@ class TaskValidator:
         if r.select_metric not in record["valid"][r.select_split]:
             raise ValueError(f"finetune.select_metric={r.select_metric!r} is not among the metrics "
                              f"{sorted(record['valid'][r.select_split])} of task {r.task.name}")
+        selected = record["valid"][r.select_split][r.select_metric]
+        if not math.isfinite(float(selected)):
+            from megatron_biglm.config import ConfigError
+
+            raise ConfigError(f"finetune.select_metric={r.select_metric!r} is {selected} on {r.select_split} at step "
+                              f"{step}: it cannot pick the best checkpoint; make the metric return a finite number "
+                              "(or select another score of the task's metrics)")
         r.history = [h for h in r.history if h["step"] < step] + [record]
         if metrics is not None:
             flat = {f"{split}/{k}": v for split, scores in record["valid"].items() for k, v in scores.items()}

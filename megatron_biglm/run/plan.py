@@ -24,7 +24,7 @@ from megatron_biglm.finetune.epochs import steps_per_epoch, train_steps
 from megatron_biglm.finetune.kinds import recipe_for
 from megatron_biglm.finetune.tasks import get_task
 from megatron_biglm.finetune.tasks.declaration import with_labels
-from megatron_biglm.finetune.validation import TaskValidator
+from megatron_biglm.finetune.validation import TaskValidator, probe_user_metrics
 
 
 @dataclass
@@ -87,6 +87,8 @@ def from_start(cfg: RunConfig) -> tuple[RunConfig, str]:
             f"{fields['hidden_size']}, {fields['num_attention_heads']} heads, vocabulary {fields['vocab_size']}")
     data = cfg.data
     saved_tokenizer = start.run_config.data.tokenizer
+    if cfg.data.tokenizer:
+        start_tokenizer(cfg, start)
     if not cfg.data.tokenizer and saved_tokenizer:
         data = dataclasses.replace(cfg.data, tokenizer=saved_tokenizer)
         note += f"; its tokenizer {saved_tokenizer}"
@@ -101,6 +103,23 @@ def from_start(cfg: RunConfig) -> tuple[RunConfig, str]:
         except TokenizerMismatch as exc:
             raise ConfigError(f"data.tokenizer: {exc} (set data.tokenizer=DIR)") from None
     return derive(cfg, model=model, data=data), note
+
+
+def start_tokenizer(cfg: RunConfig, start) -> None:
+    """A `data.tokenizer` the run sets must be `init_from`'s own (`checkpoint_tokenizer`: its
+    recorded SHA-256 and embedding rows), checked before the model is built."""
+    from megatron_biglm.data.tokenizer import looks_like_hub_name
+    from megatron_biglm.data.tokenizer_check import TokenizerMismatch, checkpoint_tokenizer
+
+    if looks_like_hub_name(cfg.data.tokenizer):
+        return
+    try:
+        checkpoint_tokenizer(cfg.data.tokenizer, vocab_size=start.model_config.vocab_size,
+                             trained_digest=start.run_config.data.tokenizer_sha256,
+                             trained_path=start.run_config.data.tokenizer,
+                             checkpoint=f"finetune.init_from {start.path}")
+    except TokenizerMismatch as exc:
+        raise ConfigError(str(exc)) from None
 
 
 def check_metrics(recipe) -> None:
@@ -163,6 +182,11 @@ def plan_finetune(cfg: RunConfig) -> FinetunePlan:
     # saved, and needs only its tokenizer when the run names none
     if cfg.finetune.enabled and cfg.finetune.init_from and (cfg.finetune.train_examples != 0 or not cfg.data.tokenizer):
         cfg, start_note = from_start(cfg)
+    elif cfg.finetune.enabled and cfg.finetune.init_from:  # scored as saved: its tokenizer is still checked
+        from megatron_biglm.checkpoint.run_checkpoint import locate
+        from megatron_biglm.config.trained_checkpoint import open_checkpoint
+
+        start_tokenizer(cfg, open_checkpoint(locate(cfg.finetune.init_from, INIT_KEY), INIT_KEY))
     options = cfg.finetune
     if not options.enabled:
         raise ConfigError("this config has no finetune.task; name one (e.g. finetune.task=mnli) or use "
@@ -190,6 +214,7 @@ def plan_finetune(cfg: RunConfig) -> FinetunePlan:
     except ValueError as exc:
         raise ConfigError(f"finetune.task {task.name}: {exc}") from None
     check_metrics(recipe)
+    probe_user_metrics(recipe)  # a user metric called once on a fake prediction set: before any step
     try:
         recipe.prepare(cfg)  # every split read and checked before anything trains
     except ConfigError:

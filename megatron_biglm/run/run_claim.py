@@ -36,12 +36,13 @@ def data_content(data: dict) -> dict:
     """{split: {file: size and digest}} of every local file the run's `finetune.data` names
     (a path, directory, glob or list; hub splits have no local file)."""
     from megatron_biglm.data.readers import SkipReport, expand_inputs
+    from megatron_biglm.finetune.data_files import DATA_FORMATS
 
     out = {}
     for split in sorted(data):
         if data[split] is None:
             continue
-        files = expand_inputs(data[split], SkipReport())
+        files = expand_inputs(data[split], SkipReport(), DATA_FORMATS)
         out[split] = {str(Path(f).resolve()): file_content(f) for f in sorted(files) if Path(f).is_file()}
     return out
 

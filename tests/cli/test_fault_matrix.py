@@ -360,6 +360,101 @@ FAULTS += [
           0, r"train\.csv:3: invalid_utf8: invalid continuation byte at byte 1 of the line"),
 ]
 
+# ------------------------------------------------------------------ labels by value, files that say what they
+# are, user metrics checked at the start, the checkpoint's own tokenizer
+def rows_of(values, *, name="train.jsonl") -> dict:
+    """REVIEWS' texts with the given label cells, as `own_finetune`'s train and valid files."""
+    texts = ["sweet night", "foul day", "noble lord", "vile man"]
+    if name.endswith(".csv"):
+        data = b"review,sentiment\n" + b"".join(f"{t},{v}\n".encode() for t, v in zip(texts, values))
+    else:
+        data = b"".join(json.dumps({"review": t, "sentiment": v}).encode() + b"\n" for t, v in zip(texts, values))
+    return {"train": data, "valid": data, "train_name": name, "valid_name": name.replace("train", "valid")}
+
+
+def data_directory(env) -> Path:
+    """A split's directory: a csv and a jsonl file of the same columns, and notes beside them."""
+    folder = env.tmp / "train_dir"
+    env.file("train_dir/a.csv", b"review,sentiment\nsweet night,pos\nfoul day,neg\n")
+    env.file("train_dir/b.jsonl", b'{"review": "noble lord", "sentiment": "pos"}\n{"review": "vile man", "sentiment": "neg"}\n')
+    env.file("train_dir/NOTES.txt", b"my notes")
+    return folder
+
+
+def user_metric(env, body: str) -> str:
+    """`module:score` of a module holding `body`, on the path (a name of its own per row)."""
+    import sys
+    name = "fault_metric_" + re.sub(r"\W", "_", env.tmp.name)
+    env.file(f"metrics/{name}.py", body.encode())
+    sys.path.insert(0, str(env.tmp / "metrics"))
+    sys.modules.pop(name, None)
+    return f"{name}:score"
+
+
+def finetune_with_tokenizer(env, tokenizer):
+    """The own-data fine-tune from the shared run's checkpoints with `data.tokenizer` set."""
+    return own_finetune(env, f"finetune.init_from={env.checkpoints()}", f"data.tokenizer={tokenizer}")
+
+
+UNBALANCED = b"review,sentiment\nsweet night,pos\n\"foul day,neg\nnoble lord,pos\nvile man,neg\n"
+
+FAULTS += [
+    Fault("fine-tuning", "labels 0, 1, 0.0 and 1.0 in one csv column are two labels",
+          lambda e: shown_run(e, **rows_of(["0", "1", "0.0", "1.0"], name="train.csv")),
+          0, r"'sentiment' column: 0: 0, 1: 1\n.*train: rows 4: kept 4, dropped 0"),
+    Fault("fine-tuning", "labels 1 and true in one column", lambda e: own_finetune(e, **rows_of([1, True, 0, False])),
+          2, r"'sentiment' column mixes kinds of labels \(booleans 'True' x1, 'False' x1; numbers '1' x1, '0' x1\).*"
+             r"list every label in finetune\.task\.labels"),
+    Fault("fine-tuning", "labels 0 with pos and neg", lambda e: own_finetune(e, **rows_of(["pos", "neg", "0", "pos"],
+                                                                                        name="train.csv")),
+          2, r"mixes kinds of labels \(names 'pos' x2, 'neg' x1; numbers '0' x1\)"),
+    Fault("fine-tuning", "mapping labels", lambda e: own_finetune(e, **rows_of([{"v": "pos"}, {"v": "neg"}] * 2)),
+          2, r"the 'sentiment' column holds mappings \(4 rows, e\.g\. \{'v': 'pos'\}\).*set finetune\.task\.label_field"),
+    Fault("fine-tuning", "list labels", lambda e: own_finetune(e, **rows_of([["pos"], ["neg", "pos"]] * 2)),
+          2, r"the 'sentiment' column holds lists \(4 rows.*set finetune\.task\.problem_type: multi_label_classification"),
+    Fault("fine-tuning", "empty training file", lambda e: own_finetune(e, train=b""),
+          2, r"the training split has no row to infer labels from: \S+train\.csv: the file is empty"),
+    Fault("fine-tuning", "header-only training file", lambda e: own_finetune(e, train=b"review,sentiment\n"),
+          2, r"\S+train\.csv: the file holds only a header \(review, sentiment\) and no rows"),
+    Fault("fine-tuning", "latin-1 training file",
+          lambda e: own_finetune(e, train="review,sentiment\nsw\xe9et night,pos\nf\xe9ul day,neg\n".encode("latin-1")),
+          2, r"\S+train\.csv: no row could be read \(invalid_utf8 2\); the file is not UTF-8 \(latin-1 or cp1252\?\): "
+             r"save it as UTF-8"),
+    Fault("fine-tuning", "all-invalid JSON training file",
+          lambda e: own_finetune(e, train=b'{"review": "x", \n{sentiment\n', train_name="train.jsonl"),
+          2, r"\S+train\.jsonl: no row could be read \(invalid_json 2\)"),
+    Fault("fine-tuning", "a directory of csv and jsonl files, and notes",
+          lambda e: shown_run(e, f"finetune.data.train={data_directory(e)}"),
+          0, r"train: rows 4: kept 4, dropped 0; truncated: none; ignored 1 file\(s\) of no data format in its "
+             r"directories \(\S+NOTES\.txt\)"),
+    Fault("fine-tuning", "unbalanced quote in a csv cell", lambda e: own_finetune(e, train=UNBALANCED),
+          2, r"train\.csv:3: invalid_row: an unbalanced quote: the quoted cell opened on line 3 runs over 3 lines"),
+    Fault("fine-tuning", "unbalanced quote in a tsv cell",
+          lambda e: own_finetune(e, train=UNBALANCED.replace(b",", b"\t"), train_name="train.tsv"),
+          2, r"train\.tsv:3: invalid_row: an unbalanced quote"),
+    Fault("fine-tuning", "user metric of the wrong signature",
+          lambda e: own_finetune(e, task={**HEAD, "metrics": ["accuracy", user_metric(e, "def score(p):\n    return 1\n")]}),
+          2, r"metric 'fault_metric_\w+:score' fails on a small fake prediction set of kind head .*TypeError"),
+    Fault("fine-tuning", "user metric's dict without the selected score",
+          lambda e: own_finetune(e, "finetune.select_metric=score", task={**HEAD, "metrics": [user_metric(
+              e, "def score(p, r):\n    return {'hits': 1.0}\n")]}),
+          2, r"finetune\.select_metric='score' is not a score of task custom: its metrics report \['hits'\]"),
+    Fault("fine-tuning", "user metric returning NaN as the selected score",
+          lambda e: shown_run(e, "finetune.select_metric=score", task={**HEAD, "metrics": [user_metric(
+              e, "def score(p, r):\n    return float('nan')\n")]}),
+          2, r"finetune\.select_metric='score' is nan on validation at step \d+: it cannot pick the best checkpoint"),
+    Fault("fine-tuning", "data.tokenizer other than init_from's",
+          lambda e: finetune_with_tokenizer(e, e.other_tokenizer),
+          2, r"data\.tokenizer=\S+ is not the tokenizer finetune\.init_from \S+ was trained with \(\S+\): its SHA-256 "
+             r"is \w+\.\.\., the checkpoint recorded \w+\.\.\.; leave data\.tokenizer unset"),
+    Fault("checkpoint", "--tokenizer other than the run's, the run's gone (eval)",
+          lambda e: evaluate(e, relative_tokenizer(e) / "iter_0000004", tokenizer=str(e.other_tokenizer)),
+          ValueError, r"--tokenizer \S+ is not the tokenizer the model was trained with \(tok\): its SHA-256 is"),
+    Fault("retrieval", "a fine-tune's unknown qrels document names no flag",
+          lambda e: beir(e, qrels="q1\td9\t1\n", skip_unknown_option=None),
+          ValueError, r"names 1 document\(s\) that corpus\.jsonl lacks \(e\.g\. \['d9'\]\); fix the qrels or the corpus\Z"),
+]
+
 # ------------------------------------------------------------------ a fine-tune's start, its run_dir, retrieval
 # data, the shard merge and the launchers: checked before the first step, and a failed start
 # leaves no claim (finetune_run.json is .json: the table's "nothing valid-looking" check)

@@ -51,3 +51,12 @@ def test_ablations_differ_from_base_only_where_the_paper_says():
     assert load_config(CONFIGS / "table2" / "syndata_annealing.yaml").data.anneal_blend == [
         "/data/cosmopedia_v2_text_document"]
     assert load_config(CONFIGS / "table1_mlm.yaml").objective["variant"] == "mlm"
+
+
+@pytest.mark.parametrize("path", [p for p in ALL if p.parent.name in ("finetune", "instruct")],
+                         ids=lambda p: str(p.relative_to(CONFIGS)))
+def test_a_fine_tune_config_sets_no_tokenizer_of_its_own(path, monkeypatch):
+    """Unset, `data.tokenizer` is `finetune.init_from`'s own (run/plan.py `from_start`); a
+    default path would be another tokenizer whenever the start point is not that run."""
+    monkeypatch.delenv("BIGLM_TOKENIZER")
+    assert not load_config(path).data.tokenizer

@@ -24,6 +24,7 @@ from hypothesis import strategies as st
 from megatron_biglm.data.readers import iter_records
 from megatron_biglm.data.rows import SKIP, STOP, BadInputError, SkipReport, iter_rows
 from megatron_biglm.finetune.data_files import label_text, load_split
+from megatron_biglm.finetune.labels import kind_of
 from megatron_biglm.finetune.tasks import get_task
 from megatron_biglm.finetune.tasks.declaration import TaskDeclarationError, with_labels
 
@@ -212,9 +213,14 @@ def test_an_inferred_label_round_trips_file_id_name(labels, fmt):
         path.write_text("".join(json.dumps(r) + "\n" for r in rows))
     try:
         task, _ = with_labels(get_task({"kind": "head", "fields": ["text"]}), str(path))
-    except TaskDeclarationError as exc:  # fewer than two labels: said, with the column
-        assert "'label' column holds" in str(exc)
+    except TaskDeclarationError as exc:  # fewer than two labels, or labels of mixed kinds: said, with the column
+        kinds = {kind_of(v, label_text(v)) for v in (r["label"] for r in rows) if label_text(v)}
+        if "mixes kinds of labels" in str(exc):
+            assert len(kinds) > 1, (kinds, str(exc))
+        else:
+            assert "'label' column holds" in str(exc) and len(kinds) <= 1
         return
+    assert len({kind_of(r["label"], label_text(r["label"])) for r in rows if label_text(r["label"])}) == 1
     names = task.dataset.label_names  # = the exported id2label, by index
     read, report = load_split(task.dataset, files=[str(path)])
     assert report.rows_seen == len(rows) == report.rows_kept + report.rows_dropped
@@ -315,3 +321,33 @@ def test_a_beir_folder_loads_or_is_refused_by_file(corpus, queries, qrels, keep_
     for qid, rels in data.qrels.items():
         assert all(isinstance(v, int) for v in rels.values())
         assert any(v > 0 and doc in data.corpus for doc, v in rels.items()), (qid, rels)
+
+
+plain_cells = st.text(st.characters(blacklist_categories=("Cs", "Cc")), min_size=1, max_size=12).filter(
+    lambda t: '"' not in t and t.strip())
+
+
+@FUZZ
+@given(rows=st.lists(st.tuples(plain_cells, plain_cells), min_size=2, max_size=15), data=st.data(),
+       fmt=st.sampled_from(["csv", "tsv"]), multiline=st.booleans())
+def test_one_unbalanced_quote_is_named_at_its_line_and_balanced_ones_read_back(rows, data, fmt, multiline):
+    """Rows written with quoting read back as written (a cell may hold line breaks and doubled
+    quotes); one quote opened at the start of a cell and never closed is a BadInputError at that
+    row's line, never rows swallowed into one cell."""
+    sep = "\t" if fmt == "tsv" else ","
+    if multiline:
+        rows = [(a + '\nsaid "so"', b) for a, b in rows]
+    path = _folder() / f"t.{fmt}"
+    with open(path, "w", newline="", encoding="utf-8") as fh:
+        csv.writer(fh, delimiter=sep, lineterminator="\n").writerows([("text", "label"), *rows])
+    got = [(r.value["text"], r.value["label"]) for r in iter_rows(path, skips=SkipReport(strict=True))]
+    assert got == rows
+    if multiline:
+        return
+    k = data.draw(st.integers(0, len(rows) - 2), label="row with the open quote")
+    lines = path.read_text(encoding="utf-8").split("\n")
+    bare = [sep.join(c.replace(sep, " ").replace("\n", " ").replace("\r", " ") for c in row) for row in rows]
+    bare[k] = '"' + bare[k]
+    path.write_text("\n".join([lines[0], *bare]) + "\n", encoding="utf-8")
+    with pytest.raises(BadInputError, match=rf"^{re.escape(str(path))}:{k + 2}: invalid_row: an unbalanced quote"):
+        list(iter_rows(path, skips=SkipReport()))

@@ -148,3 +148,25 @@ def test_dtype_for_vocab_matches_megatron():
         assert dtype_for_vocab(int(size)) is DType.optimal_dtype(int(size)), size
     with pytest.raises(ValueError):
         dtype_for_vocab(0)
+
+
+def test_a_tokenizer_in_place_of_a_checkpoints_own_is_checked_by_digest_and_embedding_rows(tokenizer_dir, tmp_path):
+    """`checkpoint_tokenizer`: the recorded SHA-256 and the embedding rows, both named in the refusal."""
+    import shutil
+
+    from megatron_biglm.data.tokenizer import load_tokenizer, tokenizer_digest
+    from megatron_biglm.data.tokenizer_check import TokenizerMismatch, checkpoint_tokenizer
+
+    digest, size = tokenizer_digest(tokenizer_dir), len(load_tokenizer(str(tokenizer_dir)))
+    copy = tmp_path / "copy"
+    shutil.copytree(tokenizer_dir, copy)
+    checkpoint_tokenizer(copy, vocab_size=size, trained_digest=digest, trained_path=str(tokenizer_dir), checkpoint="ckpt")
+    with pytest.raises(TokenizerMismatch, match=rf"data\.tokenizer={copy} is not the tokenizer ckpt was trained with "
+                                                rf"\(/trained/tok\): its SHA-256 is {digest[:12]}\.\.\., the checkpoint "
+                                                r"recorded 000000000000\.\.\.; leave data\.tokenizer unset"):
+        checkpoint_tokenizer(copy, vocab_size=size, trained_digest="0" * 64, trained_path="/trained/tok",
+                             checkpoint="ckpt")
+    with pytest.raises(TokenizerMismatch, match=rf"data\.tokenizer={copy} has {size} tokens but ckpt has {size - 100} "
+                                                rf"embedding rows \(trained with /trained/tok\): ids past {size - 101}"):
+        checkpoint_tokenizer(copy, vocab_size=size - 100, trained_digest=None, trained_path="/trained/tok",
+                             checkpoint="ckpt")

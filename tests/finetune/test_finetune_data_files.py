@@ -126,3 +126,48 @@ def test_usage_errors(tmp_path):
     assert set(data_files.SCHEMAS) >= {"glue/mnli", "super_glue/boolq", "super_glue/cb",
                                        "super_glue/copa", "super_glue/rte", "super_glue/wic",
                                        "squad", "xsum", "msqg"}
+
+
+def test_a_directory_lists_every_data_format_and_names_what_it_ignores(tmp_path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    import zstandard
+
+    from megatron_biglm.finetune.tasks import get_task
+    from megatron_biglm.finetune.tasks.declaration import with_labels
+
+    folder = tmp_path / "train"
+    folder.mkdir()
+    (folder / "a.jsonl").write_text(json.dumps({"text": "one", "label": "pos"}) + "\n")
+    (folder / "b.csv").write_text("text,label\ntwo,neg\n")
+    (folder / "c.tsv.gz").write_bytes(gzip.compress(b"text\tlabel\nthree\tpos\n"))
+    (folder / "d.csv.zst").write_bytes(zstandard.ZstdCompressor().compress(b"text,label\nfour,neg\n"))
+    pq.write_table(pa.Table.from_pylist([{"text": "five", "label": "pos"}]), folder / "e.parquet")
+    (folder / "NOTES.txt").write_text("my notes")
+    task, _ = with_labels(get_task({"kind": "head", "fields": ["text"]}), str(folder))
+    rows, report = load_split(task.dataset, files=[str(folder)])
+    assert [r["text"] for r in rows] == ["one", "two", "three", "four", "five"]
+    assert report.summary_line().endswith(f"; ignored 1 file(s) of no data format in its directories "
+                                          f"({folder / 'NOTES.txt'})")
+    only_csv = tmp_path / "csv_only"
+    only_csv.mkdir()
+    (only_csv / "x.csv").write_text("text,label\nsix,pos\nseven,neg\n")
+    data_files.check_split_files({"train": str(only_csv)}, ["train"])
+    assert len(load_split(task.dataset, files=[str(only_csv)])[0]) == 2
+
+
+@pytest.mark.parametrize("name,content,says", [
+    ("t.csv", b"", r"t\.csv: the file is empty \(no lines\)"),
+    ("t.csv", b"text,label\n", r"t\.csv: the file holds only a header \(text, label\) and no rows"),
+    ("t.csv", "text,label\ncaf\xe9,pos\nna\xefve,neg\n".encode("latin-1"),
+     r"t\.csv: no row could be read \(invalid_utf8 2\); the file is not UTF-8 \(latin-1 or cp1252\?\): save it as UTF-8"),
+    ("t.jsonl", b'{"text": "a", "label"\n{oops\n', r"t\.jsonl: no row could be read \(invalid_json 2\)"),
+    ("t.jsonl", b"\n \n", r"t\.jsonl: the file holds only blank lines \(2\)"),
+])
+def test_a_file_without_rows_says_why_instead_of_blaming_the_label_column(name, content, says, tmp_path):
+    from megatron_biglm.finetune.tasks import get_task
+    from megatron_biglm.finetune.tasks.declaration import TaskDeclarationError, with_labels
+
+    (tmp_path / name).write_bytes(content)
+    with pytest.raises(TaskDeclarationError, match=r"the training split has no row to infer labels from: \S+" + says):
+        with_labels(get_task({"kind": "head", "fields": ["text"]}), str(tmp_path / name))

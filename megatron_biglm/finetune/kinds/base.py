@@ -225,7 +225,9 @@ class FinetuneRecipe(Recipe):
         schema = self.schema
         wants = [*schema.required, *([schema.label_field] if schema.label_field else [])]
         labels = (f"; labels: {list(schema.label_names)}" if schema.label_names else "")
-        shown = "\n  ".join(report.example_lines()) or "(no rows at all: is the file empty?)"
+        shown = "\n  ".join([*report.no_rows_lines(), *report.example_lines()])
+        if not report.rows_seen:
+            shown = (shown + "\n  " if shown else "") + "(no rows at all: is the file empty?)"
         raise ConfigError(f"task {self.task.name}: finetune.data.{split} has no usable row "
                           f"({report.summary_line()}):\n  {shown}\nThe task reads the columns {wants}{labels}")
 
@@ -285,6 +287,11 @@ class FinetuneRecipe(Recipe):
     def evaluate_split(self, model, name: str, examples: list, device) -> dict[str, float]:
         raise NotImplementedError
 
+    def metric_probe(self):
+        """A small fake prediction set shaped as `evaluate_split` hands the task's metrics
+        (`metrics/probe.py`), to call a user metric once before training; None: none to call."""
+        return None
+
     def state_dict(self) -> dict:
         return {"history": self.history} if self.history else {}
 
@@ -320,3 +327,8 @@ class LabelRecipe(FinetuneRecipe):
         predictions = self.predict(model, examples, device, self.options.eval_batch_size)
         return task_scores(self.task.metrics, predictions, [e.label for e in examples],
                            classes=list(range(self.num_classes)))
+
+    def metric_probe(self):
+        from ..metrics.probe import label_probe
+
+        return label_probe(self.num_classes)

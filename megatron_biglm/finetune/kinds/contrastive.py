@@ -158,7 +158,8 @@ class ContrastiveRecipe(FinetuneRecipe):
                                   f"qrels/{self.opts.split}.tsv) to score retrieval on")
             try:
                 data = load_beir(folder, self.opts.split, duplicate_ids=self._duplicate_ids,
-                                 keep_first_option="finetune.options.keep_first_duplicate=true")
+                                 keep_first_option="finetune.options.keep_first_duplicate=true",
+                                 skip_unknown_option=None)
             except BeirFormatError as exc:
                 raise ConfigError(f"finetune.data.{name}: {exc}") from None
             self.eval_examples[name] = [str(folder)]

@@ -206,6 +206,15 @@ class HeadClassificationRecipe(LabelRecipe):
         return task_scores(self.task.metrics, predictions, [e.label for e in examples],
                            classes=list(range(self.num_labels)))
 
+    def metric_probe(self):
+        from ..metrics.probe import label_probe, label_set_probe, number_probe
+
+        if self.problem_type == "regression":
+            return number_probe()
+        if self.problem_type == "multi_label_classification":
+            return label_set_probe(self.num_labels)
+        return label_probe(self.num_labels)
+
     @property
     def num_classes(self) -> int:
         return self.num_labels

@@ -363,3 +363,8 @@ class Seq2SeqRecipe(FinetuneRecipe):
         scores["exact_match"] = float(np.mean([p == r.strip() for p, r in zip(predictions, references)]))
         scores["length_accuracy"] = self.length_accuracy(adapter, examples)
         return scores
+
+    def metric_probe(self):
+        from ..metrics.probe import text_probe
+
+        return text_probe()

@@ -149,6 +149,11 @@ class SpanQARecipe(FinetuneRecipe):
         references = {_row_id(r, i): list(r["answers"]["text"]) for i, r in enumerate(rows, start=1)}
         return task_scores(self.task.metrics, predictions, references)
 
+    def metric_probe(self):
+        from ..metrics.probe import answer_probe
+
+        return answer_probe()
+
 
 def _row_id(row: dict, line: int) -> str:
     """The id `SquadEncoder` gives a row's windows."""

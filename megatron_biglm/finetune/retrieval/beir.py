@@ -128,13 +128,15 @@ def _is_row(cells: list) -> bool:
 
 
 def load_beir(folder, split: str = "test", *, unknown_documents: str = "error",
-              duplicate_ids: str = "error", keep_first_option: str = "--keep-first-duplicate") -> BeirSet:
+              duplicate_ids: str = "error", keep_first_option: str = "--keep-first-duplicate",
+              skip_unknown_option: str | None = "--skip-unknown-documents") -> BeirSet:
     """The folder's corpus, the queries with a relevant document and their qrels. A qrels row
     naming a document the corpus lacks could never be retrieved and would score 0 silently: it
     is an error, or with `unknown_documents="skip"` a counted note (the row left out). (A
     judgment of relevance 0 changes no score and is kept as it is.) A repeated `_id` is an
     error naming `keep_first_option` (the caller's way to opt in: a flag or a config key), or with
-    `duplicate_ids="keep_first"` a counted note."""
+    `duplicate_ids="keep_first"` a counted note. `skip_unknown_option`: the caller's way to skip
+    unknown documents, named in that error (None: the caller has none)."""
     folder = Path(folder)
     notes: list = []
     corpus = {key: (f"{r['title']} {r['text']}" if r.get("title") else r["text"])
@@ -150,8 +152,9 @@ def load_beir(folder, split: str = "test", *, unknown_documents: str = "error",
     missing = sorted({doc for rels in qrels.values() for doc, v in rels.items() if v > 0 and doc not in corpus})
     if missing and unknown_documents != "skip":
         raise BeirFormatError(f"{folder}/qrels/{split}.tsv names {len(missing)} document(s) that corpus.jsonl "
-                              f"lacks (e.g. {missing[:3]}); fix the qrels or the corpus, or pass "
-                              "--skip-unknown-documents to leave those rows out (counted)")
+                              f"lacks (e.g. {missing[:3]}); fix the qrels or the corpus"
+                              + (f", or pass {skip_unknown_option} to leave those rows out (counted)"
+                                 if skip_unknown_option else ""))
     if missing:
         qrels = {q: {d: v for d, v in rels.items() if d in corpus or v <= 0} for q, rels in qrels.items()}
     result = BeirSet(folder.name, corpus, {}, {}, notes=notes)

@@ -51,8 +51,10 @@ from __future__ import annotations
 import dataclasses
 from typing import Mapping, Sequence
 
-from ..data_files import DatasetSchema, get_schema, label_order, label_text, label_values
 from ..columns import TaskDeclarationError, as_list
+from ..data_files import DatasetSchema, get_schema, label_values
+from ..labels import LabelValueError, inferred_labels
+from ..row_report import RowReport
 from .task import Task, check_metric_name
 
 #: the declaration keys of every kind (a kind adds its own: `declaration_keys`)
@@ -109,24 +111,32 @@ def declare_task(spec: Mapping, where: str = "finetune.task") -> Task:
 
 def with_labels(task: Task, train_files, *, skip_unreadable: bool = False) -> tuple[Task, str | None]:
     """`task` with its label names filled in from the training split when it declared none,
-    and the note that says so (None when nothing was inferred). The names are the values as
-    written (`label_text`), in `label_order`; rows are matched to them by value, never by
-    position, and no value is an "unlabeled" marker."""
+    and the note that says so (None when nothing was inferred). The names are the values by
+    the one label rule (`labels.inferred_labels`: of one kind, in `label_order`); rows are
+    matched to them by value, never by position, and no value is an "unlabeled" marker."""
     schema = get_schema(task.dataset)
     if schema.label_field is None or schema.label_names or schema.label_kind == "regression":
         return task, None
     if not train_files:
         raise TaskDeclarationError(f"task {task.name}: list its labels (finetune.task.labels): they are "
                                    "inferred from local training files, and this run has none")
-    column = label_values(train_files, schema.label_field, skip_unreadable=skip_unreadable)
+    report = RowReport()
+    column = label_values(train_files, schema.label_field, report, skip_unreadable=skip_unreadable)
+    if not column.values and report.no_rows:
+        raise TaskDeclarationError(f"task {task.name}: the training split has no row to infer labels from: "
+                                   + "; ".join(report.no_rows_lines()))
     if column.columns and not column.present:
         raise TaskDeclarationError(f"task {task.name}: {_no_column(schema.label_field, column.columns)}")
-    values = column.values
-    if schema.label_kind == "multi":
-        values = [v for row in values for v in (row.split(schema.label_separator) if isinstance(row, str)
-                                                else row if isinstance(row, (list, tuple)) else [row])]
-    names = label_order(n for n in map(label_text, values) if n)
+    try:
+        names = inferred_labels(column.values, schema.label_field, multi=schema.label_kind == "multi",
+                                separator=schema.label_separator)
+    except LabelValueError as exc:
+        raise TaskDeclarationError(f"task {task.name}: the training split: {exc}") from None
     if len(names) < (1 if schema.label_kind == "multi" else 2):
+        if not column.values and report.total:
+            raise TaskDeclarationError(
+                f"task {task.name}: the training split has no row to infer labels from ({report.summary_line()}): "
+                + "; ".join(report.example_lines()[:3]))
         raise TaskDeclarationError(
             f"task {task.name}: the training split's {schema.label_field!r} column holds {names or 'no values'}; "
             "a classification task needs at least two labels (check label_field, or list labels)")
