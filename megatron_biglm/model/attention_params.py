@@ -32,7 +32,7 @@ from typing import Any, Optional
 import torch
 from megatron.core.packed_seq_params import PackedSeqParams
 
-from megatron_biglm.objective.split_rule import restricting_lengths, restricting_split
+from megatron_biglm.objective.split_rule import check_split
 
 from .attention_masks import (SplitGroups, VarlenSegments, VarlenSplit, dense_split_mask, flex_split_block_mask,
                               split_groups, varlen_segments, varlen_split_lengths)
@@ -181,28 +181,19 @@ def build_attention_params(
     """
     if backend not in ("sdpa", "local", "flex", "flash", "sdpa_split", "varlen"):
         raise ValueError(f"build_attention_params needs a resolved backend, got {backend!r}")
-    split = restricting_split(split)
-    valid_lengths = restricting_lengths(valid_lengths, seq_len)
-    if split is None and valid_lengths is None:
+    checked = check_split(split, seq_len, valid_lengths)  # once, on the host tensors given
+    if checked is None:
         return BiGLMAttentionParams(backend=backend)
-    if split is None:
-        split = valid_lengths
     if backend == "sdpa_split":  # built on the host from the host tensors: no device sync
-        return BiGLMAttentionParams(backend=backend, groups=split_groups(split, seq_len, valid_lengths=valid_lengths))
+        return BiGLMAttentionParams(backend=backend, groups=split_groups(checked, seq_len))
     if backend == "varlen":
-        segments = varlen_segments(split, seq_len, valid_lengths=valid_lengths)
+        segments = varlen_segments(checked, seq_len)
         return BiGLMAttentionParams(backend=backend, segments=segments.to(device) if device is not None else segments)
-    if device is not None:
-        split = split.to(device)
-        valid_lengths = valid_lengths.to(device) if valid_lengths is not None else None
+    if backend == "flash":  # lengths and offsets from the host, then moved
+        varlen = varlen_split_lengths(checked, seq_len)
+        return BiGLMAttentionParams(backend=backend, varlen=varlen.to(device) if device is not None else varlen)
+    checked = checked.to(device)
     if backend in ("sdpa", "local"):
-        mask = dense_split_mask(split, seq_len, valid_lengths=valid_lengths)
-        return BiGLMAttentionParams(backend=backend, dense_mask=mask)
-    if backend == "flex":
-        block_mask = flex_split_block_mask(
-            split, seq_len, block_size=flex_block_size, valid_lengths=valid_lengths
-        )
-        return BiGLMAttentionParams(backend=backend, block_mask=block_mask, compile_flex=compile_flex)
-    return BiGLMAttentionParams(
-        backend=backend, varlen=varlen_split_lengths(split, seq_len, valid_lengths=valid_lengths)
-    )
+        return BiGLMAttentionParams(backend=backend, dense_mask=dense_split_mask(checked, seq_len))
+    block_mask = flex_split_block_mask(checked, seq_len, block_size=flex_block_size)
+    return BiGLMAttentionParams(backend=backend, block_mask=block_mask, compile_flex=compile_flex)
