@@ -176,7 +176,7 @@ class BiGLMModel(GPTModel):
         table = self.rotary_pos_emb(kv_cache.position_limit(q))  # [n, 1, 1, d]
         rotary = table[:, 0].index_select(0, positions.t().reshape(-1)).reshape(q, b, 1, -1)
         masked = kv_cache.masked_keys(valid_lengths.to(input_ids.device), q)
-        params = BiGLMAttentionParams(backend="sdpa", dense_mask=masked, kv_cache=kv_cache)
+        params = BiGLMAttentionParams(backend="sdpa", derived=~masked, kv_cache=kv_cache)
         return rotary, params
 
     def _sequence_length(self, input_ids, decoder_input) -> int:
