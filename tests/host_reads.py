@@ -47,8 +47,10 @@ def _bool_index(obj) -> bool:
     return any(isinstance(t, torch.Tensor) and t.dtype == torch.bool for t in tree_flatten(obj)[0])
 
 
-def _moves_to_device(args, kwargs) -> bool:
-    """`.to(...)` / `.cuda(...)` with a device (not a dtype alone)."""
+def _moves_to_device(name: str, args, kwargs) -> bool:
+    """`.cuda(...)`, or `.to(...)` with a device (not a dtype alone)."""
+    if name == "cuda":
+        return True
     if "device" in kwargs:
         return kwargs["device"] is not None
     for a in args[1:]:
@@ -94,7 +96,7 @@ class HostReads(TorchFunctionMode):
         elif not inputs:
             computed_out = kwargs.get("device") is not None
         else:
-            computed_out = name in MOVES and _moves_to_device(args, kwargs) or kwargs.get("device") is not None
+            computed_out = name in MOVES and _moves_to_device(name, args, kwargs) or kwargs.get("device") is not None
         if computed_out:
             for t in tree_flatten(out)[0]:
                 if isinstance(t, torch.Tensor) and not any(t is i for i in inputs):
