@@ -87,6 +87,7 @@ def test_non_logging_steps_make_no_host_read(train_data, tmp_path, clip):  # noq
 CPU_BACKENDS = ["sdpa", "local", "sdpa_split"]
 
 
+@pytest.mark.slow  # about 15 s each: two 8-step trainings' worth per backend
 @pytest.mark.parametrize("backend", CPU_BACKENDS)
 def test_host_read_free_steps_for_every_cpu_backend(train_data, tmp_path, backend):  # noqa: F811
     """Two micro-batches a step (micro 4, global 8): no step between logging steps reads the
