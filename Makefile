@@ -38,7 +38,9 @@ quickstart: $(STAMP)
 # The test suite, on one interpreter (PYTHON, installed into VENV): the fast set spread over
 # TEST_WORKERS processes (pytest-xdist, whole files per worker), then the tests marked slow one
 # at a time (they start 2-process jobs of their own and compare numbers at tight tolerances, so
-# they get the machine to themselves). TEST_SETS picks the sets. PYTEST_RC_FILE, when set,
+# they get the machine to themselves). `wheels` (Python 3.12): downloads the prepared device run's
+# pinned wheels into .whl/ and installs them offline (the tests named offline_wheels, ~1.5 min).
+# TEST_SETS picks the sets. PYTEST_RC_FILE, when set,
 # receives pytest's own exit status (5 only when no set collected a test): make reports every
 # failure as 2.
 TEST_WORKERS ?= 2
@@ -49,7 +51,9 @@ test-one: $(STAMP) wordnet
 	  case $$set in \
 	    fast) $(PY) -m pytest -q -p no:cacheprovider -m "not slow" -n $(TEST_WORKERS) --dist loadfile $(ARGS); r=$$?;; \
 	    slow) $(PY) -m pytest -q -p no:cacheprovider -m slow $(ARGS); r=$$?;; \
-	    *) echo "unknown test set '$$set' (fast, slow)"; r=2;; \
+	    wheels) $(PY) benchmarks/device_wheels.py download >/dev/null \
+	      && $(PY) -m pytest -q -p no:cacheprovider -m slow -k offline_wheels $(ARGS); r=$$?;; \
+	    *) echo "unknown test set '$$set' (fast, slow, wheels)"; r=2;; \
 	  esac; \
 	  if [ $$r -eq 0 ]; then ran=1; elif [ $$r -ne 5 ] && [ $$fail -eq 0 ]; then fail=$$r; fi; \
 	done; \
@@ -59,13 +63,14 @@ test-one: $(STAMP) wordnet
 # Everything CI runs: the two supported stacks, each in its own venv.
 #   (a) Python 3.11 and the megatron-core pip resolves there (0.16.x): fast and slow sets;
 #   (b) Python 3.12 and the newest megatron-core (0.19.x; torch 2.13.0's CUDA build, which runs
-#       on CPU): STACK_B_SETS, the fast set by default. Both slow sets take ~21 min each on 2
-#       cores, which would put CI at ~60 min; STACK_B_SETS="fast slow" runs the full matrix.
+#       on CPU): STACK_B_SETS, the fast set and the device wheels' offline install by default.
+#       Both slow sets take ~21 min each on 2 cores, which would put CI at ~60 min;
+#       STACK_B_SETS="fast slow" runs the full matrix.
 # .ci/find-python locates each interpreter (PATH, pyenv, /usr/bin) or says how to install it.
 # The slow set holds the tests marked slurm: they start a SLURM cluster on this host
 # (tests/slurm/cluster.sh; as root it apt-get installs slurm-wlm and munge where missing) and skip
 # where it cannot start; REQUIRE_SLURM=1 (CI) makes that a failure on stack (a).
-STACK_B_SETS ?= fast
+STACK_B_SETS ?= fast wheels
 REQUIRE_SLURM ?=
 test:
 	BIGLM_REQUIRE_SLURM="$(REQUIRE_SLURM)" \

@@ -64,6 +64,7 @@ setup(
             "biglm-train-tokenizer=megatron_biglm.cli.train_tokenizer:main",
             "biglm-count-params=megatron_biglm.cli.count_params:main",
             "biglm-kernels=megatron_biglm.cli.kernels:main",
+            "biglm-plan=megatron_biglm.cli.plan:main",
             "biglm-plot-curves=megatron_biglm.cli.plot_curves:main",
             "biglm-fetch-data=megatron_biglm.cli.fetch_data:main",
             "biglm-lm-eval=megatron_biglm.cli.lm_eval:main",

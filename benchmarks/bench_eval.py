@@ -18,12 +18,13 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import statistics
 import tempfile
 import time
 from pathlib import Path
 
 
-def build_model(tokenizer, device: str):
+def build_model(tokenizer, device: str, preset: str = "tiny", dtype=None):
     import torch
     from transformers import EuroBertForMaskedLM
 
@@ -31,8 +32,8 @@ def build_model(tokenizer, device: str):
     from megatron_biglm.model.presets import load_preset
 
     torch.manual_seed(0)
-    config = hf_config_from_biglm(load_preset("tiny"), tokenizer)
-    return EuroBertForMaskedLM(config).to(device).eval()
+    config = hf_config_from_biglm(load_preset(preset), tokenizer)
+    return EuroBertForMaskedLM(config).to(device, dtype).eval()
 
 
 def sample_tokenizer(folder: Path, max_plays: int = 3):
@@ -87,12 +88,12 @@ def eval_lms(backend: str, source, tokenizer, scoring: str, batch_size: int, dev
 
 
 def time_rule(lms: dict, pairs, repeats: int):
-    """Best-of-`repeats` seconds for reuse off and on, measured alternately (off, on, off, ...)
+    """Median seconds over `repeats` for reuse off and on, measured alternately (off, on, off, ...)
     so that load changes on a shared machine hit both alike; plus scores and passes/request."""
     from lm_eval.api.instance import Instance
 
     reqs = [Instance("loglikelihood", {}, pair, i) for i, pair in enumerate(pairs)]
-    best = {False: float("inf"), True: float("inf")}
+    times = {False: [], True: []}
     scores = {}
     for lm in lms.values():
         lm.loglikelihood(reqs[: max(1, len(reqs) // 8)])  # warm-up (allocator, kernels)
@@ -100,9 +101,18 @@ def time_rule(lms: dict, pairs, repeats: int):
         for reuse, lm in lms.items():
             start = time.perf_counter()
             scores[reuse] = [s[0] for s in lm.loglikelihood(reqs)]
-            best[reuse] = min(best[reuse], time.perf_counter() - start)
+            _sync()
+            times[reuse].append(time.perf_counter() - start)
     info = lms[False].get_model_info()["masked_lm_eval"]
-    return best, scores, info["forward_passes"] / info["scored_requests"]
+    median = {reuse: statistics.median(t) for reuse, t in times.items()}
+    return median, scores, info["forward_passes"] / info["scored_requests"]
+
+
+def _sync() -> None:
+    import torch
+
+    if torch.cuda.is_available():
+        torch.cuda.synchronize()
 
 
 def megatron_checkpoint(model, tokenizer, folder: Path) -> Path:
@@ -157,14 +167,14 @@ def main(argv: list[str] | None = None) -> int:
         for rule in args.rules.split(","):
             reference = None
             for backend in backends:
-                best, scores, passes = time_rule(
+                median, scores, passes = time_rule(
                     eval_lms(backend, sources[backend], tokenizer, rule, args.batch_size, args.device), pairs,
                     args.repeats)
                 diff = max(abs(a - b) for a, b in zip(scores[False], scores[True]))
                 reference = reference or scores[False]
                 cross = max(abs(a - b) for a, b in zip(scores[True], reference))
-                print(f"| {backend} | {rule} | {passes:.1f} | {len(pairs) / best[False]:.2f} | "
-                      f"{len(pairs) / best[True]:.2f} | {best[False] / best[True]:.2f}x | "
+                print(f"| {backend} | {rule} | {passes:.1f} | {len(pairs) / median[False]:.2f} | "
+                      f"{len(pairs) / median[True]:.2f} | {median[False] / median[True]:.2f}x | "
                       f"{diff:.1e} | {cross:.1e} |", flush=True)
     return 0
 

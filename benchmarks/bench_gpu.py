@@ -1,54 +1,48 @@
-"""The one-command GPU acceptance run, in one 10-minute call: what matters most comes first.
+"""The one-command GPU acceptance run: every section budgeted, guarded and saved as it goes.
 
-    python -m benchmarks gpu --out DIR [--sections train attention ...] [--peak-tflops X]
+    python -m benchmarks gpu --out DIR [--sections NAME ...] [--budget-s SECONDS | NAME=SECONDS ...]
+                             [--resume] [--peak-tflops X] [--inject-failure SECTION[:hang]]
     python -m benchmarks gpu --dry-run --out DIR   # every section on CPU, tiny shapes (CI runs it)
 
-Sections, in this order (`--sections` picks some; the order stays). `DIR/gpu_acceptance.json`
-is rewritten after each one, so whatever the time allows comes back:
+Sections, in the order a user pays for them (gpu_sections.py; `--sections` picks some, the
+order stays):
 
-  train       the real `train()` (cli.train in a subprocess, indexed data and a tokenizer made
-              on the spot, checkpoints off) on the 136M and 1.3B presets at the micro-batch and
-              sequence below, against a bare forward + backward + AdamW step of the same shape
-              over pre-made batches (`benchmarks/gpu_train.py`): steady-state tokens/s,
-              training-step MFU, and `train_loop_vs_bare`.
-  attention   one layer's split attention vs plain non-causal attention (flash, else SDPA) at
-              s = 2048, the 1.3B preset's heads, batch 8, forward and forward + backward, each the
-              median of >= 20 repetitions timed with CUDA events (`bench_attention.measure`).
-  longform    1,024 tokens in blocks of 32 after a 128-token prompt, 136M preset shape, bf16, at
-              batch 1 and 8: the exact cache vs its reference vs LLaDA's canvas re-run
-              (`bench_longform.run`). `--longform-backend megatron` (default): our model with the
-              slot-pool cache, the growing cache as reference; `hf`: EuroBERT's growing cache, the
-              uncached block-causal forward as reference. Identity with the reference and every
-              output's length are checked before any speed; repetitions are interleaved.
-  eval        zero-shot scoring with eval's prefix cache on vs off (`benchmarks.bench_eval`): the
-              HF export (transformers' cache) and its megatron checkpoint with the slot pool,
-              each prompt's continuations scored in one batch against its slot.
-  generation  Mask-Predict (T=10, N=64) with our model of the first preset's true shape and the
-              slot-pool cache vs a same-shape Llama at its best (HF static cache, forward compiled
-              with `reduce-overhead`), in the run's dtype, generated tokens/s, interleaved.
-  parity      bf16 forward + backward of each split-attention kernel (local, sdpa, flex,
-              sdpa_split, varlen where torch has it, flash when flash-attn imports) on one layer's q/k/v, against sdpa in fp32 on the
-              same (bf16-rounded) inputs: max |diff| / max |reference| of the output and of
-              dq, dk, dv. Mixed splits (0, a full prefix, random). Tolerance 2e-2 in bf16.
-  serve       `python -m benchmarks serve` on this device: a real `biglm-serve` subprocess (the
-              tiny preset's HF export), the same sampled requests sent one after another and by 16
-              concurrent clients, outputs checked identical; requests/s, p50/p99 latency and
-              `serve_concurrent_vs_sequential`.
-  throughput  (only when named) fwd+bwd without optimizer of our model vs transformers'
-              `EuroBertForMaskedLM` holding the same weights (`benchmarks.bench_model`): a
-              like-for-like row (same SDPA kernel and dense mask, full logits on both sides)
-              and the as-trained row (our split kernel and sparse head), each side's MFU over
-              its own FLOPs.
+  attention   one layer's split attention vs plain non-causal attention at s = 2048, the 1.3B
+              preset's heads, batch 8, fwd and fwd+bwd: repetitions back to back, each between
+              two CUDA events, the median of >= 20 (`bench_attention.timed_ms`).
+  train       the 136M preset: the real `train()` against its bare twin, the same builders,
+              optimizer (megatron's, fp32 main weights and gradient buffer), train_step, fresh
+              batches from the real objective and micro-batches (gpu_train.py); median step
+              over >= 20 steps after warm-up on each side, recompilations in the timed steps,
+              the loop's step decomposed into data / forward+backward / optimizer / its own.
+  mfu         the 1.3B preset through the real `train()`: its training-step MFU.
+  longform    1,024 tokens in blocks of 32 after a 128-token prompt, 136M shape, at batch 1
+              and 8: the exact cache vs its reference vs LLaDA's canvas re-run
+              (`bench_longform.run`; identity and lengths checked before any speed).
+  eval        zero-shot scoring with eval's prefix cache on vs off on the 136M preset
+              (`bench_eval`): the HF export and its megatron checkpoint with the slot pool,
+              median of the alternated repetitions.
+  generation  Mask-Predict (T=10, N=64) with the slot-pool cache vs a same-shape Llama at its
+              best (HF static cache, forward compiled with `reduce-overhead`).
+  serve       a real `biglm-serve` subprocess, the same sampled requests one after another and
+              by 16 concurrent clients (`bench_serve.run`).
+  parity, throughput   only when named: bf16 split kernels against fp32 sdpa; fwd+bwd of our
+              model against `EuroBertForMaskedLM` holding the same weights.
 
-The JSON's top level holds the headline figures: `train_step_mfu`, `train_loop_vs_bare`,
-`split_vs_plain`, `longform_cached_vs_canvas` (the smaller over batch sizes),
-`longform_identical`, `eval_cache_speedup` (the smallest over rules and backends),
-`mask_predict_vs_ar`, `serve_concurrent_vs_sequential`. MFU is always labelled by what it counts.
+Each section runs under its own time budget and guard (gpu_guard.py): one that raises, overruns
+or lacks an optional package (`skipped: <package> not installed`) is recorded under
+`sections.<name>` with its error and elapsed time, and the next one runs. The JSON
+(gpu_results.py) is rewritten atomically after every row; `sections.<name>` also holds the
+section's compile counts (graphs, recompiles, graph_breaks). `--resume` keeps the sections a
+previous call finished in `DIR` and runs the rest. `gpu_acceptance.md` and the goals table
+(gpu_report.py) are written from whatever exists; the exit status is 0 when at least one
+section produced figures and none of them is wrong (non-finite, a kernel outside parity, a
+long-form output that differs from its reference). `--inject-failure SECTION[:hang]` makes a
+section raise (or hang past its budget) to check all of this on any machine.
 
 Peak bf16 FLOP/s comes from `training.flops.peak_tflops_for` by the device's full name (H100
-SXM and H200: 989, H100 PCIe: 756, H100 NVL: 835 TFLOP/s dense), `--peak-tflops` overrides
-it; on a device in neither (the CPU of a dry run) a large matmul is timed in the same run and
-used as the peak (`peak_source` says which).
+SXM and H200: 989 TFLOP/s dense), `--peak-tflops` overrides it; on a device in neither (the
+CPU of a dry run) a large matmul is timed in the same run and used as the peak.
 
 `--dry-run` runs every section with the same code on CPU with tiny shapes (the `tiny` preset
 at seq 128 stands in for both presets, fp32, one torch thread): it checks the script, not the
@@ -57,8 +51,6 @@ hardware. Its goals are printed but mean nothing.
 from __future__ import annotations
 
 import argparse
-import json
-import math
 import statistics
 import sys
 import tempfile
@@ -68,11 +60,12 @@ from types import SimpleNamespace
 
 import torch
 
-JSON_NAME, MD_NAME = "gpu_acceptance.json", "gpu_acceptance.md"
-SECTIONS = ("train", "attention", "longform", "eval", "generation", "parity", "serve")
-OPTIONAL_SECTIONS = ("throughput",)
-GOALS = {"train_step_mfu": 0.50, "split_vs_plain": 1.0, "longform_cached_vs_canvas": 3.0,
-         "eval_cache_speedup": 2.0, "serve_concurrent_vs_sequential": 4.0}
+from benchmarks import gpu_compile_counts, gpu_sections
+from benchmarks.gpu_guard import run_guarded
+from benchmarks.gpu_report import GOALS, MD_NAME, finite_numbers, goal_rows, markdown, summary  # noqa: F401
+from benchmarks.gpu_results import JSON_NAME, Results  # noqa: F401 - JSON_NAME: where the run writes
+
+SECTIONS = gpu_sections.DEFAULT
 PARITY_TOL = {torch.bfloat16: 2e-2, torch.float16: 5e-3, torch.float32: 1e-4}
 
 
@@ -320,9 +313,10 @@ def mask_predict_vs_ar(args, device: torch.device, dtype: torch.dtype) -> dict:
 
 
 # ------------------------------------------------------------------ eval
-def eval_prefix_cache(args, device: torch.device) -> dict:
-    """Zero-shot scoring requests/s with eval's prefix reuse off and on (same requests), for
-    the HF export and its megatron checkpoint (both through the one inference loader)."""
+def eval_prefix_cache(args, device: torch.device, dtype: torch.dtype) -> dict:
+    """Zero-shot scoring requests/s with eval's prefix reuse off and on (same requests, median
+    of the alternated repetitions), for the HF export of a random model of the `eval_preset`
+    shape and its megatron checkpoint (both through the one inference loader)."""
     from benchmarks.bench_eval import (build_model, build_requests, eval_lms, megatron_checkpoint,
                                        sample_tokenizer, time_rule)
 
@@ -330,18 +324,20 @@ def eval_prefix_cache(args, device: torch.device) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         tokenizer, corpus = sample_tokenizer(Path(tmp), max_plays=1)
         pairs = build_requests(tokenizer, corpus, args.eval_questions, args.eval_context, *args.eval_choices)
-        model = build_model(tokenizer, str(device))
+        model = build_model(tokenizer, str(device), args.eval_preset, dtype)
         checkpoint = megatron_checkpoint(model, tokenizer, Path(tmp))
         sources = {"hf": ("hf", model, "grow"), "megatron(pool)": ("megatron", checkpoint, "pool")}
         for rule in args.eval_rules:
             for name, (backend, source, layout) in sources.items():
                 lms = eval_lms(backend, source, tokenizer, rule, 16, str(device), cache_layout=layout)
-                best, scores, passes = time_rule(lms, pairs, args.reps)
+                median, scores, passes = time_rule(lms, pairs, args.reps)
                 rules[f"{name}:{rule}"] = dict(
-                    passes_per_request=passes, requests_per_s_off=len(pairs) / best[False],
-                    requests_per_s_on=len(pairs) / best[True], speedup=best[False] / best[True],
+                    passes_per_request=passes, requests_per_s_off=len(pairs) / median[False],
+                    requests_per_s_on=len(pairs) / median[True], speedup=median[False] / median[True],
                     max_score_diff=max(abs(a - b) for a, b in zip(scores[False], scores[True])))
-    return dict(requests=len(pairs), context_tokens=args.eval_context, rules=rules)
+    return dict(preset=args.eval_preset, dtype=str(dtype).replace("torch.", ""), reps=args.reps,
+                requests=len(pairs), context_tokens=args.eval_context, rules=rules,
+                runs="both sides: the same requests through the same lm-eval model, prefix cache off / on")
 
 
 # ------------------------------------------------------------------ longform
@@ -368,148 +364,57 @@ def serve_throughput(args) -> dict:
                                temperature=0.8, threads=1, reps=args.reps))
 
 
-# ------------------------------------------------------------------ report
-def summary(results: dict) -> dict:
-    """The headline figures of the sections that ran (each from its own section)."""
-    out = {}
-    if "train" in results:
-        out["train_step_mfu"] = results["train"]["train_step_mfu"]
-        out["train_loop_vs_bare"] = results["train"]["train_loop_vs_bare"]
-    if "attention" in results:
-        out["split_vs_plain"] = results["attention"]["split_vs_full_fwdbwd"]
-    if "longform" in results:
-        runs = results["longform"]["runs"]
-        out["longform_identical"] = all(r.get("identical") is True and r["lengths_ok"] for r in runs)
-        out["longform_cached_vs_canvas"] = min(r["cached_vs_canvas"] for r in runs)
-    if "eval" in results:
-        out["eval_cache_speedup"] = min(r["speedup"] for r in results["eval"]["rules"].values())
-    if "generation" in results:
-        out["mask_predict_vs_ar"] = results["generation"]["mask_predict_vs_ar"]
-    if "serve" in results:
-        out["serve_concurrent_vs_sequential"] = results["serve"]["ratio"]
-    return out
-
-
-def goal_rows(results: dict) -> list[tuple[str, float, float]]:
-    """(goal, measured, target) for each acceptance goal whose section ran."""
-    names = {"train_step_mfu": "training-step MFU, largest preset (fwd+bwd+optimizer+loop)",
-             "split_vs_plain": "split / plain non-causal attention (fwd+bwd)",
-             "longform_cached_vs_canvas": "exact cache / canvas re-run, long-form (smaller batch ratio)",
-             "eval_cache_speedup": "eval prefix cache / no cache (smallest rule)",
-             "serve_concurrent_vs_sequential": "served requests/s, concurrent clients / one after another"}
-    return [(names[key], results[key], target) for key, target in GOALS.items() if key in results]
-
-
-def markdown(results: dict) -> str:
-    meta = results["meta"]
-    lines = [f"# GPU acceptance: {meta['device']}" + (" (dry run: tiny shapes on CPU)" if meta["dry_run"] else ""),
-             "", f"dtype {meta['dtype']}, peak {meta['peak_tflops']:.3g} TFLOP/s ({meta['peak_source']}), "
-             f"torch {meta['torch']}, commit {meta['commit']}, command `{meta['command']}`", "",
-             "| section | measure | value | goal |", "|---|---|---|---|"]
-
-    def row(section, measure, value, goal=""):
-        lines.append(f"| {section} | {measure} | {value} | {goal} |")
-
-    for r in results.get("train", {}).get("presets", []):
-        for name in ("loop", "bare"):
-            who = "train() loop" if name == "loop" else f"bare step ({r['bare']['attention_backend']})"
-            row("train", f"{r['preset']} b={r['batch']} s={r['seq']} {r['precision']} {who}",
-                f"{r[name]['tokens_per_s']:,.0f} tok/s, training-step MFU {100 * r[name]['mfu']:.1f} %")
-        row("train", f"{r['preset']} loop / bare step", f"{r['loop_vs_bare']:.2f}x")
-    if "attention" in results:
-        a = results["attention"]
-        row("attention", f"plain non-causal s={a['seq']} b={a['batch']} fwd / fwd+bwd",
-            f"{a['full']['fwd_ms']:.2f} / {a['full']['fwdbwd_ms']:.2f} ms")
-        for kernel, r in a["split"].items():
-            bwd = "n/a" if r["fwdbwd_ms"] is None else f"{r['fwdbwd_ms']:.2f}"
-            row("attention", f"split {kernel} fwd / fwd+bwd" + (" (auto's pick)" if kernel == a["best_split_kernel"] else ""),
-                f"{r['fwd_ms']:.2f} / {bwd} ms")
-        row("attention", f"fastest split kernel ({a['fastest_split_kernel']}) / plain, fwd+bwd",
-            f"{a['fastest_split_vs_full_fwdbwd']:.2f}x")
-    for r in results.get("longform", {}).get("runs", []):
-        same = "identical" if r.get("identical") else f"DIFFERENT {r.get('first_difference')}"
-        row("longform", f"{results['longform']['backend']} batch {r['batch']}: cached / reference / canvas tok/s "
-            f"({same}, lengths {'ok' if r['lengths_ok'] else 'SHORT'})",
-            " / ".join(f"{r[n]['tokens_per_s']:,.1f}" for n in ("cached", "uncached", "canvas")))
-    for rule, r in results.get("eval", {}).get("rules", {}).items():
-        row("eval", f"prefix cache speed-up, rule {rule}",
-            f"{r['speedup']:.2f}x ({r['requests_per_s_off']:.1f} -> {r['requests_per_s_on']:.1f} req/s)")
-    if "generation" in results:
-        gen = results["generation"]
-        shape = f"{gen['preset']} {gen['dtype']} b={gen['batch']} prompt {gen['prefix']}"
-        row("generation", f"Mask-Predict T={gen['steps']} N={gen['new_tokens']}, {gen['mask_predict']}, {shape}",
-            f"{gen['mask_predict_tokens_per_s']:,.1f} tok/s")
-        row("generation", f"autoregressive ({gen['ar_baseline']}), {shape}", f"{gen['ar_tokens_per_s']:,.1f} tok/s")
-    if "parity" in results:
-        parity = results["parity"]
-        for kernel, r in parity["kernels"].items():
-            errs = ", ".join(f"{k[:-8]} {v:.1e}" for k, v in r.items() if k.endswith("_rel_err"))
-            row("parity", f"{kernel} vs fp32 sdpa ({parity['dtype']}, rel. max error)",
-                errs + ("" if "backward" not in r else "; backward not run"),
-                f"<= {parity['tolerance']:.0e}: {'ok' if r['ok'] else 'FAILED'}")
-    if "serve" in results:
-        sv = results["serve"]
-        for name in ("sequential", "concurrent"):
-            who = "one after another" if name == "sequential" else f"{sv['clients']} concurrent clients"
-            row("serve", f"{sv['requests']} requests, {sv['max_tokens']} tokens, {who}",
-                f"{sv[name]['requests_per_s']:.1f} req/s, p50 {sv[name]['p50_s']:.3f} s, p99 {sv[name]['p99_s']:.3f} s")
-    for r in results.get("throughput", []):
-        for kind in ("like_for_like", "as_trained"):
-            k = r[kind]
-            for name in ("ours", "reference"):
-                who = "ours" if name == "ours" else "EuroBertForMaskedLM"
-                row("throughput", f"{r['preset']} b={r['batch']} s={r['seq']} {kind.replace('_', '-')} {who} "
-                    f"({k['attention']}; {k['head']})",
-                    f"{k[name]['tokens_per_s']:,.0f} tok/s, fwd+bwd MFU {100 * k[name]['mfu']:.1f} % of its own FLOPs")
-    for name, value, target in goal_rows(results):
-        row("goal", name, f"{value:.2f}", f">= {target:.2f}: {'met' if value >= target else 'not met'}")
-    return "\n".join(lines) + "\n"
-
-
-def finite_numbers(obj, path: str = "") -> list[str]:
-    """Paths of numbers in `obj` that are not finite (NaN or inf)."""
-    if isinstance(obj, dict):
-        return [p for k, v in obj.items() for p in finite_numbers(v, f"{path}.{k}")]
-    if isinstance(obj, (list, tuple)):
-        return [p for i, v in enumerate(obj) for p in finite_numbers(v, f"{path}[{i}]")]
-    if isinstance(obj, float) and not math.isfinite(obj):
-        return [path]
-    return []
-
-
+# ------------------------------------------------------------------ the run
 def parse_args(argv):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--out", type=Path, default=Path("bench_gpu_out"), help="folder for the JSON and markdown")
     p.add_argument("--dry-run", action="store_true", help="every section on CPU with tiny shapes")
-    p.add_argument("--sections", nargs="+", choices=SECTIONS + OPTIONAL_SECTIONS, default=list(SECTIONS),
+    p.add_argument("--sections", nargs="+", choices=gpu_sections.ORDER, default=list(SECTIONS),
                    help="the sections to run (always in the order above)")
-    p.add_argument("--presets", nargs="+", default=["136m", "1p3b"])
+    p.add_argument("--budget-s", nargs="+", action="extend", default=[], metavar="SECONDS|NAME=SECONDS",
+                   help="a total for the sections (their budgets scaled to it) and/or one section's budget")
+    p.add_argument("--resume", action="store_true",
+                   help="keep the sections a previous call finished in --out; run the others")
+    p.add_argument("--inject-failure", action="append", default=[], metavar="SECTION[:hang]",
+                   help="make SECTION raise (or, with :hang, run past its budget): checks the guard")
+    p.add_argument("--presets", nargs="+", default=["136m", "1p3b"],
+                   help="the first: train (loop vs bare), longform, eval, generation; the last: mfu")
     p.add_argument("--peak-tflops", type=float, default=None, help="override the device's peak bf16 TFLOP/s")
-    p.add_argument("--steps", type=int, default=10, help="timed steps per model (train: per logging window)")
-    p.add_argument("--reps", type=int, default=2, help="timed repetitions (longform, generation, eval)")
+    p.add_argument("--steps", type=int, default=20, help="timed steps per side after warm-up (train, mfu)")
+    p.add_argument("--reps", type=int, default=3, help="timed repetitions (longform, generation, eval, serve)")
     p.add_argument("--longform-backend", choices=("megatron", "hf"), default="megatron",
                    help="long-form model: our BiGLMModel with the slot-pool cache (checked against the growing "
                         "cache), or transformers' EuroBERT with the growing cache (checked against uncached)")
     args = p.parse_args(argv)
-    args.sections = [name for name in SECTIONS + OPTIONAL_SECTIONS if name in args.sections]
+    args.sections = [name for name in gpu_sections.ORDER if name in args.sections]
+    try:
+        gpu_sections.budgets(args.sections, args.budget_s, args.dry_run)  # refuses a bad --budget-s here
+        args.inject = gpu_sections.parse_injection(args.inject_failure)
+    except ValueError as exc:
+        p.error(str(exc))
     if args.dry_run:
-        args.presets, args.seq, args.batch = ["tiny"], 128, {"tiny": 2}
+        args.presets, args.seq, args.batch, args.num_micro = ["tiny"], 128, {"tiny": 2}, 2
+        args.warmup_steps, args.timed_steps, args.phase_steps = 2, min(args.steps, 3), 2
         args.steps, args.warmup, args.reps, args.attn_reps = min(args.steps, 2), 1, 1, 2
-        args.train_steps, args.tokenizer_vocab, args.workers = 2, 512, 0
+        args.tokenizer_vocab, args.workers = 512, 0
         args.heads, args.groups, args.head_dim = 4, 2, 32
         args.parity_seq, args.attn_seq, args.attn_batch = 160, 256, 2
         args.lf_prompt, args.lf_new, args.lf_block, args.lf_steps, args.lf_batches = 12, 24, 8, 2, [1, 2]
         args.gen_prefix, args.gen_batch = 32, 2
-        args.eval_questions, args.eval_context, args.eval_choices, args.eval_rules = 2, 32, (2, 3), ["pll"]
+        args.eval_preset, args.eval_questions, args.eval_context, args.eval_choices = "tiny", 2, 32, (2, 3)
+        args.eval_rules = ["pll"]
         args.serve_requests, args.serve_clients, args.serve_max_tokens = 8, 4, 8
     else:
-        args.seq, args.batch, args.warmup, args.attn_reps = 2048, {"136m": 16, "1p3b": 8}, 3, 20
-        args.train_steps, args.tokenizer_vocab, args.workers = args.steps, 4096, 2
+        args.seq, args.batch, args.num_micro = 2048, {"136m": 8, "1p3b": 4}, 2
+        args.warmup_steps, args.timed_steps, args.phase_steps = 5, max(args.steps, 20), 5
+        args.warmup, args.attn_reps = 3, 20
+        args.tokenizer_vocab, args.workers = 4096, 2
         args.heads, args.groups, args.head_dim = 32, 32, 64  # the 1.3B preset's attention
         args.parity_seq, args.attn_seq, args.attn_batch = 1000, 2048, 8
         args.lf_prompt, args.lf_new, args.lf_block, args.lf_steps, args.lf_batches = 128, 1024, 32, 8, [1, 8]
         args.gen_prefix, args.gen_batch = 512, 8
-        args.eval_questions, args.eval_context, args.eval_choices, args.eval_rules = 12, 256, (4, 8), ["beam", "pll"]
+        args.eval_preset, args.eval_questions, args.eval_context, args.eval_choices = args.presets[0], 12, 256, (4, 8)
+        args.eval_rules = ["beam", "pll"]
         args.serve_requests, args.serve_clients, args.serve_max_tokens = 64, 16, 16  # `benchmarks serve`'s
     return args
 
@@ -538,11 +443,46 @@ def _commit() -> str:
         return "unknown"
 
 
-def _write(args, results: dict) -> None:
-    args.out.mkdir(parents=True, exist_ok=True)
-    tmp = args.out / (JSON_NAME + ".tmp")
-    tmp.write_text(json.dumps(results, indent=2) + "\n")
-    tmp.replace(args.out / JSON_NAME)
+def _injected(how: str, section: str, budget_s: float):
+    """The failure `--inject-failure` asked for, in place of the section."""
+    def fail():
+        if how == "hang":
+            deadline = time.monotonic() + budget_s + 3600
+            while time.monotonic() < deadline:
+                time.sleep(0.05)
+        raise RuntimeError(f"injected failure in section {section} (--inject-failure)")
+    return fail
+
+
+def _phases(args, results: Results, device, dtype, peak: float) -> dict:
+    from benchmarks.gpu_train import loop_vs_bare
+
+    def mfu():
+        row = loop_vs_bare(args, results, "mfu", args.presets[-1], device, dtype, peak, bare=False)
+        return dict(row, train_step_mfu=row["loop"]["mfu"])
+
+    return {"attention": lambda: split_vs_full_attention(args, device, dtype),
+            "train": lambda: loop_vs_bare(args, results, "train", args.presets[0], device, dtype, peak, bare=True),
+            "mfu": mfu,
+            "longform": lambda: longform(args, device, dtype),
+            "eval": lambda: eval_prefix_cache(args, device, dtype),
+            "generation": lambda: mask_predict_vs_ar(args, device, dtype),
+            "serve": lambda: serve_throughput(args),
+            "parity": lambda: attention_parity(args, device, dtype),
+            "throughput": lambda: dict(presets=[preset_throughput(p, args, device, dtype, peak) for p in args.presets])}
+
+
+def _problems(results: dict) -> list[str]:
+    """Figures that are wrong, not missing: they fail the run."""
+    out = []
+    if bad := finite_numbers({k: v for k, v in results.items() if k != "sections"}):
+        out.append(f"non-finite results at {bad}")
+    if "parity" in results.get("sections", {}) and not all(r["ok"] for r in results.get("parity", {}).get(
+            "kernels", {}).values()):
+        out.append("a kernel is outside the parity tolerance")
+    if results.get("longform_identical") is False:
+        out.append("long-form cached tokens differ from the uncached reference's")
+    return out
 
 
 def _run(args, argv) -> int:
@@ -553,46 +493,50 @@ def _run(args, argv) -> int:
     dtype = torch.float32 if args.dry_run else torch.bfloat16
     peak, peak_source = peak_flops(device, dtype, args.peak_tflops)
     command = "python -m benchmarks gpu " + " ".join(sys.argv[1:] if argv is None else argv)
-    results = dict(meta=dict(device=device_name(device), dry_run=args.dry_run, dtype=str(dtype).replace("torch.", ""),
-                             peak_tflops=peak / 1e12, peak_source=peak_source, torch=torch.__version__,
-                             commit=_commit(), command=command, sections_done=[]))
+    previous = Results.load(args.out) if args.resume else None
+    results = Results(args.out, dict(device=device_name(device), dry_run=args.dry_run,
+                                     dtype=str(dtype).replace("torch.", ""), peak_tflops=peak / 1e12,
+                                     peak_source=peak_source, torch=torch.__version__, commit=_commit(),
+                                     command=command), previous)
+    results.save()
+    phases = _phases(args, results, device, dtype, peak)
     t_start = time.perf_counter()
-    from benchmarks.gpu_train import train_section
-
-    phases = {"train": lambda: train_section(args, device, dtype, peak),
-              "attention": lambda: split_vs_full_attention(args, device, dtype),
-              "longform": lambda: longform(args, device, dtype),
-              "eval": lambda: eval_prefix_cache(args, device),
-              "generation": lambda: mask_predict_vs_ar(args, device, dtype),
-              "parity": lambda: attention_parity(args, device, dtype),
-              "serve": lambda: serve_throughput(args),
-              "throughput": lambda: [preset_throughput(p, args, device, dtype, peak) for p in args.presets]}
+    kept = [name for name in args.sections if args.resume and results.produced(name)]
+    budgets = gpu_sections.budgets([n for n in args.sections if n not in kept], args.budget_s, args.dry_run)
     for name in args.sections:
-        t0 = time.perf_counter()
+        if name in kept:
+            print(f"[{name}] kept from the previous call (--resume)", flush=True)
+            continue
+        section, budget = gpu_sections.BY_NAME[name], budgets[name]
+        results.data.pop(name, None)
         init_single_process(seed=0)
-        results[name] = phases[name]()
-        results.update(summary(results))
-        results["meta"]["sections_done"].append(name)
-        results["meta"]["seconds"] = time.perf_counter() - t_start
-        _write(args, results)
-        print(f"[{name}] done in {time.perf_counter() - t0:.1f} s", flush=True)
-    results["goals"] = [dict(goal=g, value=v, target=t, met=v >= t) for g, v, t in goal_rows(results)]
-    _write(args, results)
-    bad = finite_numbers(results)
-    table = markdown(results)
+        fn = _injected(args.inject[name], name, budget) if name in args.inject else phases[name]
+        print(f"[{name}] {section.what} (budget {budget:.0f} s)", flush=True)
+        outcome = run_guarded(fn, budget_s=budget, requires=section.requires, counts=gpu_compile_counts)
+        results.finish(name, outcome.figures, outcome.record)
+        for key in section.headlines:
+            results.data.pop(key, None)
+        results.data.update(summary(results.data))
+        results.data["meta"]["seconds"] = time.perf_counter() - t_start
+        results.save()
+        rec = outcome.record
+        error = f": {rec['error']}" if rec.get("error") else ""
+        print(f"[{name}] {rec['status']} in {rec['elapsed_s']:.1f} s{error}", flush=True)
+    results.data["goals"] = [dict(goal=g, key=k, value=v, target=t, met=v >= t)
+                             for k, g, v, t in goal_rows(results.data)]
+    results.save()
+    table = markdown(results.data)
     (args.out / MD_NAME).write_text(table)
     print(table)
-    print(f"wrote {args.out / JSON_NAME} and {args.out / MD_NAME}")
-    if bad:
-        print(f"error: non-finite results at {bad}", file=sys.stderr)
+    print(f"wrote {results.path} and {args.out / MD_NAME}")
+    produced = [n for n, r in results.data["sections"].items() if r["status"] == "ok"]
+    if not produced:
+        print("error: no section produced figures", file=sys.stderr)
         return 1
-    if "parity" in results and not all(r["ok"] for r in results["parity"]["kernels"].values()):
-        print("error: a kernel is outside the parity tolerance", file=sys.stderr)
-        return 1
-    if results.get("longform_identical") is False:
-        print("error: long-form cached tokens differ from the uncached reference's", file=sys.stderr)
-        return 1
-    return 0
+    problems = _problems(results.data)
+    for problem in problems:
+        print(f"error: {problem}", file=sys.stderr)
+    return 1 if problems else 0
 
 
 if __name__ == "__main__":

@@ -6,11 +6,16 @@
 #                 CPU of the task, e.g. `DEVICE=cpu sbatch --gpus-per-node=0 --cpus-per-task=2 ...`
 #   GPUS_PER_NODE processes per node: 8 (gpu), SLURM_CPUS_PER_TASK or 1 (cpu)
 #   OMP_NUM_THREADS  threads per process: the task's CPUs / processes per node (at least 1)
-#   TP, PP, MBS, GBS  parallel layout and batch   PYTHON      python with the package installed
+#   TP, PP, MBS, GBS  parallel layout and batch: passed only when set; otherwise the config's count
+#   PYTHON        python with the package installed
+#   PLAN          refuse (default): stop before srun when biglm-plan predicts the layout does not
+#                 fit the GPUs' memory; warn: print its line and run; off: skip the check
+#   GPU_KIND      the GPUs biglm-plan plans for (a100-80gb; cpu with DEVICE=cpu)
 #   MASTER_PORT   29500                           REQUEUE     1: requeue after a signal-stop
 #   EXTRA_ARGS    more key=value overrides        DRY_RUN=1   print the resolved environment and command
 #   ENTRY         the module torchrun runs (megatron_biglm.cli.train; launch/finetune.sh: megatron_biglm.cli.finetune)
 # Extra key=value arguments given to the script are appended as overrides too.
+# DRY_RUN prints where each of TP, PP, MBS and GBS came from (the environment or the config).
 # Before launching it prints the kernel report (megatron_biglm.cli.kernels) and stops
 # if the config names a kernel that is not installed.
 # Signals (what SLURM sends, see README "Running on a cluster"): the `--signal=USR1@120` warning
@@ -28,10 +33,6 @@ case $DEVICE in
        export CUDA_VISIBLE_DEVICES="" ;;
   *) echo "launch: DEVICE=$DEVICE: use gpu or cpu" >&2; exit 2 ;;
 esac
-: "${TP:=$TP_DEFAULT}"
-: "${PP:=$PP_DEFAULT}"
-: "${MBS:=$MBS_DEFAULT}"
-: "${GBS:=1024}"
 : "${MASTER_PORT:=29500}"
 : "${PYTHON:=python}"
 : "${REQUEUE:=1}"
@@ -39,6 +40,43 @@ esac
 : "${ENTRY:=megatron_biglm.cli.train}"
 : "${RUN_DIR:=$REPO/runs/$RUN_NAME}"
 : "${CONFIG:=$REPO/examples/configs/$CONFIG_NAME}"
+: "${PLAN:=refuse}"
+case $PLAN in refuse|warn|off) ;; *) echo "launch: PLAN=$PLAN: use refuse, warn or off" >&2; exit 2 ;; esac
+if [[ $DEVICE == cpu ]]; then : "${GPU_KIND:=cpu}"; else : "${GPU_KIND:=a100-80gb}"; fi
+
+if ! "$PYTHON" -c "import megatron_biglm.config" 2>/dev/null; then
+  echo "launch: PYTHON=$PYTHON cannot import megatron_biglm (set PYTHON to the python the package is installed in)" >&2
+  exit 2
+fi
+if [[ ! -f "$CONFIG" ]]; then
+  echo "launch: config $CONFIG not found (set CONFIG=path/to/run.yaml)" >&2
+  exit 2
+fi
+
+# The layout has one source: the config, unless the user sets TP, PP, MBS or GBS.
+OVERRIDES=("run_dir=$RUN_DIR")
+declare -A SOURCE=()
+for v in TP PP MBS GBS; do
+  if [[ -n "${!v:-}" ]]; then
+    case $v in
+      TP) OVERRIDES+=("parallelism.tensor_model_parallel_size=$TP") ;;
+      PP) OVERRIDES+=("parallelism.pipeline_model_parallel_size=$PP") ;;
+      MBS) OVERRIDES+=("training.micro_batch_size=$MBS") ;;
+      GBS) OVERRIDES+=("training.global_batch_size=$GBS") ;;
+    esac
+    SOURCE[$v]="environment $v"
+  else
+    SOURCE[$v]="config"
+  fi
+done
+# shellcheck disable=SC2206
+OVERRIDES+=($EXTRA_ARGS "$@")
+read -r TP PP MBS GBS < <("$PYTHON" -m megatron_biglm.cli.plan --config "$CONFIG" --print-layout "${OVERRIDES[@]}" 2>/dev/null) || true
+if [[ -z "${GBS:-}" ]]; then
+  "$PYTHON" -m megatron_biglm.cli.plan --config "$CONFIG" --print-layout "${OVERRIDES[@]}" >/dev/null || true
+  echo "launch: cannot read the layout from $CONFIG (the error above)" >&2
+  exit 2
+fi
 
 WORLD=$((NODES * GPUS_PER_NODE))
 if (( WORLD % (TP * PP) != 0 )); then
@@ -48,10 +86,6 @@ fi
 DP=$((WORLD / (TP * PP)))
 if (( GBS % (MBS * DP) != 0 )); then
   echo "launch: global batch $GBS is not divisible by micro-batch $MBS x DP $DP = $((MBS * DP))" >&2
-  exit 2
-fi
-if [[ ! -f "$CONFIG" ]]; then
-  echo "launch: config $CONFIG not found (set CONFIG=path/to/run.yaml)" >&2
   exit 2
 fi
 
@@ -77,15 +111,6 @@ export OMP_NUM_THREADS=${OMP_NUM_THREADS:-$(( CPUS / GPUS_PER_NODE > 0 ? CPUS / 
 export HF_HUB_OFFLINE=${HF_HUB_OFFLINE:-1}
 export PYTHONUNBUFFERED=1
 
-OVERRIDES=(
-  "run_dir=$RUN_DIR"
-  "parallelism.tensor_model_parallel_size=$TP"
-  "parallelism.pipeline_model_parallel_size=$PP"
-  "training.micro_batch_size=$MBS"
-  "training.global_batch_size=$GBS"
-)
-# shellcheck disable=SC2206
-OVERRIDES+=($EXTRA_ARGS "$@")
 
 TORCHRUN=("$PYTHON" -m torch.distributed.run
   --nnodes="$NODES" --nproc-per-node="$GPUS_PER_NODE"
@@ -109,6 +134,7 @@ failed() {
 
 if [[ "${DRY_RUN:-0}" == "1" ]]; then
   echo "# nodes=$NODES gpus_per_node=$GPUS_PER_NODE world=$WORLD tp=$TP pp=$PP dp=$DP mbs=$MBS gbs=$GBS"
+  echo "# tp from ${SOURCE[TP]}, pp from ${SOURCE[PP]}, mbs from ${SOURCE[MBS]}, gbs from ${SOURCE[GBS]}"
   for v in CUDA_DEVICE_MAX_CONNECTIONS TORCH_NCCL_ASYNC_ERROR_HANDLING NCCL_DEBUG NCCL_IB_TIMEOUT \
            NCCL_SOCKET_IFNAME OMP_NUM_THREADS HF_HUB_OFFLINE; do
     echo "export $v=${!v}"
@@ -116,6 +142,19 @@ if [[ "${DRY_RUN:-0}" == "1" ]]; then
   printf '%q ' "${LAUNCH[@]}"
   echo
   exit 0
+fi
+
+# The planner on the resolved layout and this allocation: a layout predicted not to fit the GPUs'
+# memory stops here, before srun, with the breakdown and the nearest layout that fits.
+if [[ "$ENTRY" == "megatron_biglm.cli.train" && "$PLAN" != off ]]; then
+  if ! "$PYTHON" -m megatron_biglm.cli.plan --config "$CONFIG" --nodes "$NODES" --gpus-per-node "$GPUS_PER_NODE" \
+       --gpu "$GPU_KIND" "${OVERRIDES[@]}"; then
+    if [[ "$PLAN" == refuse ]]; then
+      failed "the plan before srun (biglm-plan: the layout does not fit; PLAN=warn runs it anyway)" 2
+      exit 2
+    fi
+    echo "launch: PLAN=warn: running a layout biglm-plan predicts does not fit" >&2
+  fi
 fi
 
 # The kernels and versions this node runs with (attention backend as resolved, megatron's Adam,

@@ -2,7 +2,7 @@
 # BiGLM-136M pretraining (paper Table 7: seq 2048, global batch 1024, 300k steps, WSD 20 %).
 #   sbatch launch/pretrain_136m.sh                 # from the repository root
 #   DRY_RUN=1 bash launch/pretrain_136m.sh         # print the resolved command only
-# Layout on A100-80GB nodes: TP=1 PP=1, micro-batch 8; see launch/common.sh for overrides.
+# Layout: the config's (TP=1 PP=1, micro-batch 32: biglm-plan's fastest that fits A100-80GB); see launch/common.sh.
 #SBATCH --job-name=biglm-136m
 #SBATCH --nodes=4
 #SBATCH --ntasks-per-node=1
@@ -16,6 +16,6 @@
 #SBATCH --output=%x-%j.out
 REPO=${REPO:-$(cd "$(dirname "${BASH_SOURCE[0]}")/.." 2>/dev/null && pwd)}
 [[ -f "$REPO/launch/common.sh" ]] || REPO=${SLURM_SUBMIT_DIR:?run sbatch from the repository root}
-NODES_DEFAULT=4 TP_DEFAULT=1 PP_DEFAULT=1 MBS_DEFAULT=8
+NODES_DEFAULT=4
 RUN_NAME=biglm_136m CONFIG_NAME=biglm_136m.yaml
 source "$REPO/launch/common.sh"

@@ -21,7 +21,7 @@ FLOORS = {
     "checkpoint": 1, "objective": 1, "patches": 1,
     "model": 2, "data": 2, "config": 2,
     "inference": 3, "training": 3,
-    "export": 4, "evaluation": 4, "generation": 4,
+    "export": 4, "evaluation": 4, "generation": 4, "planner": 4,
     "finetune": 5,
     "run": 6,
     "experiments": 7,
@@ -168,6 +168,37 @@ def test_no_package_imports_in_a_circle():
             if a and b and a != b:
                 packages[a].add(b)
     assert not _cycles(dict(packages))
+
+
+def _folder(module: str) -> str:
+    """The folder (package or sub-package) a module sits in: itself for an `__init__`."""
+    path = PACKAGE.parent / module.replace(".", "/")
+    return module if (path / "__init__.py").is_file() else module.rpartition(".")[0]
+
+
+def _folder_graph(graph: dict[str, set[str]]) -> dict[str, set[str]]:
+    folders = defaultdict(set)
+    for module, targets in graph.items():
+        for target in targets:
+            if _folder(module) != _folder(target):
+                folders[_folder(module)].add(_folder(target))
+    return dict(folders)
+
+
+def test_no_folder_imports_in_a_circle():
+    """Sub-packages too (`finetune/tasks` and `finetune/kinds`, a package and its sub-packages):
+    two folders that import each other, even through different files, are one concept split in
+    two, and the file-level check cannot see it."""
+    circles = _cycles(_folder_graph(_graph()))
+    assert not circles, f"folders importing each other (lazy imports count): {circles}"
+
+
+def test_a_folder_circle_through_different_files_is_found():
+    graph = {"megatron_biglm.finetune.kinds.span": {"megatron_biglm.finetune.tasks.squad_windows"},
+             "megatron_biglm.finetune.tasks.task": {"megatron_biglm.finetune.kinds"},
+             "megatron_biglm.finetune.tasks.squad_windows": set(), "megatron_biglm.finetune.kinds": set()}
+    assert not _cycles(graph)  # no file circle
+    assert _cycles(_folder_graph(graph)) == [["megatron_biglm.finetune.kinds", "megatron_biglm.finetune.tasks"]]
 
 
 @pytest.mark.parametrize("source, expected", [

@@ -31,7 +31,7 @@ DEFAULT_PROMPTS = {"query": "query: ", "passage": "passage: "}
 
 @dataclass(frozen=True)
 class HeadRecord:
-    head: str                       # "classification" or "span" (model/heads.py)
+    head: str                       # a registered task head (model/task_heads.py): classification, span, ...
     num_labels: int
     pooling: str = "mean"           # classification: over the valid tokens, or "first"
     problem_type: str = "single_label_classification"   # HF's: also regression, multi_label_classification
@@ -65,11 +65,17 @@ def read_task_head(folder) -> HeadRecord | EmbedderRecord | None:
     if not path.is_file():
         return None
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-        if "embedder" in data:
-            return EmbedderRecord(**data["embedder"])
-        id2label = data.pop("id2label", {})
-        return HeadRecord(**data, id2label=tuple(id2label[str(i)] for i in range(len(id2label))))
+        return record_from_json(json.loads(path.read_text(encoding="utf-8")))
     except (ValueError, TypeError, KeyError) as exc:
         raise CheckpointError(f"{path} is not a task-head record ({exc}); restore it from a copy of the "
                               f"checkpoint, or delete it to read the checkpoint by its saved config") from None
+
+
+def record_from_json(data: dict) -> HeadRecord | EmbedderRecord:
+    """The record `to_json` wrote (task_head.json, or an HF export's config.json key); a
+    malformed one raises ValueError, TypeError or KeyError."""
+    if "embedder" in data:
+        return EmbedderRecord(**data["embedder"])
+    data = dict(data)
+    id2label = data.pop("id2label", {})
+    return HeadRecord(**data, id2label=tuple(id2label[str(i)] for i in range(len(id2label))))

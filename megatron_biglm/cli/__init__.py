@@ -24,11 +24,17 @@ lowdata, quickstart) parses its arguments, loads a config once and calls a drive
   train_tokenizer    byte-level BPE on a (sampled) corpus         biglm-train-tokenizer
   count_params       a preset's parameter breakdown               biglm-count-params
   kernels            the kernels a config gets on this machine    biglm-kernels
+  plan               does a layout fit, what does a run cost      biglm-plan
   plot_curves        loss curves of runs (PNG)                    biglm-plot-curves
   lm_eval            lm-eval's own CLI, our models registered   biglm-lm-eval
   fetch_data         corpus, BIG-bench and WordNet, offline-safe  biglm-fetch-data
   serve              an OpenAI-compatible HTTP server             biglm-serve
 """
+import errno
+
+
+#: write failures a command reports as one line (full, over quota, read-only, no permission)
+_DISK_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES)
 
 
 def refuse(exc: BaseException, code: int) -> int:
@@ -79,12 +85,17 @@ def run_command(argv, *, description: str, config_help: str, overrides_help: str
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s: %(message)s")
     warnings.filterwarnings("ignore", message="Transformer Engine and Apex are not installed")
     from megatron_biglm.checkpoint.dirs import CheckpointError
+    from megatron_biglm.common.disk import DiskError, describe_os_error
     from megatron_biglm.common.hub import HubUnavailable
     from megatron_biglm.config import ConfigError
     from megatron_biglm.training.nonfinite import TooManyNonFinite
     try:
         result = run(args.config, args.overrides)
-    except (ConfigError, CheckpointError, HubUnavailable, TooManyNonFinite) as exc:
+    except (ConfigError, CheckpointError, HubUnavailable, TooManyNonFinite, DiskError) as exc:
         return refuse(exc, 3 if isinstance(exc, TooManyNonFinite) else 2)
+    except OSError as exc:  # a write the run's own checks could not foresee: the path and the cause, one line
+        if exc.errno not in _DISK_ERRNOS:
+            raise
+        return refuse(describe_os_error(exc, exc.filename or "?", "writing"), 2)
     print_result(json.dumps(summary(result)))
     return 0

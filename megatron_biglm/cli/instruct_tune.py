@@ -30,12 +30,13 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
 
     from megatron_biglm.checkpoint.dirs import CheckpointError
+    from megatron_biglm.common.disk import DiskError
     from megatron_biglm.common.hub import HubUnavailable
     from megatron_biglm.config import ConfigError
 
     try:
         result = _instruct_tune(args)
-    except (ConfigError, CheckpointError, HubUnavailable) as exc:
+    except (ConfigError, CheckpointError, HubUnavailable, DiskError) as exc:
         return refuse(exc, 2)
     print_result(json.dumps({"result": result["train"]}))
     return 0

@@ -7,7 +7,7 @@ the key, a close match and the valid keys, not silently fall back to a default. 
 dataclass goes through `build_dataclass`, so these rules (and their messages) are the same
 everywhere.
 
-Supported field types: bool, int, float, str, Literal[...], Optional/Union, list/dict (bare
+Non-finite numbers (inf, nan) are refused, naming the key. Supported field types: bool, int, float, str, Literal[...], Optional/Union, list/dict (bare
 or parameterised), tuple[...] (fixed length or `tuple[X, ...]`), nested dataclasses (built
 recursively, a missing/empty section meaning all defaults), `Any`, and section types that
 build themselves: a class with a classmethod `from_config(value, key)` (a section whose keys
@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import math
 import types
 import typing
 from collections.abc import Mapping, Sequence
@@ -147,6 +148,8 @@ def _number(value, tp, key: str, error):
         number = float(value)
     except (TypeError, ValueError, OverflowError):
         raise not_a_number from None
+    if not math.isfinite(number):  # lr=inf trains on NaN losses; nan compares false to every bound check
+        raise error(f"config key '{key}': {value!r} is not a finite number; give a finite value")
     if tp is float:
         return number
     if not number.is_integer():

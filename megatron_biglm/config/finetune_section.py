@@ -126,6 +126,7 @@ class FinetuneConfig:
     reinit_mismatched_heads: bool = False   # a head init_from stores with another shape starts fresh (a note says so)
     skip_unreadable: bool = False   # a data file that cannot be read to its end: its rest is one counted loss
     early_stopping_patience: int = 0   # stop after this many validations without a new best (0: never)
+    resume_changes: list[str] = field(default_factory=list)   # trajectory settings a resume may change (config/resume_settings.py)
 
     @property
     def enabled(self) -> bool:

@@ -16,6 +16,7 @@ from typing import Any
 import yaml
 
 from megatron_biglm.common.config_fields import ConfigError, build_dataclass
+from megatron_biglm.common.yaml_file import DuplicateKeyError, load_yaml
 
 from .finetune_section import migrate_moved_keys, refuse_moved_keys
 from .run_config import RunConfig, validate
@@ -30,7 +31,9 @@ def parse_override(text: str) -> tuple[list[str], Any]:
     if not all(parts):
         raise ConfigError(f"override {text!r} has an empty key part")
     try:
-        value = yaml.safe_load(raw) if raw.strip() else ""
+        value = load_yaml(raw) if raw.strip() else ""
+    except DuplicateKeyError as exc:
+        raise ConfigError(f"override {text!r}: {exc}") from None
     except yaml.YAMLError:
         value = raw
     return parts, value
@@ -98,7 +101,9 @@ def load_yaml_tree(path) -> dict:
         raise ConfigError(f"config file {path} does not exist")
     with open(path, encoding="utf-8") as f:
         try:
-            tree = yaml.safe_load(f) or {}
+            tree = load_yaml(f) or {}
+        except DuplicateKeyError as exc:
+            raise ConfigError(f"config file {path}: {exc}") from None
         except yaml.YAMLError as exc:
             raise ConfigError(f"config file {path} is not valid YAML: {exc}") from None
     if not isinstance(tree, dict):

@@ -296,9 +296,14 @@ def check_sequence_fits(config: RunConfig) -> None:
     file is read only where the run is built (sections.ModelSection), and a fine-tune's plan
     derives both its sequence length and its model from facts it learns after loading."""
     mc = config.model.resolved
-    if config.data.seq_length > mc.seq_length:
-        raise ConfigError(f"data.seq_length={config.data.seq_length} exceeds the model's maximum "
-                          f"model.seq_length={mc.seq_length}; lower data.seq_length or set model.seq_length")
+    # a fine-tune's sequence length is its finetune.max_length (the plan derives data.seq_length from it)
+    key, length = (("finetune.max_length", config.finetune.max_length) if config.finetune.enabled
+                   else ("data.seq_length", config.data.seq_length))
+    if length > mc.seq_length:
+        fixed = config.finetune.enabled and config.finetune.init_from
+        raise ConfigError(f"{key}={length} exceeds the model's maximum model.seq_length={mc.seq_length}"
+                          + (f" (the start checkpoint's, finetune.init_from={config.finetune.init_from}); lower {key}"
+                             if fixed else f"; lower {key} or set model.seq_length"))
 
 
 def save_resolved(config: RunConfig, path) -> Path:

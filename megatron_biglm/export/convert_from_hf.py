@@ -2,6 +2,9 @@
 
 Accepted sources: our exports and any native EuroBERT checkpoint of BiGLM's exact architecture
 (a checkpoint that was never ours); everything else is refused with the field that differs.
+An export of a fine-tuned task head comes back with its head: config.json's record
+(`biglm_task_head`) names the head's entry (`model/task_heads.py`), whose rows map its weights,
+and the record is sealed with the checkpoint as its `task_head.json`.
 
 How the checkpoint is written: each of the TP×PP ranks builds its own megatron model chunk
 (no initialisation), copies its slice of every HF tensor into it while streaming the HF files
@@ -34,6 +37,10 @@ import torch
 from megatron_biglm.checkpoint.dirs import WEIGHTS_ONLY_KEY
 from megatron_biglm.checkpoint.dist_reader import DistCheckpointWeights
 from megatron_biglm.checkpoint.signature import signature_of
+from megatron_biglm.checkpoint.task_head import TASK_HEAD_FILE, HeadRecord, record_from_json, task_head_text
+from megatron_biglm.model.head_model import head_model_provider, head_of_record
+from megatron_biglm.model.heads import HEADS, task_head
+from megatron_biglm.model.task_heads import HF_RECORD_KEY, TaskHead
 
 from .conversion_summary import ConversionSummary, VerificationError, compare_written, with_progress
 from .convert_to_hf import ConversionError, check_new_output
@@ -41,6 +48,7 @@ from .hf_config import UnsupportedArchitecture, architecture_from_hf_config, sha
 from .hf_files import CheckpointFileError, HFWeights
 from megatron_biglm.data.tokenizer_check import check_import_tokenizer
 from .tp_shards import split_for_tp
+from .weight_table import WEIGHT_TABLE, head_rows
 from .weight_mapping import (ConversionReport, detect_norm_naming, hf_tensor_shapes, hf_to_megatron,
                              megatron_tensor_shapes)
 
@@ -64,10 +72,42 @@ class ImportPlan:
     dtype: torch.dtype
     has_tokenizer: bool
     notes: List[str] = field(default_factory=list)
+    head: HeadRecord | None = None   # an export of a task head: its record (config.json's biglm_task_head)
 
     @property
     def shape(self):
         return shape_from_biglm_config(self.model_config)
+
+    @property
+    def table(self):
+        """The weight-table rows of this import: the trunk's, and the task head's when it has one."""
+        return None if self.head is None else WEIGHT_TABLE + head_rows(self.head.head, head_of_record(self.head)[1])
+
+
+def _task_head_record(hf_config, hf_dir: Path) -> HeadRecord | None:
+    """The task head an HF export holds, from the record its config.json carries (the head's
+    entry, `model/task_heads.py`, names its class), or None for a masked LM. A head class
+    without the record is refused: its pooling and labels would be guesses."""
+    saved = getattr(hf_config, HF_RECORD_KEY, None)
+    architectures = list(getattr(hf_config, "architectures", None) or [])
+    if saved is None:
+        heads = {e.hf_class for e in HEADS.values() if isinstance(e, TaskHead)}
+        if set(architectures) & heads:
+            raise UnsupportedArchitecture(
+                f"{hf_dir}/config.json is a {architectures[0]} without {HF_RECORD_KEY!r}: only a task head "
+                "exported by megatron-biglm (which writes its record there) is imported with its head; "
+                "import the encoder of a masked-LM export and fine-tune the head")
+        return None
+    try:
+        record = record_from_json(saved)
+        entry = task_head(record.head)
+    except (ValueError, TypeError, KeyError) as exc:
+        raise CheckpointFileError(f"{hf_dir}/config.json: {HF_RECORD_KEY} is not a task-head record ({exc}); "
+                                  "re-export the checkpoint") from None
+    if not isinstance(record, HeadRecord) or architectures != [entry.hf_class]:
+        raise CheckpointFileError(f"{hf_dir}/config.json: {HF_RECORD_KEY} names head {saved.get('head')!r} "
+                                  f"but the architectures are {architectures}; re-export the checkpoint")
+    return record
 
 
 def _read_hf_config(hf_dir: Path):
@@ -125,8 +165,10 @@ def plan_import(hf_dir, tp: int = 1, pp: int = 1) -> ImportPlan:
         mc.check_parallel_layout(tp, pp)
     except ModelConfigError as exc:
         raise ConversionError(f"cannot import at TP={tp}, PP={pp}: {exc}") from None
+    head = _task_head_record(hf_config, hf_dir)
     weights = HFWeights(hf_dir)  # missing / corrupt shards are refused here
-    hf_to_megatron(weights, shape_from_biglm_config(mc))  # every name checked before any rank starts
+    table = None if head is None else WEIGHT_TABLE + head_rows(head.head, head_of_record(head)[1])
+    hf_to_megatron(weights, shape_from_biglm_config(mc), table=table)  # every name checked before any rank starts
     dtype = weights["model.norm.weight"].dtype
     if dtype not in _PARAMS_DTYPE:
         raise ConversionError(f"weights of dtype {dtype} are not supported; use fp32, bf16 or fp16")
@@ -139,7 +181,7 @@ def plan_import(hf_dir, tp: int = 1, pp: int = 1) -> ImportPlan:
         notes += check_import_tokenizer(tokenizer, hf_config, f"{hf_dir}")
     else:
         notes.append(f"{hf_dir} has no tokenizer: set data.tokenizer to the model's tokenizer before training")
-    return ImportPlan(hf_dir, hf_config.model_type, mc, preset, dtype, has_tokenizer, notes)
+    return ImportPlan(hf_dir, hf_config.model_type, mc, preset, dtype, has_tokenizer, notes, head)
 
 
 def run_config_tree(plan: ImportPlan, output_dir: Path, tp: int, pp: int) -> dict:
@@ -166,7 +208,7 @@ def _local_targets(model, name: str) -> List[str]:
         if model.post_process and not model.pre_process and model.share_embeddings_and_output_weights:
             out.append("output_layer.weight")  # a PP>1 last stage keeps a tied copy
         return out
-    if name == "decoder.final_layernorm.weight":
+    if name == "decoder.final_layernorm.weight" or name.startswith("task_head."):
         return [name] if model.post_process else []
     _, _, index, rest = name.split(".", 3)
     local = {layer.layer_number - 1: i for i, layer in enumerate(model.decoder.layers)}
@@ -191,16 +233,23 @@ def write_checkpoint(plan: ImportPlan, output_dir: Path, tp: int, pp: int, progr
     try:
         rank = dist.get_rank()
         tensor_parallel.model_parallel_cuda_manual_seed(0)
-        model = model_provider(parallel_state.is_pipeline_first_stage(ignore_virtual=True),
-                               parallel_state.is_pipeline_last_stage(ignore_virtual=True),
-                               config=plan.model_config, params_dtype=_PARAMS_DTYPE[plan.dtype],
-                               perform_initialization=False)
+        stages = (parallel_state.is_pipeline_first_stage(ignore_virtual=True),
+                  parallel_state.is_pipeline_last_stage(ignore_virtual=True))
+        if plan.head is None:
+            model = model_provider(*stages, config=plan.model_config, params_dtype=_PARAMS_DTYPE[plan.dtype],
+                                   perform_initialization=False)
+        else:  # the trunk and the task head its record names
+            tcfg = plan.model_config.to_transformer_config(
+                tensor_model_parallel_size=tp, pipeline_model_parallel_size=pp,
+                params_dtype=_PARAMS_DTYPE[plan.dtype], perform_initialization=False)
+            model = head_model_provider(*head_of_record(plan.head))(*stages, plan.model_config, tcfg)
         params = dict(model.named_parameters())
         filled = set()
         tp_rank, shape = parallel_state.get_tensor_model_parallel_rank(), plan.shape
-        stream = hf_to_megatron(HFWeights(plan.hf_dir), shape, norm_naming="local")
+        stream = hf_to_megatron(HFWeights(plan.hf_dir), shape, norm_naming="local", table=plan.table)
         with torch.no_grad():
-            for name, full in with_progress(stream, len(megatron_tensor_shapes(shape)), "HF -> megatron",
+            for name, full in with_progress(stream, len(megatron_tensor_shapes(shape, table=plan.table)),
+                                            "HF -> megatron",
                                             progress and rank == 0):
                 for target in _local_targets(model, name):
                     params[target].copy_(split_for_tp(name, full, tp)[tp_rank])
@@ -233,6 +282,8 @@ def _write_metadata(plan: ImportPlan, temp: Path, output_dir: Path, tp: int, pp:
     (temp / "train_state.json").write_text(json.dumps(state, indent=1))
     (temp / "model_signature.json").write_text(json.dumps(signature_of(mc), indent=1))
     save_resolved(load_config(run_config_tree(plan, output_dir, tp, pp)), temp / "config.yaml")
+    if plan.head is not None:
+        (temp / TASK_HEAD_FILE).write_text(task_head_text(plan.head), encoding="utf-8")
     preset = {"model": {k: v for k, v in mc.to_dict().items() if v is not None}}
     (output_dir / "model_preset.yaml").write_text(
         f"# BiGLM shape imported from {plan.hf_dir} (model_type {plan.model_type}).\n"
@@ -282,7 +333,8 @@ def verify_import(plan: ImportPlan, checkpoint: Path) -> ConversionSummary:
     saved = DistCheckpointWeights(checkpoint / "dist", plan.model_config.num_layers)
     report = ConversionReport()
     hf = HFWeights(plan.hf_dir)
-    expected = hf_to_megatron(hf, plan.shape, norm_naming=detect_norm_naming(saved.keys()), report=report)
+    expected = hf_to_megatron(hf, plan.shape, norm_naming=detect_norm_naming(saved.keys()), report=report,
+                              table=plan.table)
     comparison = compare_written(saved, expected)
     if comparison.max_abs_diff != 0.0:
         raise VerificationError(f"the saved checkpoint differs from the HF weights by up to "
@@ -295,7 +347,7 @@ def verify_import(plan: ImportPlan, checkpoint: Path) -> ConversionSummary:
     root = checkpoint.parent
     notes.append(f"weights only (train_state.json: \"{WEIGHTS_ONLY_KEY}\": true): start training or "
                  f"fine-tuning with checkpoint.load={root}; model.preset={root / 'model_preset.yaml'}")
-    hf_parameters = sum(math.prod(s) for s in hf_tensor_shapes(plan.shape).values())
+    hf_parameters = sum(math.prod(s) for s in hf_tensor_shapes(plan.shape, plan.table).values())
     return ConversionSummary(
         direction="HF -> megatron", source=str(plan.hf_dir), output=str(checkpoint),
         tensors=comparison.tensors, source_parameters=hf_parameters,

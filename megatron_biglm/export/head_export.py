@@ -1,8 +1,10 @@
 """Which task head a fine-tuned run carries, and the HF form it exports as.
 
 A `head` or `span` fine-tune (`finetune.task` of that kind) trains `BiGLMHeadModel`: the
-trunk plus `task_head.*`; the checkpoint's `task_head.json` says which head it is. Export writes the trunk exactly as for the masked-LM model and the
-head as the matching EuroBERT class, so plain transformers loads it:
+trunk plus `task_head.*`; the checkpoint's `task_head.json` says which head it is, and that
+head's entry (`model/task_heads.py`) says how it exports. Export writes the trunk exactly as
+for the masked-LM model and the head as its entry's HF class, so plain transformers loads it;
+the built-in entries:
 
   classification -> EuroBertForSequenceClassification: the same pooling ("mean", or "first"
       = HF's "bos"), dense, GELU, classifier; `num_labels`, `id2label` / `label2id` (the data
@@ -14,50 +16,57 @@ head as the matching EuroBERT class, so plain transformers loads it:
       transformers has no EuroBertForQuestionAnswering; its logits[..., 0] / [..., 1] are the
       start / end logits (our head is the same linear map; HF does not mask padding, so
       compare at valid positions).
+config.json also carries the record itself (`biglm_task_head`), which the import reads back.
 Everything else (pretraining, verbalizer, seq2seq runs) exports as EuroBertForMaskedLM.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from .weight_table import WEIGHT_TABLE, head_table
+from megatron_biglm.model.head_model import head_of_record
+from megatron_biglm.model.heads import task_head
 
-HF_CLASSES = {"classification": "EuroBertForSequenceClassification", "span": "EuroBertForTokenClassification"}
-HF_POOLING = {"mean": "mean", "first": "bos"}
+from .weight_table import WEIGHT_TABLE, head_rows
 
 
 @dataclass(frozen=True)
 class ExportHead:
-    head: str
+    """A checkpoint's task head as it exports: its record (`task_head.json`), the options that
+    build it, and a note for the conversion summary (e.g. why the labels are unnamed)."""
+
+    record: object          # checkpoint.task_head.HeadRecord
     options: dict = field(default_factory=dict)
-    label_names: tuple[str, ...] = ()
-    note: str | None = None  # for the conversion summary, e.g. why the labels are unnamed
-    problem_type: str = "single_label_classification"   # HF's: also regression, multi_label_classification
+    note: str | None = None
+
+    @property
+    def head(self) -> str:
+        return self.record.head
+
+    @property
+    def label_names(self) -> tuple[str, ...]:
+        return tuple(self.record.id2label)
+
+    @property
+    def problem_type(self) -> str:
+        return self.record.problem_type
 
     @property
     def table(self):
-        return WEIGHT_TABLE + head_table(self.head, **self.options)
+        return WEIGHT_TABLE + head_rows(self.head, self.options)
 
     def configure(self, hf_config) -> None:
-        """Turn the trunk's EuroBertConfig into the head class's config (in place)."""
-        hf_config.architectures = [HF_CLASSES[self.head]]
-        names = self.label_names
-        hf_config.id2label = {i: str(n) for i, n in enumerate(names)}
-        hf_config.label2id = {str(n): i for i, n in enumerate(names)}
-        if self.head == "classification":
-            hf_config.classifier_pooling = HF_POOLING[self.options.get("pooling", "mean")]
-            hf_config.problem_type = self.problem_type
+        """Turn the trunk's EuroBertConfig into the head class's config (in place): the
+        fields the head's entry gives (`TaskHead.hf_fields`)."""
+        for key, value in task_head(self.head).hf_fields(self.record).items():
+            setattr(hf_config, key, value)
 
 
 def export_head(checkpoint) -> ExportHead | None:
     """The task head a checkpoint holds, from its task-head record (`checkpoint/task_head.py`;
     `TrainedCheckpoint.task_head` reads a checkpoint saved without one through its one
     migration), or None when it has the masked-LM head."""
-    from megatron_biglm.model.head_model import head_of_record
-
     record, note = checkpoint.task_head()
     found = head_of_record(record)
     if found is None:
         return None
-    head, options = found
-    return ExportHead(head, options, tuple(record.id2label), note=note, problem_type=record.problem_type)
+    return ExportHead(record, found[1], note=note)

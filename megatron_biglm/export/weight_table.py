@@ -2,7 +2,7 @@
 
 Each row names its tensors on both sides and gives the transform for each direction; both
 conversion directions, both name/shape listings and the key checks are derived from this table
-(`weight_mapping.py`), so a new head adds one row here and nothing else.
+(`weight_mapping.py`). A task head's rows are derived from its entry (`head_rows`).
 
 Name patterns: ``{i}`` is the layer number (a row with it repeats for every layer, in table
 order within the layer); ``{attn_norm}`` / ``{mlp_norm}`` are where megatron keeps the two
@@ -28,6 +28,7 @@ from typing import Callable, Dict, Sequence, Tuple
 
 import torch
 
+from megatron_biglm.model.heads import task_head
 from megatron_biglm.model.shape import BiGLMShape
 
 Tensors = Tuple[torch.Tensor, ...]
@@ -178,24 +179,18 @@ def _same(megatron: str, hf: str, size: Callable[[BiGLMShape], Tuple[int, ...]])
     return MappingRow((megatron,), (hf,), _identity, _identity, lambda s: (size(s),), lambda s: (size(s),))
 
 
-def _linear(megatron: str, hf: str, rows: Callable[[BiGLMShape], int]) -> Tuple[MappingRow, ...]:
-    """A biased linear layer [rows, h] of a task head (`BiGLMHeadModel.task_head`)."""
-    return (_same(f"{megatron}.weight", f"{hf}.weight", lambda s: (rows(s), s.hidden_size)),
-            _same(f"{megatron}.bias", f"{hf}.bias", lambda s: (rows(s),)))
+def head_rows(head: str, options: dict) -> Tuple[MappingRow, ...]:
+    """The rows of a task head's weights, appended to `WEIGHT_TABLE` when a head model is
+    converted: one per tensor of the head's module (`task_head.NAME` here), named on the HF side
+    by its entry's `hf_names` (`model/task_heads.py`), stored alike on both sides."""
+    entry = task_head(head)
+    probe = entry.tensor_shapes(8, options)  # names do not depend on the width
 
+    def row(name: str) -> MappingRow:
+        return _same(f"task_head.{name}", entry.hf_name(name),
+                     lambda s: entry.tensor_shapes(s.hidden_size, options)[name])
 
-def head_table(head: str, **options) -> Tuple[MappingRow, ...]:
-    """The rows of a task head's weights (`model/heads.py`), appended to `WEIGHT_TABLE` when a
-    head model is converted; HF names are those of the matching EuroBERT class:
-    `classification` (num_labels) -> EuroBertForSequenceClassification's dense + classifier;
-    `span` -> EuroBertForTokenClassification's classifier with 2 labels (start, end)."""
-    if head == "classification":
-        labels = int(options["num_labels"])
-        return (_linear("task_head.dense", "dense", lambda s: s.hidden_size)
-                + _linear("task_head.classifier", "classifier", lambda s: labels))
-    if head == "span":
-        return _linear("task_head.classifier", "classifier", lambda s: 2)
-    raise ValueError(f"no weight-table rows for head {head!r}; heads with weights: classification, span")
+    return tuple(row(name) for name in probe)
 
 
 #: Heads that HF `EuroBertForMaskedLM` cannot hold natively. Their tensors keep their megatron

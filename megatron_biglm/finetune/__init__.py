@@ -1,7 +1,8 @@
 """Fine-tuning (floor 5): the task kinds, one module each, that train through the one loop
 (`kinds/`: verbalizer, head, span, seq2seq, contrastive, instruct, registered in
-`kinds/__init__.py`), tasks declared as data and the helpers several kinds share (`tasks/`,
-`metrics/`, `retrieval/`, `instruct/`, `data_files`, `row_report`), the one epoch rule
+`kinds/__init__.py`), tasks declared as data (`tasks/`, which reads `kinds/`, never the reverse), the helpers
+kinds share (`metrics/`, `retrieval/`, `instruct/`, `data_files`, `row_report`, `columns`,
+`text_fit`, `squad_windows`, `squad_answers`), the one epoch rule
 (`epochs`) and `validation` (task-metric validation, the `best` pointer, results.json). The
 driver that plans and runs a fine-tune is `megatron_biglm.run`; the command line is
 `python -m megatron_biglm.cli.finetune`."""

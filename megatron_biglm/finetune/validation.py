@@ -13,7 +13,10 @@ run's evaluate callbacks hear the scores (`training/callbacks.py`), and with
 `finetune.early_stopping_patience: N` the run stops (saved, resumable) once N validations in
 a row have not beaten the best.
 
-results.json holds only what the history determines (no times), so a run killed and
+results.json names only sealed checkpoints: `best_checkpoint` and `finished` wait for the
+checkpoint's seal (results.json is written again once it is), so a save that fails (a full
+disk) never leaves a result pointing at a checkpoint that is not there. It holds only what
+the history determines (no times), so a run killed and
 resumed writes the same file as an uninterrupted one. `validate` is the same scoring for a
 model that is not training (the untrained start point of `finetune.train_examples=0`).
 """
@@ -24,7 +27,7 @@ from pathlib import Path
 
 import torch
 
-from megatron_biglm.checkpoint.dirs import best_checkpoint_name, iteration_name, point_best
+from megatron_biglm.checkpoint.dirs import MANIFEST, best_checkpoint_name, iteration_name, point_best
 
 RESULTS_FILE = "results.json"
 
@@ -114,11 +117,19 @@ class TaskValidator:
     def on_save(self, loop_state, path) -> None:  # noqa: ARG002
         """The `best` pointer follows the best validation, once its checkpoint is sealed."""
         best = best_record(self.recipe.history, self.recipe.select_split, self.recipe.select_metric)
-        if best is None or not _is_rank0():
+        if not _is_rank0():
+            return
+        if best is None:
+            self.write_results()
             return
         name = iteration_name(best["step"])
-        if best_checkpoint_name(self.root) != name and (self.root / name).is_dir():
+        if best_checkpoint_name(self.root) != name and self._sealed(best["step"]):
             point_best(self.root, best["step"])
+        self.write_results()  # now naming the checkpoint just sealed
+
+    def _sealed(self, step: int) -> bool:
+        """Whether the checkpoint of `step` is sealed (its manifest written last, after every shard)."""
+        return (self.root / iteration_name(step) / MANIFEST).is_file()
 
     def results(self) -> dict:
         r = self.recipe
@@ -127,15 +138,17 @@ class TaskValidator:
             "task": r.task.name, "kind": r.task.kind,
             "select": {"split": r.select_split, "metric": r.select_metric},
             "steps_per_epoch": self.steps_per_epoch, "train_steps": self.train_steps,
-            "finished": (bool(r.history) and r.history[-1]["step"] == self.train_steps) or
-                        (not r.eval_split_names() and self.last_step == self.train_steps),
+            "finished": ((bool(r.history) and r.history[-1]["step"] == self.train_steps) or
+                         (not r.eval_split_names() and self.last_step == self.train_steps))
+                        and (self.train_steps == 0 or self._sealed(self.train_steps)),
             "stopped_early": (self.early_stop_reason() if r.history and r.history[-1]["step"] < self.train_steps
                               else None),
             "validations": r.history,
             "best_step": best["step"] if best else None,
             "best_epoch": best["epoch"] if best else None,
             "best_metric": best["valid"][r.select_split][r.select_metric] if best else None,
-            "best_checkpoint": iteration_name(best["step"]) if best and best["step"] else None,  # step 0: untrained
+            # step 0: untrained; a checkpoint not yet (or never) sealed is not named
+            "best_checkpoint": iteration_name(best["step"]) if best and best["step"] and self._sealed(best["step"]) else None,
             "best_valid": best["valid"] if best else None,
             "test": best["test"] if best else None,
             "data": self.data_summary,

@@ -1,9 +1,10 @@
-"""`BiGLMHeadModel`: the BiGLM trunk with a task head that owns weights (classification, span).
+"""`BiGLMHeadModel`: the BiGLM trunk with a task head that owns weights (a `TaskHead` entry:
+classification, span, or one registered from outside).
 
 Why a subclass and not a second model: the trunk, its parameter names, parallelism, checkpoints
 and the attention rule stay BiGLMModel's; only the last step differs. The head sits on the last
 pipeline stage as the submodule `task_head` (its weights are `task_head.*`, rows of
-`export/weight_table.HEAD_TABLES`), and reads the final hidden states instead of the masked-LM
+`export/weight_table.head_rows`), and reads the final hidden states instead of the masked-LM
 projection (the tied output layer stays, unused, so a masked-LM checkpoint loads into it).
 
   model(input_ids, *, split=None, valid_lengths=None) -> the head's output on the last stage
@@ -15,16 +16,17 @@ from typing import Optional
 
 import torch
 
+from megatron_biglm.checkpoint.task_head import HeadRecord
+
 from .biglm_model import BiGLMModel
-from .heads import HEADS, build_head
+from .heads import build_head, task_head
+from .provider import as_model_config
 
 
 class BiGLMHeadModel(BiGLMModel):
     def __init__(self, config, model_config, head: str, head_options: Optional[dict] = None,
                  pre_process: bool = True, post_process: bool = True, vp_stage=None, pg_collection=None):
-        if head not in HEADS or not HEADS[head].owns_weights:
-            raise ValueError(f"BiGLMHeadModel takes a head with weights, one of "
-                             f"{sorted(n for n, s in HEADS.items() if s.owns_weights)}; got {head!r}")
+        task_head(head)  # a registered task head, or a clear refusal
         super().__init__(config, model_config, pre_process=pre_process, post_process=post_process,
                          vp_stage=vp_stage, pg_collection=pg_collection)
         self.head_name, self.head_options = head, dict(head_options or {})
@@ -46,8 +48,6 @@ def head_model_provider(head: str, head_options: Optional[dict] = None):
     """A `model_provider` (the Recipe seam's signature) building `BiGLMHeadModel` chunks."""
 
     def provider(pre_process: bool, post_process: bool, config, transformer_config):
-        from .provider import as_model_config
-
         return BiGLMHeadModel(transformer_config, as_model_config(config), head, head_options,
                               pre_process=pre_process, post_process=post_process)
 
@@ -56,12 +56,9 @@ def head_model_provider(head: str, head_options: Optional[dict] = None):
 
 def head_of_record(record) -> tuple[str, dict] | None:
     """(head name, head options) that build the model a checkpoint's task-head record
-    (`checkpoint/task_head.py`) describes, or None for the masked-LM model (no record, or an
-    embedder's, which pools the trunk's hidden states and owns no weights)."""
-    from megatron_biglm.checkpoint.task_head import HeadRecord
-
+    (`checkpoint/task_head.py`) describes, read through the head's entry, or None for the
+    masked-LM model (no record, or an embedder's, which pools the trunk's hidden states and
+    owns no weights)."""
     if not isinstance(record, HeadRecord):
         return None
-    if record.head == "classification":
-        return "classification", {"num_labels": record.num_labels, "pooling": record.pooling}
-    return record.head, {}
+    return record.head, task_head(record.head).options_of(record)

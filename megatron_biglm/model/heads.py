@@ -3,9 +3,9 @@
 The trunk (`BiGLMModel`: embedding, layers, final norm) is shared by every task; a head reads
 its hidden states `[s, b, h]` (full sequence, gathered under sequence parallelism) and returns
 the task's output: the masked-LM head, pooling, and the optional CMLM `length` head (built by
-BiGLMModel when `model.length_head_max > 0`). Span start/end and sequence classification are
-further entries of `HEADS`, each with a
-`HeadSpec`; a head that owns weights also adds its rows to `export/weight_mapping.py`'s table.
+BiGLMModel when `model.length_head_max > 0`). A task head with weights of its own (sequence
+classification, span start/end) is a `TaskHead` entry (`task_heads.py`): export, import, the
+head model and the loaders read its facts there.
 
 The masked-LM head owns no weights: it projects through megatron's `output_layer` with the
 tied word embedding, so its parameter names (`output_layer.weight` on a PP>1 last stage) stay
@@ -24,6 +24,7 @@ import torch
 
 from .loss import mask_padded_vocab, sparse_prediction_loss
 from .pooling import POOLING_MODES, pool_hidden
+from .task_heads import TaskHead
 
 
 class Head(Protocol):
@@ -174,10 +175,10 @@ class LengthHead(torch.nn.Module):
         return LengthCandidates(top.indices, top.values)
 
 
-HEADS: Dict[str, HeadSpec] = {}
+HEADS: Dict[str, HeadSpec | TaskHead] = {}
 
 
-def register_head(spec: HeadSpec) -> HeadSpec:
+def register_head(spec: HeadSpec | TaskHead) -> HeadSpec | TaskHead:
     """Add a kind of head; a name is registered once (a second spec under it is a mistake)."""
     if spec.name in HEADS:
         raise ValueError(f"a head named {spec.name!r} is already registered")
@@ -192,17 +193,37 @@ def build_head(name: str, **options) -> Head:
     return HEADS[name].build(**options)
 
 
-# the built-in heads: (name, build, owns_weights, doc)
+def task_head(name: str) -> TaskHead:
+    """The entry of the task head `name`; an unknown name is refused, naming the task heads."""
+    entry = HEADS.get(name)
+    if not isinstance(entry, TaskHead):
+        raise ValueError(f"{name!r} is not a registered task head; task heads: "
+                         f"{sorted(n for n, e in HEADS.items() if isinstance(e, TaskHead))} (a new one: "
+                         "model.heads.register_head(TaskHead(...)))")
+    return entry
+
+
+# the built-in heads without an export of their own: (name, build, owns_weights, doc)
 for _name, _build, _owns, _doc in (
         ("masked_lm", MaskedLMHead, False,
          "logits, or the sparse-prediction per-token loss, through the tied output layer"),
         ("pooling", PoolingHead, False,
          "one vector per sample: mean / first / last over the valid tokens"),
-        ("classification", ClassificationHead, True,
-         "sequence labels: pooled -> dense -> GELU -> classifier (EuroBertForSequenceClassification)"),
-        ("span", SpanHead, True,
-         "extractive QA: start/end logits per position (EuroBertForTokenClassification, 2 labels)"),
         ("length", LengthHead, True,
          "CMLM length classes 0..max_length from the mean-pooled prefix [0, split)")):
     register_head(HeadSpec(name=_name, build=_build, owns_weights=_owns, doc=_doc))
 del _name, _build, _owns, _doc
+
+#: HF's names of the pooling modes EuroBertForSequenceClassification reads (`classifier_pooling`)
+HF_POOLING = {"mean": "mean", "first": "bos"}
+
+register_head(TaskHead(
+    name="classification", module=ClassificationHead, hf_class="EuroBertForSequenceClassification",
+    hf_names={"dense": "dense", "classifier": "classifier"},
+    options_of=lambda r: {"num_labels": r.num_labels, "pooling": r.pooling},
+    hf_config=lambda r: {"classifier_pooling": HF_POOLING[r.pooling], "problem_type": r.problem_type},
+    doc="sequence labels: pooled -> dense -> GELU -> classifier (EuroBertForSequenceClassification)"))
+register_head(TaskHead(
+    name="span", module=SpanHead, hf_class="EuroBertForTokenClassification",
+    hf_names={"classifier": "classifier"}, options_of=lambda r: {}, hf_config=lambda r: {},
+    doc="extractive QA: start/end logits per position (EuroBertForTokenClassification, 2 labels)"))

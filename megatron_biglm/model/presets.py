@@ -11,7 +11,7 @@ import os
 from pathlib import Path
 from typing import Any, Mapping, Optional
 
-import yaml
+from megatron_biglm.common.yaml_file import DuplicateKeyError, load_yaml
 
 from .config import BiGLMModelConfig, ModelConfigError
 
@@ -50,7 +50,10 @@ def read_preset_file(name_or_path: "str | os.PathLike") -> dict:
     """The raw preset document: {'model': {...}, 'reference_training': {...}}."""
     path = preset_path(name_or_path)
     with open(path, encoding="utf-8") as fh:
-        doc = yaml.safe_load(fh) or {}
+        try:
+            doc = load_yaml(fh) or {}
+        except DuplicateKeyError as exc:
+            raise ModelConfigError(f"preset {path}: {exc}") from None
     if not isinstance(doc, dict) or "model" not in doc:
         raise ModelConfigError(f"preset {path} must be a mapping with a 'model:' section")
     extra = [k for k in doc if k not in _SECTIONS]

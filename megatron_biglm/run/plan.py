@@ -17,7 +17,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass, field
 
-from megatron_biglm.config import ConfigError, RunConfig, derive
+from megatron_biglm.config import ConfigError, RunConfig, check_sequence_fits, derive
 from megatron_biglm.config.finetune_section import INIT_KEY
 from megatron_biglm.finetune.data_files import check_split_files
 from megatron_biglm.finetune.epochs import steps_per_epoch, train_steps
@@ -169,6 +169,7 @@ def plan_finetune(cfg: RunConfig) -> FinetunePlan:
                           "megatron_biglm.cli.train for pretraining")
     if not cfg.data.tokenizer:
         raise ConfigError("fine-tuning needs data.tokenizer (the pretrained model's tokenizer)")
+    check_sequence_fits(cfg)  # finetune.max_length fits the model, before any data is read
     try:
         task = get_task(options.task)
     except ValueError as exc:

@@ -1,6 +1,6 @@
 """The run driver: `train(cfg, recipe=..., callbacks=..., init_from=...)` runs (or resumes) one
 training run of a loaded `RunConfig` through its named phases (prepare, choose the start,
-build, announce, loop, finish). Pretraining (`cli/train.py`) and every fine-tune
+build, announce, loop, finish), holding the run directory's lock (`run_lock.py`) for its life. Pretraining (`cli/train.py`) and every fine-tune
 (`run/finetune.py`) are this function with another recipe; the config is loaded once, by
 whoever calls it, and what ran is saved as the run's config.yaml.
 
@@ -60,14 +60,22 @@ def train(cfg: RunConfig, *, recipe=None, callbacks=(), init_from=None) -> Train
     a run without checkpoints of its own starts from, with a fresh optimizer and schedule
     (fine-tuning); once the run has saved, `checkpoint.load` (auto) resumes those instead.
     """
-    from megatron_biglm.training import distributed
-    from megatron_biglm.training.backends import select_backend
     from megatron_biglm.training.callbacks import Callbacks
-    from megatron_biglm.training.pretrain_recipe import PretrainRecipe
+
+    from .run_lock import run_dir_lock
 
     if not isinstance(cfg, RunConfig):
         raise TypeError(f"train() takes a loaded RunConfig (megatron_biglm.config.load_config), got {type(cfg).__name__}")
     callbacks = Callbacks(callbacks)  # a callback with no event is refused before anything is built
+    with run_dir_lock(cfg.run_dir):  # one run per run_dir, held for the run's life (run_lock.py)
+        return _train(cfg, recipe, callbacks, init_from)
+
+
+def _train(cfg: RunConfig, recipe, callbacks, init_from) -> TrainResult:
+    from megatron_biglm.training import distributed
+    from megatron_biglm.training.backends import select_backend
+    from megatron_biglm.training.pretrain_recipe import PretrainRecipe
+
     cfg = _pin_tokenizer(cfg)
     recipe = recipe if recipe is not None else PretrainRecipe()
     backend = select_backend(cfg.training.backend)
@@ -219,6 +227,7 @@ def _loop(cfg, info, backend, run: _Run, parts: _Parts, metrics, recipe, callbac
     Every checkpoint seals the resolved config and the recipe's own records (a fine-tune's
     task_head.json) with its shards."""
     from megatron_biglm.checkpoint.files import RunFiles
+    from megatron_biglm.checkpoint.space import check_room, checkpoint_bytes, save_errors
     from megatron_biglm.data.pretrain_data import make_loader
     from megatron_biglm.model.shape import shape_of
     from megatron_biglm.training import loop
@@ -240,8 +249,11 @@ def _loop(cfg, info, backend, run: _Run, parts: _Parts, metrics, recipe, callbac
 
     def save(st):
         files = RunFiles(cfg.to_yaml(), cfg.checkpoint.keep_last, recipe.checkpoint_files())
-        path = backend.save(cfg.checkpoint_dir, st.iteration, parts.model_chunks, parts.optimizer, parts.scheduler,
-                            {**checkpoint_state(st, parts.stateful), "backend": backend.name}, files, run.signature)
+        needed = checkpoint_bytes(cfg.checkpoint_dir, (p for m in parts.model_chunks for p in m.parameters()))
+        check_room(cfg.checkpoint_dir, needed)  # a full disk: one line, before a byte is written
+        with save_errors(cfg.checkpoint_dir, needed):
+                path = backend.save(cfg.checkpoint_dir, st.iteration, parts.model_chunks, parts.optimizer, parts.scheduler,
+                                {**checkpoint_state(st, parts.stateful), "backend": backend.name}, files, run.signature)
         callbacks.save(st, path)
         return path
 

@@ -152,9 +152,10 @@ def _run(c: Components, state: LoopState, data, last: int) -> LoopState:
         c.metrics.log(record)
         c.callbacks.log(record)
 
-    def settle():
-        """Read what the device holds (raises if the run diverged); the window's figures."""
-        c.guard.settle()
+    def settle(at_save: bool = False):
+        """Read what the device holds (raises if the run diverged, or, at a save or the last
+        step, if every step so far was non-finite); the window's figures."""
+        c.guard.settle(state.iteration if at_save or state.iteration == last else None)
         return window.read(c, state, seq, gbs)
 
     def validate():
@@ -172,7 +173,7 @@ def _run(c: Components, state: LoopState, data, last: int) -> LoopState:
                        **{k: v for k, v in val.items() if k != "loss"}})
 
     def save():
-        settle()
+        settle(at_save=True)
         return c.save_fn(state)
 
     if state.iteration == 0 and t.eval_interval > 0:

@@ -79,10 +79,17 @@ class NonFiniteGuard:
             self._device = None
         return self._host
 
-    def settle(self) -> None:
-        """Read the device counters; raises TooManyNonFinite if K came in a row."""
-        self.settled()
+    def settle(self, steps_run: int | None = None) -> None:
+        """Read the device counters; raises TooManyNonFinite if K came in a row, or, given
+        `steps_run` (the run's steps so far, at a save or its end), if every one of them was
+        non-finite: such a run changed no weight, and must not be saved or reported as finished."""
+        counts = self.settled()
         self._raise_if_diverged("NaN/inf")
+        if steps_run and counts[_IN_A_ROW] >= steps_run:
+            raise TooManyNonFinite(
+                f"the loss was NaN/inf at every one of the run's {steps_run} steps (all skipped: no weight "
+                f"changed); stopping without saving. Lower optimizer.lr, or check the data and the start "
+                f"checkpoint.")
 
     def _raise_if_diverged(self, loss) -> None:
         counts = self._host

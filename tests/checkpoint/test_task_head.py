@@ -130,3 +130,26 @@ def test_the_export_reads_the_record_and_an_old_checkpoint_the_migration(head_ch
     _reseal(ckpt, "config.yaml")  # as that run sealed it
     assert names == ["entailment", "not_entailment"]
     assert open_checkpoint(ckpt).task_head()[0].id2label == ("follows", "not")
+
+
+def test_an_exported_head_imports_back_with_its_record_and_the_same_logits(head_checkpoint, tmp_path):
+    """The export's config.json carries the record (`biglm_task_head`); the import reads it,
+    builds the head its entry names, seals the record with the checkpoint, and the imported
+    model computes what the fine-tuned one did."""
+    import torch
+
+    from megatron_biglm.config.trained_checkpoint import open_checkpoint
+    from megatron_biglm.export.convert_from_hf import from_hf
+    from megatron_biglm.export.convert_to_hf import to_hf
+    from megatron_biglm.inference.loading import load_megatron_checkpoint
+
+    to_hf(head_checkpoint, tmp_path / "hf", progress=False)
+    from_hf(tmp_path / "hf", tmp_path / "imported", progress=False)
+    record, _ = open_checkpoint(head_checkpoint).task_head()
+    assert open_checkpoint(tmp_path / "imported").task_head() == (record, None)
+    tokens = torch.randint(5, 40, (3, 10))
+    lengths = torch.tensor([10, 7, 4])
+    logits = [load_megatron_checkpoint(path).model(tokens, split=None, valid_lengths=lengths)
+              for path in (head_checkpoint, tmp_path / "imported")]
+    assert logits[0].shape == (3, 2)
+    torch.testing.assert_close(logits[1], logits[0], atol=0, rtol=0)

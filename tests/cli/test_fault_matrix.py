@@ -528,6 +528,86 @@ FAULTS += [
           130, r"\Asecond Ctrl-C: stopped without saving; the last sealed checkpoint is kept\n\Z"),
 ]
 
+# ------------------------------------------------------------------ run directories, saving, values
+def with_notes(env) -> Path:
+    """A finished fine-tune's run_dir where the user also keeps notes and an earlier fine-tune."""
+    run_dir = finished_finetune(env)
+    (run_dir / "NOTES.txt").write_text("what I tried")
+    shutil.copytree(finished_finetune_copy(env, run_dir), run_dir / "earlier")
+    return run_dir
+
+
+def finished_finetune_copy(env, run_dir) -> Path:
+    """A copy of `run_dir` beside it (a complete fine-tune: checkpoints, best, results.json)."""
+    copy = env.tmp / "copy"
+    shutil.copytree(run_dir, copy)
+    return copy
+
+
+def held(env, *overrides):
+    """The own-data fine-tune while another process's lock holds its run_dir (a flock on
+    run.lock through another open file, as another process takes it)."""
+    import fcntl
+    import os
+    run_dir = env.tmp / "busy"
+    run_dir.mkdir()
+    fd = os.open(run_dir / "run.lock", os.O_RDWR | os.O_CREAT)
+    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    os.write(fd, json.dumps({"host": "node7", "pid": 4242, "started": "2026-01-01T00:00:00+00:00"}).encode())
+    try:
+        return own_finetune(env, *overrides, run_dir=run_dir)
+    finally:
+        os.close(fd)
+
+
+def duplicate_key(env):
+    from megatron_biglm.cli.train import main
+    config = env.file("dup.yaml", b"optimizer:\n  lr: 0.001\ntraining:\n  seed: 1\noptimizer:\n  min_lr: 0.0001\n")
+    return main(["--config", str(config), f"run_dir={env.out / 'run'}"])
+
+
+def every_step_nan(env):
+    """A 3-step pretraining (fewer than training.max_nonfinite_in_a_row) whose every loss is NaN
+    (it raises `TooManyNonFinite`, a RuntimeError; the CLI exits 3 on it)."""
+    from train_fixtures import poisoned_train
+    return poisoned_train(env.config, [f"run_dir={env.tmp / 'nan'}", "schedule.train_steps=3", "schedule.warmup_steps=1",
+                                       "checkpoint.save_interval=100"], lambda step, out: out * float("nan"))
+
+
+FAULTS += [
+    Fault("fine-tuning", "overwrite a run_dir holding the user's notes and an earlier fine-tune",
+          lambda e: own_finetune(e, "finetune.overwrite=true", "finetune.epochs=2", run_dir=with_notes(e)),
+          2, r"finetune\.overwrite: run_dir \S+ holds what no run wrote there: NOTES\.txt, earlier/ \(a fine-tune "
+             r"nested there\); nothing was deleted"),
+    Fault("fine-tuning", "run_dir holding the run's own data files", lambda e: own_finetune(e, run_dir=e.tmp),
+          2, r"run_dir \S+ holds this run's own input files \(finetune\.data\.train=\S+train\.csv, "
+             r"finetune\.data\.validation=\S+valid\.csv\)"),
+    Fault("fine-tuning", "run_dir is init_from", lambda e: own_finetune(e, f"finetune.init_from={e.checkpoints()}",
+                                                                        run_dir=e.checkpoints()),
+          2, r"run_dir and finetune\.init_from are the same path"),
+    Fault("fine-tuning", "run_dir is a file", lambda e: own_finetune(e, run_dir=e.file("afile", b"x")),
+          2, r"\Aerror: run_dir \S+afile: \S+afile is a file, not a folder; remove it or choose another run_dir\n\Z"),
+    Fault("fine-tuning", "run_dir in use by another run", held,
+          2, r"\Aerror: run_dir \S+busy is in use by another run \(pid 4242 on node7, started 2026-01-01T00:00:00\+00:00\)"),
+    Fault("fine-tuning", "resume with another schedule", lambda e: own_finetune(e, "finetune.schedule=cosine",
+                                                                                 run_dir=finished_finetune(e)),
+          2, r"finetune\.schedule: 'linear' there, 'cosine' here.*finetune\.resume_changes=\[finetune\.schedule\]"),
+    Fault("fine-tuning", "resume with another weight decay", lambda e: own_finetune(e, "optimizer.weight_decay=0.3",
+                                                                                     run_dir=finished_finetune(e)),
+          2, r"optimizer\.weight_decay: 0\.01 there, 0\.3 here"),
+    Fault("fine-tuning", "max_length past the model", lambda e: own_finetune(e, "finetune.max_length=600"),
+          2, r"\Aerror: finetune\.max_length=600 exceeds the model's maximum model\.seq_length=\d+; lower "
+             r"finetune\.max_length"),
+    Fault("config", "learning rate inf", lambda e: own_finetune(e, "optimizer.lr=inf"),
+          2, r"config key 'optimizer\.lr': 'inf' is not a finite number"),
+    Fault("config", "learning rate nan", lambda e: own_finetune(e, "optimizer.lr=nan"),
+          2, r"config key 'optimizer\.lr': 'nan' is not a finite number"),
+    Fault("config", "a key written twice", duplicate_key,
+          2, r"config file \S+dup\.yaml: key 'optimizer' is written twice in one mapping, at line 1 and line 5"),
+    Fault("training", "every step non-finite", every_step_nan,
+          RuntimeError, r"the loss was NaN/inf at every one of the run's 3 steps"),
+]
+
 def test_what_the_start_refusals_leave_possible(saved_run, other_tokenizer, tmp_path, capsys):  # noqa: F811
     """The other side of the rows above: the corrected rerun of a failed start runs in the same
     run_dir (no claim was left); `finetune.reinit_mismatched_heads=true` starts a head of

@@ -162,12 +162,15 @@ def test_bad_settings_fail_with_a_message(task, monkeypatch):
 
 
 def test_module_entry_and_launch_script_dry_run():
-    env = {**os.environ, "PYTHONPATH": str(REPO), "DRY_RUN": "1", "TASK": "cb", "NODES": "1"}
+    env = {**os.environ, "PYTHONPATH": str(REPO), "DRY_RUN": "1", "TASK": "cb", "NODES": "1",
+           "PYTHON": sys.executable}
+    for key in ("TP", "PP", "MBS", "GBS"):
+        env.pop(key, None)
     proc = subprocess.run([sys.executable, "-m", "megatron_biglm.cli.finetune", "--help"], capture_output=True,
                           text=True, env=env, cwd=REPO, timeout=120)
     assert proc.returncode == 0 and "finetune" in proc.stdout, proc.stderr
     proc = subprocess.run(["bash", str(REPO / "launch" / "finetune.sh")], capture_output=True, text=True,
-                          env=env, cwd=REPO, timeout=60)
+                          env=env, cwd=REPO, timeout=300)
     assert proc.returncode == 0, proc.stderr
     import shlex
 
@@ -177,7 +180,8 @@ def test_module_entry_and_launch_script_dry_run():
     config = argv[argv.index("--config") + 1]
     assert config.endswith("examples/configs/finetune/cb.yaml")
     cfg = load_config(config, argv[argv.index("--config") + 2:])
-    assert cfg.finetune.task == "cb" and cfg.training.global_batch_size == 32
+    # the task config's batch sizes: the launcher passes none of its own
+    assert cfg.finetune.task == "cb" and cfg.training.global_batch_size == load_config(config).training.global_batch_size
 
 
 def test_starts_from_the_weights_of_another_run(straight, task, tmp_path):

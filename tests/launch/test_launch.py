@@ -22,8 +22,11 @@ def _paths(monkeypatch):
 
 
 def _dry_run(script, **env):
-    full = {**os.environ, "DRY_RUN": "1", "DATA_ROOT": "/data", "BIGLM_TOKENIZER": "/tok", **env}
-    for key in ("SLURM_JOB_NUM_NODES", "SLURM_JOB_NODELIST", "SLURM_JOB_ID", "NODES", "TP", "PP"):
+    import sys
+
+    full = {**os.environ, "DRY_RUN": "1", "DATA_ROOT": "/data", "BIGLM_TOKENIZER": "/tok",
+            "PYTHON": sys.executable, "PYTHONPATH": str(REPO), **env}
+    for key in ("SLURM_JOB_NUM_NODES", "SLURM_JOB_NODELIST", "SLURM_JOB_ID", "NODES", "TP", "PP", "MBS", "GBS"):
         if key not in env:
             full.pop(key, None)
     return subprocess.run(["bash", str(REPO / "launch" / script)], capture_output=True, text=True,
@@ -131,3 +134,51 @@ def test_preprocess_with_a_python_that_lacks_the_package_names_the_PYTHON_variab
     assert done.stderr.startswith("preprocess: PYTHON=/usr/bin/python3 cannot import megatron_biglm (")
     assert "set PYTHON to the python that has the package installed" in done.stderr
     assert "Traceback" not in done.stderr
+
+
+def test_finetune_dry_run_shows_the_tasks_batch_sizes_unless_set():
+    proc = _dry_run("finetune.sh", TASK="boolq")
+    assert proc.returncode == 0, proc.stderr
+    assert "mbs=8 gbs=16" in proc.stdout and "mbs from config, gbs from config" in proc.stdout
+    _, _, _, overrides = _command(proc.stdout)
+    assert not any(o.startswith(("training.micro_batch_size", "training.global_batch_size")) for o in overrides)
+    proc = _dry_run("finetune.sh", TASK="boolq", MBS="4")
+    assert proc.returncode == 0, proc.stderr
+    assert "mbs=4 gbs=16" in proc.stdout and "mbs from environment MBS, gbs from config" in proc.stdout
+
+
+def test_a_python_without_the_package_is_one_line():
+    proc = _dry_run("pretrain_136m.sh", PYTHON="/bin/false")
+    assert proc.returncode == 2 and proc.stderr.strip().count("\n") == 0
+    assert "cannot import megatron_biglm" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def _fake_srun_env(tmp_path, **extra):
+    import sys
+
+    fake = tmp_path / "bin"
+    fake.mkdir(exist_ok=True)
+    (fake / "srun").write_text("#!/bin/sh\necho fake srun called\n")
+    (fake / "srun").chmod(0o755)
+    env = {**os.environ, "PATH": f"{fake}{os.pathsep}{os.environ['PATH']}", "PYTHON": sys.executable,
+           "PYTHONPATH": str(REPO), "REQUEUE": "0", "DATA_ROOT": "/data", "BIGLM_TOKENIZER": "/tok",
+           "RUN_DIR": str(tmp_path / "run"), **extra}
+    for key in ("DRY_RUN", "SLURM_JOB_NUM_NODES", "SLURM_JOB_NODELIST", "SLURM_JOB_ID", "TP", "PP", "MBS", "GBS"):
+        if key not in extra:
+            env.pop(key, None)
+    return env
+
+
+@pytest.mark.slow
+def test_a_layout_that_does_not_fit_is_refused_before_srun(tmp_path):
+    """PLAN=refuse (the default) stops before srun with the planner's line; PLAN=warn runs it."""
+    env = _fake_srun_env(tmp_path, NODES="1", GPU_KIND="a100-40gb", MBS="64", GBS="512")
+    script = str(REPO / "launch" / "pretrain_3p5b.sh")
+    args = ["model.attention_backend=sdpa", "training.precision=fp32"]  # the kernel check passes on a CPU
+    proc = subprocess.run(["bash", script, *args], capture_output=True, text=True, env=env, cwd=REPO)
+    assert proc.returncode == 2, proc.stderr
+    assert "biglm-plan: does not fit" in proc.stderr and "nearest that fits" in proc.stderr
+    assert "fake srun called" not in proc.stdout
+    proc = subprocess.run(["bash", script, *args], capture_output=True, text=True, env={**env, "PLAN": "warn"},
+                          cwd=REPO)
+    assert proc.returncode == 0 and "fake srun called" in proc.stdout and "PLAN=warn" in proc.stderr

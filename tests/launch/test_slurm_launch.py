@@ -278,3 +278,14 @@ def test_preprocess_array_merges_to_one_process_bytes_and_redoes_only_a_cancelle
     for suffix in ("bin", "idx"):
         assert (tmp_path / f"merged_text_document.{suffix}").read_bytes() == \
             (tmp_path / f"single_text_document.{suffix}").read_bytes()
+
+
+def test_a_layout_that_cannot_fit_is_refused_before_torchrun(slurm, tmp_path):
+    """The 3.5B config at micro-batch 64 on two CPU processes (hundreds of GB of activations):
+    biglm-plan predicts it does not fit this machine's memory, so the job stops before srun and ends FAILED with the planner's line in its log."""
+    env = slurm.env(DEVICE="cpu", TP=1, PP=1, MBS=64, GBS=128, MASTER_PORT=free_port(), RUN_DIR=tmp_path / "run",
+                    DATA_ROOT=tmp_path, BIGLM_TOKENIZER=tmp_path / "tok")
+    job = Job(slurm, "pretrain_3p5b.sh", ONE_NODE, env, tmp_path).wait()
+    assert job.end.states == ["FAILED"], job.text[-3000:]
+    assert "biglm-plan: does not fit" in job.text and "the plan before srun" in job.text
+    assert "torch.distributed.run" not in job.text and not (tmp_path / "run" / "metrics.jsonl").exists()

@@ -70,12 +70,11 @@ def test_registry_builds_known_heads_and_refuses_unknown_or_duplicate_names():
         register_head(HeadSpec("masked_lm", MaskedLMHead, owns_weights=False, doc=""))
     with pytest.raises(ValueError, match="pooling mode"):
         PoolingHead("max")
-    from megatron_biglm.export.weight_table import head_table, sidecar_file
+    from megatron_biglm.export.weight_table import head_rows, sidecar_file
 
     owning = {name for name, spec in HEADS.items() if spec.owns_weights}
     assert {"classification", "span", "length"} <= owning and not HEADS["masked_lm"].owns_weights
-    for name in ("classification", "span"):  # a head with weights has its weight-table rows
-        assert head_table(name, num_labels=3)
+    assert head_rows("classification", {"num_labels": 3}) and head_rows("span", {})  # a task head's rows
     # the length head, which EuroBertForMaskedLM cannot hold, is exported to its own file
     assert sidecar_file("length_head.weight") is not None
 

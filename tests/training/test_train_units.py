@@ -135,3 +135,13 @@ def test_metrics_jsonl_and_tensorboard(tmp_path):
         f.write('{"step": 3, "lo')
     with pytest.warns(UserWarning, match="skipped 1 unparseable"):
         assert len(read_metrics(tmp_path / "metrics.jsonl")) == 2
+
+
+def test_a_run_whose_every_step_was_non_finite_stops_at_its_save_or_end():
+    guard = NonFiniteGuard(max_in_a_row=5)
+    assert not guard.check(float("nan"), 1) and not guard.check(float("inf"), 2)
+    guard.settle()  # 2 in a row, below 5: the run goes on
+    with pytest.raises(TooManyNonFinite, match=r"NaN/inf at every one of the run's 2 steps .*stopping without saving"):
+        guard.settle(steps_run=2)
+    guard.check(1.0, 3)  # one good step: the run changed weights, and may be saved
+    guard.settle(steps_run=3)

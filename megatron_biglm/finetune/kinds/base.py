@@ -109,7 +109,7 @@ class FinetuneRecipe(Recipe):
     def declared_schema(cls, spec, problem: str, common: dict, where: str):
         """The columns a declaration of this kind names (a `DatasetSchema`; `common`: its name and
         hub keys). By default: the text `fields` and a label column; none without `reads_columns`."""
-        from ..tasks.columns import labelled_schema
+        from ..columns import labelled_schema
 
         if not cls.reads_columns:
             return DatasetSchema(text_fields=(), label_field=None, **common)

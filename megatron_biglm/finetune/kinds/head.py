@@ -11,7 +11,7 @@ over the global batch's examples, by the task's `problem_type` (HF's names and l
   multi_label_classification   one sigmoid per label, binary cross-entropy summed over the
                                labels; predicts every label whose logit is > 0 (p > 0.5)
 Validation scores the predictions with the task's metrics. Exports as
-EuroBertForSequenceClassification (`export.head_export`) with config.json's `problem_type` and
+the head's HF class (`export.head_export`; EuroBertForSequenceClassification) with config.json's `problem_type` and
 `id2label` from the checkpoint's head record (`task_head.json`: the task's problem type, and
 `finetune.options.label_names`, which the kind fills in from the data set's schema and writes
 into the run config, so its checkpoints carry them; set it to rename the labels).
@@ -36,7 +36,8 @@ from megatron_biglm.checkpoint.task_head import HeadRecord
 from megatron_biglm.config import derive
 from megatron_biglm.data.token_ids import TokenIds
 from megatron_biglm.inference.engine import pad
-from megatron_biglm.model.head_model import head_model_provider
+from megatron_biglm.model.head_model import head_model_provider, head_of_record
+from megatron_biglm.model.heads import task_head
 from megatron_biglm.training.recipe import LOSS_KEY
 
 from ..data_files import get_schema
@@ -97,6 +98,7 @@ def collate(examples: Sequence[HeadExample], pad_id: int) -> dict[str, torch.Ten
 class HeadOptions:
     pooling: Literal["mean", "first"] = "mean"   # over the valid tokens, or the first (BOS) token
     label_names: Optional[list] = None           # what the label indices are called (default: the schema's)
+    head: str = "classification"                 # a registered task head returning logits [b, labels]
 
 
 class HeadClassificationRecipe(LabelRecipe):
@@ -129,18 +131,20 @@ class HeadClassificationRecipe(LabelRecipe):
             raise ValueError(f"finetune.options.label_names names {len(self.label_names)} labels "
                              f"({self.label_names}); task {task.name} has {self.num_labels}: give one name per label")
         self.pooling = self.opts.pooling
+        try:
+            task_head(self.opts.head)
+        except ValueError as exc:
+            from megatron_biglm.config import ConfigError
+
+            raise ConfigError(f"finetune.options.head: {exc}") from None
         self.pad_id = TokenIds.from_tokenizer(tokenizer).pad_id
         self.encoder = HeadEncoder(tokenizer, schema.text_fields, options.max_length)
 
     def encode(self, rows: list[dict], report: RowReport, training: bool) -> list:  # noqa: ARG002
         return self.encode_labelled(self.encoder, rows, report)
 
-    @property
-    def head_options(self) -> dict:
-        return {"num_labels": self.num_labels, "pooling": self.pooling}
-
     def task_head(self) -> HeadRecord:
-        return HeadRecord("classification", self.num_labels, self.pooling, self.problem_type, tuple(self.label_names))
+        return HeadRecord(self.opts.head, self.num_labels, self.pooling, self.problem_type, tuple(self.label_names))
 
     def settle(self, config):
         """The label names written into `finetune.options`, so the run's config.yaml names them."""
@@ -148,7 +152,7 @@ class HeadClassificationRecipe(LabelRecipe):
         return derive(config, finetune=dataclasses.replace(config.finetune, options=options))
 
     def model_provider(self, pre_process, post_process, config, transformer_config):
-        return head_model_provider("classification", self.head_options)(
+        return head_model_provider(*head_of_record(self.task_head()))(
             pre_process, post_process, config, transformer_config)
 
     def collate(self, examples: Sequence) -> dict:

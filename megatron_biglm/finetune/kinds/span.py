@@ -1,7 +1,7 @@
 """The span kind, extractive QA (SQuAD v1.1): a start/end span head over question + context windows.
 
 A question's context is cut into windows `[BOS] question [EOS] context-window [EOS]` with a
-doc stride (`tasks/squad_windows.py`; `finetune.options.doc_stride`, `max_query_length`),
+doc stride (`finetune/squad_windows.py`; `finetune.options.doc_stride`, `max_query_length`),
 right-padded to `finetune.max_length`; `split` is 0. The model is `BiGLMHeadModel` with the
 `span` head (start and end logits per position). Loss: per window, the mean of the start and
 end cross-entropies, each a softmax over that window's context positions plus position 0
@@ -9,7 +9,7 @@ end cross-entropies, each a softmax over that window's context positions plus po
 separators and padding can never be picked. One term per window, averaged over the global
 batch's windows. Prediction: the n-best start/end pairs of all windows of a question, spans
 at most `max_answer_length` tokens (`finetune.options.n_best` 20, `max_answer_length` 30;
-`tasks/squad_answers.py`), scored with the official EM/F1 (`metrics.squad`).
+`finetune/squad_answers.py`), scored with the official EM/F1 (`metrics.squad`).
 
 The loop's validation loss uses the selection split encoded with its gold answers; the task
 metric is computed from windows encoded without them. Exports as
@@ -25,14 +25,14 @@ import torch
 
 from megatron_biglm.checkpoint.task_head import HeadRecord
 from megatron_biglm.data.token_ids import TokenIds
-from megatron_biglm.model.head_model import head_model_provider
+from megatron_biglm.model.head_model import head_model_provider, head_of_record
 from megatron_biglm.training.recipe import LOSS_KEY
 
 from ..data_files import DatasetSchema
 from ..metrics import task_scores
 from ..row_report import RowReport
-from ..tasks.squad_answers import squad_predictions
-from ..tasks.squad_windows import SquadEncoder
+from ..squad_answers import squad_predictions
+from ..squad_windows import SquadEncoder
 from .base import FinetuneRecipe
 
 #: a declaration's column keys -> the SQuAD role each names (and its default column)
@@ -93,7 +93,8 @@ class SpanQARecipe(FinetuneRecipe):
         return out
 
     def model_provider(self, pre_process, post_process, config, transformer_config):
-        return head_model_provider("span")(pre_process, post_process, config, transformer_config)
+        return head_model_provider(*head_of_record(self.task_head()))(
+            pre_process, post_process, config, transformer_config)
 
     def collate(self, windows: Sequence) -> dict:
         width = self.options.max_length

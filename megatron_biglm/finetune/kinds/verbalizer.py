@@ -33,7 +33,7 @@ single-token labels exactly the softmax over the label tokens at the mask), or t
 full-vocabulary negative log-likelihood of the gold label's tokens (`over="vocab"`).
 
 Truncation: when the filled prompt does not fit, the longest text field is cut (see
-`tasks/text_fit.py`) and counted in the `RowReport`; a prompt whose fixed text alone does not fit
+`finetune/text_fit.py`) and counted in the `RowReport`; a prompt whose fixed text alone does not fit
 is dropped and counted as `source_too_long`.
 """
 from __future__ import annotations
@@ -48,8 +48,8 @@ from megatron_biglm.data.token_ids import TokenIds
 from megatron_biglm.inference.engine import pad
 
 from ..row_report import SOURCE_TOO_LONG, RowReport
-from ..tasks.columns import TaskDeclarationError, as_list
-from ..tasks.text_fit import fit_template, template_fields
+from ..columns import TaskDeclarationError, as_list
+from ..text_fit import fit_template, template_fields
 from .base import LabelRecipe, accuracy_loss, gold_labels
 
 MASK_PLACEHOLDER = "<mask>"

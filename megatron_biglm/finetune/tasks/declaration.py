@@ -52,7 +52,7 @@ import dataclasses
 from typing import Mapping, Sequence
 
 from ..data_files import DatasetSchema, get_schema, label_order, label_text, label_values
-from .columns import TaskDeclarationError, as_list
+from ..columns import TaskDeclarationError, as_list
 from .task import Task, check_metric_name
 
 #: the declaration keys of every kind (a kind adds its own: `declaration_keys`)

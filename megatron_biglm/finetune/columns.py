@@ -8,7 +8,7 @@ from typing import Sequence
 
 from megatron_biglm.common.config_fields import ConfigError
 
-from ..data_files import DatasetSchema, label_text, names_a_number
+from .data_files import DatasetSchema, label_text, names_a_number
 
 _LABEL_KIND = {"single_label_classification": "single", "regression": "regression",
                "multi_label_classification": "multi"}

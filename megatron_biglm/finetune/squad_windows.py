@@ -30,7 +30,7 @@ import torch
 from megatron_biglm.data.token_ids import TokenIds
 from megatron_biglm.inference.engine import pad
 
-from ..row_report import ANSWER_NOT_IN_CONTEXT, SOURCE_TOO_LONG, RowReport
+from .row_report import ANSWER_NOT_IN_CONTEXT, SOURCE_TOO_LONG, RowReport
 
 NO_ANSWER_POSITION = 0
 
