@@ -39,7 +39,8 @@ Heavy megatron imports are lazy: `python -m megatron_biglm.cli.count_params` onl
 """
 from __future__ import annotations
 
-from .config import ATTENTION_BACKENDS, BiGLMModelConfig, ModelConfigError, resolve_dtype
+from .attention_backends import backend_names, register_backend
+from .config import BiGLMModelConfig, ModelConfigError, resolve_dtype
 from .param_count import count_params, param_breakdown
 from .presets import load_preset, preset_names, reference_training
 
@@ -74,7 +75,7 @@ def __getattr__(name):
 
 
 __all__ = [
-    "ATTENTION_BACKENDS", "BiGLMModelConfig", "ModelConfigError", "resolve_dtype",
+    "backend_names", "register_backend", "BiGLMModelConfig", "ModelConfigError", "resolve_dtype",
     "count_params", "param_breakdown", "load_preset", "preset_names", "reference_training",
     *_LAZY,
 ]

@@ -5,7 +5,7 @@ RoPE, a TransformerBlock from our layer spec, a column-parallel output layer tie
 embedding, pipeline-stage handling, sharded state dicts). Only `forward` differs:
 
   model(input_ids, position_ids=None, *, split=None, valid_lengths=None,
-        labels=None, loss_mask=None, decoder_input=None, return_hidden=False)
+        labels=None, loss_mask=None, predicted_rows=None, decoder_input=None, return_hidden=False)
 
 - `split` [b]: prefix lengths; prefix positions attend to the prefix only, suffix positions
   to everything (the rule: `objective.split_rule.visible`). Split 0 makes every position a
@@ -15,7 +15,8 @@ embedding, pipeline-stage handling, sharded state dicts). Only `forward` differs
 - With `labels` and `loss_mask` [b, s] (last pipeline stage): returns the per-token loss
   [b, s] fp32, 0 where loss_mask is 0. Without labels: logits [b, s, vocab/tp] (or the
   hidden states [b, s, h] with `return_hidden`). Both come from the masked-LM head
-  (`heads.py`, `loss.py`).
+  (`heads.py`, `loss.py`). `predicted_rows`: `loss.predicted_rows` of the loader's host
+  mask, so the loss picks its rows without reading the device mask back.
 - `length_prefix` [b] (needs `model.length_head_max > 0`): also return the length head's
   logits [b, max + 1] from the mean of the prefix rows [0, length_prefix): `(output, logits)`.
 - Not the last pipeline stage: the hidden states [s, b, h] for the next stage.
@@ -105,6 +106,7 @@ class BiGLMModel(GPTModel):
         valid_lengths: Optional[torch.Tensor] = None,
         labels: Optional[torch.Tensor] = None,
         loss_mask: Optional[torch.Tensor] = None,
+        predicted_rows: Optional[torch.Tensor] = None,
         decoder_input: Optional[torch.Tensor] = None,
         return_hidden: bool = False,
         runtime_gather_output: Optional[bool] = None,
@@ -146,7 +148,7 @@ class BiGLMModel(GPTModel):
         hidden = contiguous_grad(hidden)  # the heads read it batch-first: see grad_layout.py
         if return_hidden:
             return hidden.transpose(0, 1).contiguous()
-        output = self.lm_head(self, hidden, labels=labels, loss_mask=loss_mask,
+        output = self.lm_head(self, hidden, labels=labels, loss_mask=loss_mask, predicted_rows=predicted_rows,
                               runtime_gather_output=runtime_gather_output)
         if length_prefix is None:
             return output
@@ -174,7 +176,7 @@ class BiGLMModel(GPTModel):
         table = self.rotary_pos_emb(kv_cache.position_limit(q))  # [n, 1, 1, d]
         rotary = table[:, 0].index_select(0, positions.t().reshape(-1)).reshape(q, b, 1, -1)
         masked = kv_cache.masked_keys(valid_lengths.to(input_ids.device), q)
-        params = BiGLMAttentionParams(backend="sdpa", dense_mask=masked, kv_cache=kv_cache)
+        params = BiGLMAttentionParams(backend="sdpa", derived=~masked, kv_cache=kv_cache)
         return rotary, params
 
     def _sequence_length(self, input_ids, decoder_input) -> int:

@@ -24,10 +24,9 @@ from typing import Any, Literal, Mapping, Optional, Union
 import torch
 
 from megatron_biglm.common.config_fields import ConfigError, build_dataclass
+from megatron_biglm.model.attention_backends import check_backend_name
 from megatron_biglm.model.shape import check_positive_ints
 
-#: Attention backends a config may name (see `megatron_biglm.model.attention_backends`).
-ATTENTION_BACKENDS = ("auto", "sdpa", "local", "flex", "flash", "sdpa_split", "varlen")
 #: `attention_compile` values: compile the flex kernel with torch.compile always, never, or
 #: `auto` (on CUDA only; see `attention_params.resolve_compile`).
 ATTENTION_COMPILE = ("auto", True, False)
@@ -126,10 +125,10 @@ class BiGLMModelConfig:
             raise ModelConfigError("model.init_method_std and model.norm_epsilon must be positive")
         if float(self.rotary_base) <= 1:
             raise ModelConfigError(f"model.rotary_base must be > 1, got {self.rotary_base!r}")
-        if self.attention_backend not in ATTENTION_BACKENDS:
-            raise ModelConfigError(
-                f"model.attention_backend {self.attention_backend!r} is not one of {ATTENTION_BACKENDS}"
-            )
+        try:  # a registered name (or a module:Class), and one that can apply the attention dropout
+            check_backend_name(self.attention_backend, float(self.attention_dropout))
+        except ValueError as exc:
+            raise ModelConfigError(f"model.attention_backend: {exc}") from None
         if self.attention_compile not in ATTENTION_COMPILE or not isinstance(self.attention_compile, (bool, str)):
             raise ModelConfigError(
                 f"model.attention_compile must be auto, true or false, got {self.attention_compile!r}"
@@ -141,12 +140,6 @@ class BiGLMModelConfig:
         if self.transformer_impl not in TRANSFORMER_IMPLS:
             raise ModelConfigError(
                 f"model.transformer_impl {self.transformer_impl!r} is not one of {TRANSFORMER_IMPLS}")
-        if self.attention_backend == "flex" and float(self.attention_dropout) > 0:
-            # Refused at config load: flex would only raise at the first forward.
-            raise ModelConfigError(
-                f"model.attention_backend flex has no attention dropout, and "
-                f"model.attention_dropout is {self.attention_dropout}; set model.attention_backend=auto "
-                "(sdpa, or flash where installed) or sdpa, or model.attention_dropout=0")
 
     # ------------------------------------------------------------------ derived shape
     @property

@@ -54,7 +54,7 @@ class MaskedLMHead:
     """
 
     def __call__(self, model, hidden: torch.Tensor, *, labels: Optional[torch.Tensor] = None,
-                 loss_mask: Optional[torch.Tensor] = None,
+                 loss_mask: Optional[torch.Tensor] = None, predicted_rows: Optional[torch.Tensor] = None,
                  runtime_gather_output: Optional[bool] = None) -> torch.Tensor:
         output_weight = model.output_projection_weight()  # None: untied, output_layer owns it
         if labels is None:
@@ -71,7 +71,7 @@ class MaskedLMHead:
                 "is computed at masked positions only"
             )
         return sparse_prediction_loss(hidden, labels, loss_mask, model.output_layer, output_weight,
-                                      vocab_size=model.model_config.vocab_size)
+                                      vocab_size=model.model_config.vocab_size, rows=predicted_rows)
 
 
 class PoolingHead:

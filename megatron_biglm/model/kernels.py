@@ -19,17 +19,14 @@ import torch
 
 from megatron_biglm.common.config_fields import ConfigError
 
-from .attention_params import FLASH_DTYPES, flash_attn_available, resolve_backend, resolve_compile
+from .attention_backends import DeriveOptions, get_backend, resolve_backend
+from .attention_params import resolve_compile
 
 #: Optional accelerated packages: (import name, distribution names to read a version from).
 OPTIONAL_PACKAGES = {
     "flash-attn": ("flash_attn", ("flash-attn", "flash_attn")),
     "transformer-engine": ("transformer_engine", ("transformer-engine", "transformer_engine")),
     "apex": ("apex", ("apex",)),
-}
-#: What a config naming a kernel needs installed, and how to install it.
-INSTALL_HINTS = {
-    "flash": "pip install flash-attn --no-build-isolation (or the 'gpu' extra: pip install -e '.[gpu]')",
 }
 VERSIONED = ("torch", "megatron-core", "transformers")
 
@@ -66,7 +63,7 @@ def megatron_adam() -> str:
 @dataclass(frozen=True)
 class KernelReport:
     configured: str                     # model.attention_backend as written
-    resolved: str                       # what attention runs: sdpa, flex, flash, local, sdpa_split or varlen
+    resolved: str                       # the registered backend attention runs (attention_backends)
     attention: str                      # the resolved kernel, in words
     adam: str                           # megatron-core's Adam class
     device: str
@@ -86,33 +83,12 @@ class KernelReport:
         return "\n".join(self.lines())
 
 
-def _attention_words(resolved: str, dtype: torch.dtype, compiled: bool) -> str:
-    if resolved == "flash":
-        return f"flash-attn varlen ({dtype})"
-    if resolved == "flex":
-        return "FlexAttention, " + ("compiled (torch.compile)" if compiled else "eager (not compiled)")
-    if resolved == "local":
-        return "megatron's unfused DotProductAttention"
-    if resolved == "sdpa_split":
-        return "torch scaled_dot_product_attention, two mask-free calls per group of equal splits"
-    if resolved == "varlen":
-        return f"torch varlen attention (torch.nn.attention.varlen), one call over prefix/suffix segments ({dtype})"
-    return "torch scaled_dot_product_attention with a dense mask"
-
-
 def check_kernel(attention_backend: str, dtype: torch.dtype, attention_dropout: float = 0.0) -> str:
     """The resolved attention backend, or ConfigError saying what to pip install (or change)."""
-    if attention_backend == "flash" and not flash_attn_available():
-        where = "" if torch.cuda.is_available() else " and a CUDA device (this machine has none)"
-        raise ConfigError(f"model.attention_backend=flash needs the flash-attn package{where}: "
-                          f"{INSTALL_HINTS['flash']}; or set model.attention_backend to auto, flex or sdpa")
-    if attention_backend == "flash" and dtype not in FLASH_DTYPES:
-        raise ConfigError(f"model.attention_backend=flash computes in fp16/bf16 only, the run is {dtype}; set "
-                          f"training.precision=bf16, or model.attention_backend to auto, flex or sdpa")
     try:
         return resolve_backend(attention_backend, dtype, attention_dropout)
     except (ValueError, ImportError) as exc:
-        raise ConfigError(str(exc)) from None
+        raise ConfigError(f"model.attention_backend={attention_backend}: {exc}") from None
 
 
 def kernel_report(attention_backend: str, dtype: torch.dtype, attention_dropout: float = 0.0,
@@ -133,9 +109,10 @@ def kernel_report(attention_backend: str, dtype: torch.dtype, attention_dropout:
     # torch's own version string names its build (+cpu, +cu130), which package metadata drops
     versions = {"python": platform.python_version(), "torch": torch.__version__,
                 **{name: _version(name) for name in VERSIONED if name != "torch"}}
-    return KernelReport(configured=attention_backend, resolved=resolved, attention=_attention_words(resolved, dtype, compiled),
+    words = get_backend(resolved).describe(dtype, DeriveOptions(compile_flex=compiled))
+    return KernelReport(configured=attention_backend, resolved=resolved, attention=words,
                         adam=megatron_adam(), device=device, layers=layers, packages=installed_packages(),
                         versions=versions)
 
 
-__all__ = ["INSTALL_HINTS", "KernelReport", "check_kernel", "installed_packages", "kernel_report"]
+__all__ = ["KernelReport", "check_kernel", "installed_packages", "kernel_report"]

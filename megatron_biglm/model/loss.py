@@ -47,6 +47,16 @@ def mask_padded_vocab(logits: torch.Tensor, vocab_size: Optional[int],
         torch.arange(shard, device=logits.device) >= max(local_valid, 0), float("-inf"))
 
 
+def predicted_rows(loss_mask: torch.Tensor) -> torch.Tensor:
+    """The rows of `hidden.reshape(s * b, h)` that `loss_mask` [b, s] predicts (int64, ascending).
+
+    Row r of the `[s, b, h]` hidden states is (position r // b, sample r % b). Call it on the
+    loader's host mask and move the result: computed from a device mask it is a `nonzero`,
+    which makes the host wait for the device.
+    """
+    return (loss_mask.transpose(0, 1).reshape(-1) != 0).nonzero(as_tuple=True)[0]
+
+
 def sparse_prediction_loss(
     hidden: torch.Tensor,
     labels: torch.Tensor,
@@ -54,13 +64,15 @@ def sparse_prediction_loss(
     output_layer: Callable,
     output_weight: Optional[torch.Tensor],
     vocab_size: Optional[int] = None,
+    rows: Optional[torch.Tensor] = None,
 ) -> torch.Tensor:
     """Per-token cross entropy [b, s] (fp32), computed only where `loss_mask` is non-zero.
 
     hidden: [s, b, h] final-norm output (full sequence, i.e. already gathered under sequence
     parallelism); labels, loss_mask: [b, s]; output_layer: megatron ColumnParallelLinear
     (called with `weight` when embeddings are tied); vocab_size: the tokenizer's rows, the
-    padding rows past it are masked out (`mask_padded_vocab`).
+    padding rows past it are masked out (`mask_padded_vocab`); rows: `predicted_rows` of the
+    mask, computed on the host (None: computed here from `loss_mask`, a device sync on GPU).
     """
     s, b, h = hidden.shape
     if labels.shape != (b, s) or loss_mask.shape != (b, s):
@@ -68,8 +80,7 @@ def sparse_prediction_loss(
             f"labels {tuple(labels.shape)} and loss_mask {tuple(loss_mask.shape)} must both be "
             f"[batch, seq] = {(b, s)}"
         )
-    # Row r of hidden.reshape(s*b, h) is (position r // b, sample r % b): select in that order.
-    rows = (loss_mask.transpose(0, 1).reshape(-1) != 0).nonzero(as_tuple=True)[0]
+    rows = predicted_rows(loss_mask) if rows is None else rows.to(hidden.device, non_blocking=True)
     picked = hidden.reshape(s * b, h).index_select(0, rows)  # [n, h]
     targets = labels.transpose(0, 1).reshape(-1).index_select(0, rows)
     weight = output_weight if output_weight is not None else output_layer.weight

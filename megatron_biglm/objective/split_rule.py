@@ -15,6 +15,8 @@ module states the rule. Pure torch, no model code.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 
 #: Variants of the objective (see ``ObjectiveConfig.variant``).
@@ -98,12 +100,57 @@ def _valid_lengths_out_of_range(valid: torch.Tensor, seq_len: int) -> ValueError
     return ValueError(f"valid_lengths must lie in [1, seq_len={seq_len}], got {valid.tolist()}")
 
 
+@dataclass(frozen=True)
+class CheckedSplit:
+    """A batch's ``split`` and valid lengths after :func:`checked_split` has checked them once:
+    int64 ``[b]`` tensors, ``0 <= split <= valid <= seq_len``.
+
+    Check on the host (the loader's CPU tensors, where reading them is free), then move with
+    :meth:`to`: every representation accepts a ``CheckedSplit`` in place of a raw split and
+    does not check it again, so nothing on the device is read back to decide a mask.
+    """
+
+    split: torch.Tensor
+    valid: torch.Tensor
+    seq_len: int
+
+    @property
+    def device(self) -> torch.device:
+        return self.split.device
+
+    def to(self, device) -> "CheckedSplit":
+        """The same split on ``device`` (asynchronous copies; no check is repeated)."""
+        if device is None or torch.device(device) == self.split.device:
+            return self
+        return CheckedSplit(self.split.to(device, non_blocking=True), self.valid.to(device, non_blocking=True),
+                            self.seq_len)
+
+
+def check_split(split, seq_len: int, valid_lengths=None) -> CheckedSplit | None:
+    """The :class:`CheckedSplit` of a batch, or None when it restricts nothing (no restricting
+    split and no padded row: plain full attention). Without a restricting split, a padded batch
+    is the rule with ``split = valid_lengths``. Pass host tensors: the checks read them."""
+    split = restricting_split(split)
+    valid_lengths = restricting_lengths(valid_lengths, seq_len)
+    if split is None and valid_lengths is None:
+        return None
+    if split is None:
+        split = valid_lengths
+    return CheckedSplit(*checked_split(split, seq_len, valid_lengths), seq_len)
+
+
 def checked_split(split, seq_len: int, valid_lengths=None) -> tuple[torch.Tensor, torch.Tensor]:
     """``(split, valid)`` as int64 ``[b]`` tensors after checking the rule's domain.
 
     ``0 <= split <= valid <= seq_len`` and ``valid >= 1``; ``valid`` is ``seq_len`` without
-    padding. Every representation validates through here, so all fail the same clear way.
+    padding. Every representation validates through here, so all fail the same clear way. A
+    :class:`CheckedSplit` was checked already: its tensors come back as they are.
     """
+    if isinstance(split, CheckedSplit):
+        if split.seq_len != seq_len or valid_lengths is not None:
+            raise ValueError(f"a CheckedSplit for seq_len {split.seq_len} carries its own valid lengths; "
+                             f"got seq_len {seq_len} and valid_lengths={valid_lengths!r}")
+        return split.split, split.valid
     split = torch.as_tensor(split)
     if split.dim() != 1:
         raise ValueError(f"split must be a 1-D tensor [batch], got shape {tuple(split.shape)}")

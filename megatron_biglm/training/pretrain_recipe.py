@@ -2,14 +2,15 @@
 masked-LM loss (the default recipe of `train()`; see recipe.py for the seam).
 
 `split` alone says how attention is restricted (0 = full attention: the variants without the
-restriction emit 0). It goes to the model as the loader's CPU tensor: the model sees there,
-without a device sync, whether any row is restricted, then moves it.
+restriction emit 0). It goes to the model as the loader's CPU tensor: the model checks it
+there, without a device sync, then moves it. The loss's predicted rows come from the host
+mask too (`loss.predicted_rows`).
 """
 from __future__ import annotations
 
 from functools import partial
 
-from megatron_biglm.model.loss import masked_lm_loss_func
+from megatron_biglm.model.loss import masked_lm_loss_func, predicted_rows
 from megatron_biglm.training import build
 from megatron_biglm.training.recipe import Recipe, RecipeData, padding_excluded
 
@@ -30,15 +31,14 @@ class PretrainRecipe(Recipe):
 
     def forward(self, model, batch: dict, device):
         tokens = batch["tokens"].to(device, non_blocking=True)
-        loss_mask = batch["loss_mask"].to(device, non_blocking=True)
-        split = batch["split"]
+        host_mask = padding_excluded(batch["loss_mask"], batch.get("valid_lengths"))
+        loss_mask = host_mask.to(device, non_blocking=True)
         padding = {}
         if batch.get("valid_lengths") is not None:
             # the model checks the host tensor (no sync) and moves what it needs
             padding["valid_lengths"] = batch["valid_lengths"]
-            loss_mask = padding_excluded(loss_mask, batch["valid_lengths"].to(device, non_blocking=True))
-        output = model(tokens, split=split, labels=batch["labels"].to(device, non_blocking=True),
-                       loss_mask=loss_mask, **padding)
+        output = model(tokens, split=batch["split"], labels=batch["labels"].to(device, non_blocking=True),
+                       loss_mask=loss_mask, predicted_rows=predicted_rows(host_mask), **padding)
         return output, partial(masked_lm_loss_func, loss_mask)
 
     def loss_tokens(self, batch: dict) -> int:

@@ -97,7 +97,7 @@ def _megatron_dense(adapter: MegatronMaskedLMAdapter, ids, allowed):
     model = adapter.model
     emb, rotary = model._preprocess(input_ids=ids, position_ids=None)[:2]
     record = KVCacheForward()
-    params = BiGLMAttentionParams(backend="sdpa", dense_mask=~allowed[:, None], kv_cache=record)
+    params = BiGLMAttentionParams(backend="sdpa", derived=allowed[:, None], kv_cache=record)
     with torch.no_grad():
         hidden = model.decoder(hidden_states=emb, attention_mask=None, rotary_pos_emb=rotary,
                                packed_seq_params=params)

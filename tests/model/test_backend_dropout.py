@@ -11,16 +11,17 @@ from pathlib import Path
 import pytest
 import torch
 
-from megatron_biglm.model import attention_params
-from megatron_biglm.model.attention_params import resolve_backend
+from megatron_biglm.model.attention_backends import flash as flash_backend
+from megatron_biglm.model.attention_backends import resolve_backend
+from megatron_biglm.model.attention_backends import varlen as varlen_backend
 
 CONFIGS = Path(__file__).resolve().parents[2] / "examples" / "configs"
 
 
 def _fake(monkeypatch, cuda: bool, flash: bool, varlen: bool = False):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: cuda)
-    monkeypatch.setattr(attention_params, "flash_attn_available", lambda: flash)
-    monkeypatch.setattr(attention_params, "torch_varlen_available", lambda: cuda and varlen)
+    monkeypatch.setattr(flash_backend, "flash_attn_available", lambda: flash)
+    monkeypatch.setattr(varlen_backend, "torch_varlen_available", lambda: cuda and varlen)
 
 
 @pytest.mark.parametrize("cuda,flash,varlen,dropout,expected", [

@@ -19,6 +19,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from megatron_biglm.model.attention_backends.flex import FlexMask
 from megatron_biglm.model.attention_masks import flex_split_block_mask
 from megatron_biglm.model.attention_params import BiGLMAttentionParams, build_attention_params
 from model_fixtures import build_model, core_attention_and_qkv, init_megatron, mean_masked_loss, random_batch, tiny_config
@@ -85,7 +86,7 @@ def test_compiled_flex_forward_matches_sdpa_and_local(case):
     name, s = case[0], case[3]
     core, qkv = _core_and_qkv(case, seed=s)
     flex_params = _params(case, "flex")
-    assert flex_params.compile_flex and flex_params.block_mask is not None
+    assert flex_params.derived.compiled and flex_params.derived.block_mask is not None
     with torch.no_grad():
         got, _ = _run(core, qkv, flex_params, grad=False)
         for backend in ("sdpa", "local"):
@@ -118,7 +119,7 @@ def test_compiled_flex_with_all_zero_split_is_full_attention():
     core, qkv = core_attention_and_qkv(heads, groups, s, b, 3, HEAD_DIM, DEVICE)
     block_mask = flex_split_block_mask(torch.zeros(b, dtype=torch.long), s, device=DEVICE)
     with torch.no_grad():
-        got, _ = _run(core, qkv, BiGLMAttentionParams(backend="flex", block_mask=block_mask, compile_flex=True),
+        got, _ = _run(core, qkv, BiGLMAttentionParams(backend="flex", derived=FlexMask(block_mask, compiled=True)),
                       grad=False)
         want, _ = _run(core, qkv, BiGLMAttentionParams(backend="sdpa"), grad=False)
     _assert_close(got, want, "all-0 split flex vs full sdpa")

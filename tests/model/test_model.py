@@ -111,13 +111,13 @@ def test_lengths_that_pad_no_row_run_plain_full_attention(model, cfg):
             given_full = _hidden(model, ids, use_split, valid_lengths=full)
             torch.testing.assert_close(given_full, _hidden(model, ids, use_split), atol=0, rtol=0)
         params = _attention_params_seen(model, ids, split=None, valid_lengths=full)
-        assert params.is_full_attention and params.dense_mask is None
+        assert params.is_full_attention and params.derived is None
         with torch.no_grad():
             torch.testing.assert_close(model(ids, split=None, valid_lengths=full), model(ids, split=None),
                                        atol=0, rtol=0)
         restricted = _attention_params_seen(model, ids, split=split, valid_lengths=full)
         bare = _attention_params_seen(model, ids, split=split)
-        assert torch.equal(restricted.dense_mask, bare.dense_mask)
+        assert torch.equal(restricted.derived, bare.derived)
 
 
 def test_one_padded_row_still_builds_the_mask_and_keeps_its_valid_positions(model, cfg):
@@ -126,7 +126,7 @@ def test_one_padded_row_still_builds_the_mask_and_keeps_its_valid_positions(mode
     lengths = torch.tensor([32, 21, 32])
     ids[1, 21:] = 0
     params = _attention_params_seen(model, ids, split=None, valid_lengths=lengths)
-    assert params.dense_mask is not None and params.dense_mask.shape == (3, 1, 32, 32)
+    assert params.derived is not None and params.derived.shape == (3, 1, 32, 32)
     h = _hidden(model, ids, None, valid_lengths=lengths)
     alone = _hidden(model, ids[1:2, :21], None)
     torch.testing.assert_close(h[1, :21], alone[0], atol=1e-5, rtol=1e-5)
@@ -178,7 +178,7 @@ def test_flex_matches_sdpa_forward_on_cpu(model, cfg):
 def test_flash_path_with_varlen_emulation_matches_sdpa(model, cfg, monkeypatch):
     """The flash backend's layout handling and two-call split, with flash-attn's kernels
     replaced by exact SDPA emulations (the real kernels need CUDA; see the gpu test)."""
-    from megatron_biglm.model import core_attention
+    from megatron_biglm.model.attention_backends import flash as flash_backend
     from megatron_biglm.model.attention_masks import sdpa_varlen_attention
 
     def full(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False):
@@ -190,7 +190,7 @@ def test_flash_path_with_varlen_emulation_matches_sdpa(model, cfg, monkeypatch):
     def varlen(*args, dropout_p=0.0, **kwargs):
         return sdpa_varlen_attention(*args, **kwargs)
 
-    monkeypatch.setattr(core_attention, "flash_attn_functions", lambda: (full, varlen))
+    monkeypatch.setattr(flash_backend, "flash_attn_functions", lambda: (full, varlen))
     for split_kind in ("split", "full"):
         batch = random_batch(cfg, 3, 50, seed=41)
         if split_kind == "full":
@@ -345,15 +345,13 @@ def test_each_backend_gets_only_its_mask_and_fast_paths_have_no_s_by_s_tensor():
 
     s, split = 1024, torch.tensor([100, 700, 1023])
     dense = build_attention_params(split, s, "sdpa")
-    assert dense.dense_mask.shape == (3, 1, s, s) and dense.block_mask is None and dense.varlen is None
+    assert isinstance(dense.derived, torch.Tensor) and dense.derived.shape == (3, 1, s, s)
     flex = build_attention_params(split, s, "flex")
     flash = build_attention_params(split, s, "flash")
-    assert flex.dense_mask is None and flex.varlen is None
-    assert flash.dense_mask is None and flash.block_mask is None
     for held in (
-        [t for t in flex.block_mask.as_tuple() if isinstance(t, torch.Tensor)],
-        [getattr(flash.varlen, f.name) for f in dataclasses.fields(flash.varlen)
-         if isinstance(getattr(flash.varlen, f.name), torch.Tensor)],
+        [t for t in flex.derived.block_mask.as_tuple() if isinstance(t, torch.Tensor)],
+        [getattr(flash.derived, f.name) for f in dataclasses.fields(flash.derived)
+         if isinstance(getattr(flash.derived, f.name), torch.Tensor)],
     ):
         assert len(held) >= 4 and max(t.numel() for t in held) < s * s
     assert build_attention_params(None, s, "flex").is_full_attention

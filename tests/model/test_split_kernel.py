@@ -13,7 +13,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from megatron_biglm.model.attention_masks import sdpa_varlen_attention, varlen_split_attention
+from megatron_biglm.model.attention_masks import SplitGroups, VarlenSegments, sdpa_varlen_attention, varlen_split_attention
 from megatron_biglm.model.attention_params import build_attention_params, resolve_backend, torch_varlen_available
 from model_fixtures import core_attention_and_qkv, init_megatron, tiny_config
 
@@ -71,7 +71,7 @@ def _core_fn(core, params):
 def _varlen_emulated_fn(core, params):
     """The varlen backend's orchestration with the CPU emulation of the varlen kernel."""
     def fn(q, k, v):
-        out = varlen_split_attention(*(t.transpose(0, 1) for t in (q, k, v)), params.segments,
+        out = varlen_split_attention(*(t.transpose(0, 1) for t in (q, k, v)), params.derived,
                                      sdpa_varlen_attention, softmax_scale=core.softmax_scale)
         return out.transpose(0, 1).reshape(q.shape[0], q.shape[1], -1)
     return fn
@@ -82,7 +82,7 @@ def test_split_kernel_sdpa_split_matches_local_and_sdpa(case):
     name, s = case[0], case[3]
     core, qkv = _core_and_qkv(case, seed=s)
     params = _params(case, "sdpa_split")
-    assert params.groups is not None and params.dense_mask is None  # no s x s mask on this path
+    assert isinstance(params.derived, SplitGroups)  # no s x s mask on this path
     got = _run(_core_fn(core, params), qkv)
     for backend in ("local", "sdpa"):
         _assert_all_close(got, _run(_core_fn(core, _params(case, backend)), qkv), f"{name} sdpa_split vs {backend}")
@@ -93,7 +93,7 @@ def test_split_kernel_varlen_segments_match_local(case):
     name, s = case[0], case[3]
     core, qkv = _core_and_qkv(case, seed=s + 1)
     params = _params(case, "varlen")
-    assert params.segments is not None and params.dense_mask is None
+    assert isinstance(params.derived, VarlenSegments)
     got = _run(_varlen_emulated_fn(core, params), qkv)
     _assert_all_close(got, _run(_core_fn(core, _params(case, "local")), qkv), f"{name} varlen segments vs local")
 
@@ -101,7 +101,7 @@ def test_split_kernel_varlen_segments_match_local(case):
 def test_split_kernel_groups_share_calls_for_repeated_splits():
     """Equal (split, valid) pairs share a group: two SDPA calls per group, not per sample."""
     params = _params(CASES[2], "sdpa_split")
-    groups = {(p, v): samples for samples, p, v in params.groups.groups}
+    groups = {(p, v): samples for samples, p, v in params.derived.groups}
     assert groups == {(5, 30): (0, 2), (0, 33): (1,), (33, 33): (3,), (5, 33): (4,)}
 
 

@@ -369,18 +369,19 @@ def test_model_builds_each_backend_mask_from_the_rule_and_none_for_split_zero():
         grid = rule_grid(split, s, valid)
         if restricting_split(split) is not None or restricting_lengths(valid, s) is not None:
             dense = build_attention_params(split, s, "sdpa", valid_lengths=valid)
-            assert torch.equal(~dense.dense_mask[:, 0], grid)
-            assert torch.equal(dense.sdpa_mask()[:, 0], grid)
+            assert torch.equal(dense.derived[:, 0], grid)
+            local = build_attention_params(split, s, "local", valid_lengths=valid)
+            assert torch.equal(~local.derived[:, 0], grid)
             flex = build_attention_params(split, s, "flex", valid_lengths=valid)
-            assert torch.equal(materialise(flex.block_mask, len(split), s, 128, 128, q_major=False), grid)
+            assert torch.equal(materialise(flex.derived.block_mask, len(split), s, 128, 128, q_major=False), grid)
             flash = build_attention_params(split, s, "flash", valid_lengths=valid)
             lengths = valid if valid is not None else torch.full_like(split, s)
             real_rows = torch.arange(s).view(1, s, 1) < lengths.view(-1, 1, 1)
-            assert torch.equal(expand_varlen(flash.varlen, s), grid & real_rows)
+            assert torch.equal(expand_varlen(flash.derived, s), grid & real_rows)
             grouped = build_attention_params(split, s, "sdpa_split", valid_lengths=valid)
-            assert torch.equal(expand_groups(grouped.groups, s), grid)
+            assert torch.equal(expand_groups(grouped.derived, s), grid)
             varlen = build_attention_params(split, s, "varlen", valid_lengths=valid)
-            assert torch.equal(expand_segments(varlen.segments, s), grid)
+            assert torch.equal(expand_segments(varlen.derived, s), grid)
     # split 0 everywhere (mlm/no_attn) without padding: full attention, no mask built at all;
     # lengths that pad no row are no padding
     full = torch.full((3,), 9)
@@ -407,17 +408,17 @@ def test_all_full_lengths_beside_a_restricting_split_build_what_no_lengths_build
             without = build_attention_params(split, s, backend)
             assert not given_full.is_full_attention
             if backend == "sdpa":
-                assert torch.equal(given_full.dense_mask, without.dense_mask)
+                assert torch.equal(given_full.derived, without.derived)
             elif backend == "flex":
-                held = [t for t in given_full.block_mask.as_tuple() if isinstance(t, torch.Tensor)]
-                bare = [t for t in without.block_mask.as_tuple() if isinstance(t, torch.Tensor)]
+                held = [t for t in given_full.derived.block_mask.as_tuple() if isinstance(t, torch.Tensor)]
+                bare = [t for t in without.derived.block_mask.as_tuple() if isinstance(t, torch.Tensor)]
                 assert len(held) == len(bare) >= 4 and all(map(torch.equal, held, bare))
             elif backend == "flash":
-                assert _same_fields(given_full.varlen, without.varlen)
+                assert _same_fields(given_full.derived, without.derived)
             elif backend == "sdpa_split":
-                assert given_full.groups == without.groups
+                assert given_full.derived == without.derived
             else:
-                assert _same_fields(given_full.segments, without.segments)
+                assert _same_fields(given_full.derived, without.derived)
 
 
 def _same_fields(a, b) -> bool:

@@ -59,6 +59,7 @@ import torch
 from megatron_biglm.config import derive
 from megatron_biglm.data.token_ids import TokenIds
 from megatron_biglm.inference.engine import pad
+from megatron_biglm.model.loss import predicted_rows
 from megatron_biglm.training.recipe import LOSS_KEY, RecipeData, padding_excluded
 
 from ..data_files import DatasetSchema, get_schema
@@ -288,10 +289,12 @@ class Seq2SeqRecipe(FinetuneRecipe):
     # ---- forward / loss ---------------------------------------------------------------
     def forward(self, model, batch: dict, device):
         valid = batch["valid_lengths"]  # on the host: the model checks it there without a sync
-        loss_mask = padding_excluded(batch["loss_mask"].to(device), valid.to(device))
+        host_mask = padding_excluded(batch["loss_mask"], valid)
+        loss_mask = host_mask.to(device)
         labels = batch["labels"].to(device)
         output = model(batch["tokens"].to(device), split=batch["split"], valid_lengths=valid,
-                       labels=labels, loss_mask=loss_mask, length_prefix=batch["split"].to(device))
+                       labels=labels, loss_mask=loss_mask, predicted_rows=predicted_rows(host_mask),
+                       length_prefix=batch["split"].to(device))
         return output, partial(self._loss, loss_mask, batch["target_lengths"].to(device), labels,
                                batch["tokens"].to(device))
 

@@ -21,8 +21,9 @@ attention). Here it is only *represented*:
   sharing a split (:class:`SplitGroups`, :func:`grouped_split_sdpa`), or one varlen call whose
   keys reference the prefix twice (:class:`VarlenSegments`, :func:`varlen_split_attention`).
 
-Pure torch: no megatron import, so evaluation and export can use it cheaply. A new attention
-backend adds a module here, derived from ``visible`` and checked in tests/objective/test_split_rule.py.
+Pure torch: no megatron import, so evaluation and export can use it cheaply. A new
+representation adds a module here, derived from ``visible`` and checked in
+tests/objective/test_split_rule.py; the backends that use them are ``model/attention_backends/``.
 """
 from .additive import additive_mask, additive_split_mask
 from .dense import (block_causal_mask, dense_split_mask, dense_visible_mask, sequence_mask,

@@ -28,7 +28,14 @@ from dataclasses import dataclass
 
 import torch
 
-from megatron_biglm.objective.split_rule import checked_split
+from megatron_biglm.objective.split_rule import CheckedSplit, checked_split
+
+
+def _host_checked(split, seq_len: int, valid_lengths) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(split, valid)`` on the host, checked (a :class:`CheckedSplit` already is)."""
+    if isinstance(split, CheckedSplit):
+        return checked_split(split.to("cpu"), seq_len)
+    return checked_split(split.cpu(), seq_len, None if valid_lengths is None else valid_lengths.cpu())
 
 
 @dataclass(frozen=True)
@@ -49,7 +56,7 @@ class SplitGroups:
 
 def split_groups(split: torch.Tensor, seq_len: int, *, valid_lengths: torch.Tensor | None = None) -> SplitGroups:
     """The :class:`SplitGroups` of a batch (pass the host tensors: reading them is free there)."""
-    split, valid = checked_split(split.cpu(), seq_len, None if valid_lengths is None else valid_lengths.cpu())
+    split, valid = _host_checked(split, seq_len, valid_lengths)
     by_key: dict[tuple[int, int], list[int]] = {}
     for i, key in enumerate(zip(split.tolist(), valid.tolist())):
         by_key.setdefault(key, []).append(i)
@@ -76,7 +83,7 @@ class VarlenSegments:
 
 def varlen_segments(split: torch.Tensor, seq_len: int, *, valid_lengths: torch.Tensor | None = None) -> VarlenSegments:
     """The :class:`VarlenSegments` of a batch, built on the host (then moved with `.to`)."""
-    split, valid = checked_split(split.cpu(), seq_len, None if valid_lengths is None else valid_lengths.cpu())
+    split, valid = _host_checked(split, seq_len, valid_lengths)
     b, s = split.shape[0], seq_len
     q_lengths = torch.stack([split, s - split], dim=1).reshape(-1)
     k_lengths = torch.stack([split, valid], dim=1).reshape(-1)

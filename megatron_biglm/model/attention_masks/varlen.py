@@ -8,11 +8,12 @@ of the sample. Only
 """
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 import torch
 
-from megatron_biglm.objective.split_rule import checked_split
+from megatron_biglm.objective.split_rule import CheckedSplit, checked_split
 
 
 @dataclass(frozen=True)
@@ -50,23 +51,46 @@ class VarlenSplit:
     kv_index: torch.Tensor  # int64 [sum valid]
 
 
+    def to(self, device) -> "VarlenSplit":
+        """The same description with its tensors on ``device`` (asynchronous copies)."""
+        moved = {name: getattr(self, name).to(device, non_blocking=True) for name in _TENSOR_FIELDS}
+        return dataclasses.replace(self, **moved)
+
+
+_TENSOR_FIELDS = ("prefix_cu_seqlens", "suffix_cu_seqlens_q", "suffix_cu_seqlens_k", "prefix_index",
+                  "suffix_index", "kv_index")
+
+
 def _cu_seqlens(lengths: torch.Tensor) -> torch.Tensor:
-    zero = torch.zeros(1, dtype=torch.int32, device=lengths.device)
+    zero = torch.zeros(1, dtype=torch.int32)
     return torch.cat([zero, torch.cumsum(lengths, 0).to(torch.int32)])
 
 
 def varlen_split_lengths(
-    split: torch.Tensor, seq_len: int, *, valid_lengths: torch.Tensor | None = None
+    split, seq_len: int, *, valid_lengths: torch.Tensor | None = None
 ) -> VarlenSplit:
-    """The :class:`VarlenSplit` description for a batch of splits (all tensors on split's device)."""
-    split, valid = checked_split(split, seq_len, valid_lengths)
+    """The :class:`VarlenSplit` description for a batch of splits (a raw split or a
+    :class:`CheckedSplit`), its tensors on the split's device.
+
+    Built on the host from the lengths (the maximum lengths, the offsets and the row indices
+    are host arithmetic), then moved: from the loader's CPU tensors nothing is read back from
+    the device.
+    """
+    if isinstance(split, CheckedSplit):
+        device = split.device
+        split, valid = checked_split(split.to("cpu"), seq_len)
+    else:
+        split = torch.as_tensor(split)
+        device = split.device
+        split, valid = checked_split(split.cpu(), seq_len,
+                                     None if valid_lengths is None else torch.as_tensor(valid_lengths).cpu())
     b = split.shape[0]
-    pos = torch.arange(seq_len, device=split.device).view(1, seq_len)
-    rows = torch.arange(b * seq_len, device=split.device).view(b, seq_len)
+    pos = torch.arange(seq_len).view(1, seq_len)
+    rows = torch.arange(b * seq_len).view(b, seq_len)
     is_prefix = pos < split.view(-1, 1)
     is_valid = pos < valid.view(-1, 1)
     suffix_len = valid - split
-    return VarlenSplit(
+    described = VarlenSplit(
         batch_size=b,
         seq_len=seq_len,
         prefix_cu_seqlens=_cu_seqlens(split),
@@ -79,3 +103,4 @@ def varlen_split_lengths(
         suffix_index=rows[~is_prefix & is_valid],
         kv_index=rows[is_valid],
     )
+    return described if device.type == "cpu" else described.to(device)
