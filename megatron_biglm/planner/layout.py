@@ -49,11 +49,14 @@ def valid_tp(num_heads: int, num_groups: int, gpus_per_node: int) -> list[int]:
 def check_layout(layout: Layout, *, num_layers: int, num_heads: int, num_groups: int,
                  gpus_per_node: int, world: int, batch: bool = True) -> None:
     """PlanError naming the value and the valid choices for a layout that cannot run
-    (`batch`: the batch arithmetic too; its memory can be planned without it)."""
-    tps = valid_tp(num_heads, num_groups, gpus_per_node)
-    if layout.tp not in tps:
+    (`batch`: the batch arithmetic too; its memory can be planned without it). A TP group wider
+    than a node can run (its all-reduces cross the network: the time model says what it costs);
+    `--search` proposes only TP inside a node (`valid_tp`)."""
+    if layout.tp <= 0 or num_heads % layout.tp or num_groups % layout.tp:
+        tps = [t for t in _divisors(world) if num_heads % t == 0 and num_groups % t == 0]
         raise PlanError(f"TP={layout.tp} must divide the {num_heads} attention heads and {num_groups} query "
-                        f"groups and stay inside a node of {gpus_per_node} GPUs; valid TP: {tps}")
+                        f"groups; valid TP: {tps} (inside a node of {gpus_per_node} GPUs: "
+                        f"{valid_tp(num_heads, num_groups, gpus_per_node)})")
     pps = _divisors(num_layers)
     if layout.pp not in pps:
         raise PlanError(f"PP={layout.pp} must divide the {num_layers} layers; valid PP: {pps}")

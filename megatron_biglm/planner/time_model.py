@@ -70,7 +70,8 @@ def step_time(w: Workload, layout: Layout, gpu: GPU, gpus_per_node: int, mfu: MF
     if layout.tp > 1:  # 2 all-reduces forward, 2 backward per layer, of [b·s, h] on each rank
         per_rank_tokens = tokens / layout.dp
         volume = 4 * (w.model.num_layers / layout.pp) * per_rank_tokens * w.model.hidden_size * e
-        tp_comm = volume * 2 * (layout.tp - 1) / layout.tp / (gpu.nvlink_gbps * 1e9)
+        tp_bw = gpu.network_gbps if layout.tp > gpus_per_node else gpu.nvlink_gbps
+        tp_comm = volume * 2 * (layout.tp - 1) / layout.tp / (tp_bw * 1e9)
     dp_comm = 0.0
     if layout.dp > 1:
         from .static_memory import stage_params
