@@ -20,7 +20,7 @@ which derives them from the one rule in `objective.split_rule`):
                  [prefix, suffix] segments, the prefix keys gathered twice
   all None    -> full bidirectional attention: split None or all 0 (variants `mlm`, `no_attn`
                  emit split 0), and no padded row (valid_lengths None, or all = seq_len)
-Inference may add `kv_cache` (see `kv_cache.py`): the prefix key/value cache hook.
+A cached forward's keys/values go through per-layer ports, not these params (`kv_cache.py`).
 """
 from __future__ import annotations
 
@@ -138,9 +138,6 @@ class BiGLMAttentionParams(PackedSeqParams):
     varlen: Optional[VarlenSplit] = None
     groups: Optional[SplitGroups] = None
     segments: Optional[VarlenSegments] = None
-    #: inference only: a `kv_cache.KVCacheForward` that records this forward's keys/values
-    #: and supplies cached ones (the mask then covers `[cached keys, new keys]`)
-    kv_cache: Any = None
 
     _sdpa_mask: Optional[torch.Tensor] = field(default=None, repr=False)
 
@@ -148,6 +145,15 @@ class BiGLMAttentionParams(PackedSeqParams):
     def is_full_attention(self) -> bool:
         return (self.dense_mask is None and self.block_mask is None and self.varlen is None
                 and self.groups is None and self.segments is None)
+
+    def __post_init__(self):
+        parent = getattr(super(), "__post_init__", None)  # megatron-core 0.19 has one, 0.16 none
+        if parent is not None:
+            parent()
+        # Inverted here, before any layer runs: a compiled layer then reads a tensor, never a
+        # cache it fills on the first layer (which would compile the layer twice).
+        if self.dense_mask is not None and self.backend == "sdpa":
+            self._sdpa_mask = ~self.dense_mask
 
     def sdpa_mask(self) -> Optional[torch.Tensor]:
         """`dense_mask` in SDPA's convention (True = attend), inverted once and shared by all layers."""

@@ -1,0 +1,66 @@
+"""Regional compilation of the transformer layers (`model.compile_layers`), compiled once.
+
+Each layer's forward goes through `torch.compile` as one graph (`fullgraph=True`: a graph break
+is an error, not a silent fall-back to eager pieces), and every layer reuses the same compiled
+code: the layers differ only in their weights, which dynamo reads as inputs. What keeps it from
+recompiling per call:
+
+- nothing in the layer looks anything up per layer or per call: the attention mask (and its
+  SDPA form) is built before the layers run, and a cached forward's keys/values go through a
+  port per layer resolved beforehand (`kv_cache.LayerKV`);
+- the sequence and batch sizes of the layers' inputs are marked dynamic (`mark_dynamic_inputs`),
+  so a fresh batch shape or split reuses the graph instead of compiling a new one (sizes 0
+  and 1 still get a graph of their own, as dynamo specialises them);
+- the per-function recompile limit is raised to `RECOMPILE_LIMIT`: the few variants a model
+  legitimately has (training, a fresh prefix, the cached paths of the slot pool) must never
+  reach it, or dynamo falls back to eager for the rest of the process.
+
+The megatron-core call that used to break the graph is patched by name
+(`patches/row_linear_tp_group.py`); SwiGLU's backward has a compile-friendly form (`mlp.py`).
+"""
+from __future__ import annotations
+
+from typing import Iterable, Optional
+
+import torch
+
+from megatron_biglm.common.compile_counts import watch_compiles
+
+#: dynamo's recompile limit per function while layers are compiled (its default is 8).
+RECOMPILE_LIMIT = 16
+
+
+def compile_layers_on(setting: "bool | str") -> bool:
+    """Whether `model.compile_layers` compiles the transformer layers here: `auto` where CUDA
+    is available, `True`/`False` as given."""
+    return torch.cuda.is_available() if setting == "auto" else bool(setting)
+
+
+def compile_layers(layers: Iterable[torch.nn.Module]) -> None:
+    """Compile each layer in place (same module, parameters and state dict keys), one graph each."""
+    import torch._dynamo
+
+    watch_compiles()
+    if torch._dynamo.config.recompile_limit < RECOMPILE_LIMIT:
+        torch._dynamo.config.recompile_limit = RECOMPILE_LIMIT
+    for layer in layers:
+        layer.compile(fullgraph=True)
+
+
+def mark_dynamic_inputs(hidden: Optional[torch.Tensor], rotary: Optional[torch.Tensor], params) -> None:
+    """Mark the sizes that change between calls as dynamic on the compiled layers' inputs:
+    hidden states `[s, b, h]` (s, b), RoPE angles `[s, b or 1, 1, d]` (s, b), and the dense
+    mask `[b, 1, q, k]` (b, q, k) with its SDPA form."""
+    from torch._dynamo import maybe_mark_dynamic
+
+    if hidden is not None:
+        maybe_mark_dynamic(hidden, 0)
+        maybe_mark_dynamic(hidden, 1)
+    if isinstance(rotary, torch.Tensor):
+        maybe_mark_dynamic(rotary, 0)
+        if rotary.shape[1] > 1:
+            maybe_mark_dynamic(rotary, 1)
+    for mask in (getattr(params, "dense_mask", None), getattr(params, "_sdpa_mask", None)):
+        if mask is not None:
+            for dim in (0, 2, 3):
+                maybe_mark_dynamic(mask, dim)
