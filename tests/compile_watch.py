@@ -19,3 +19,24 @@ def describe(counts: CompileCounts) -> str:
     """The counts for an assertion message: totals and each break's first line."""
     reasons = "; ".join(f"{n}x {r.splitlines()[0] if r else ''}" for r, n in counts.graph_breaks)
     return f"{counts.compiles} compiles, {counts.recompiles} recompiles, {counts.breaks} breaks ({reasons})"
+
+
+def compiled_megatron_generator(checkpoint, *, cache_layout: str = "pool"):
+    """A `MaskPredictGenerator` over `checkpoint`'s weights in a model built with
+    `model.compile_layers=True` (a checkpoint trained with that setting loads so; CPU runs
+    default to eager), with the megatron adapter and prefix cache `load_adapter` gives it."""
+    import dataclasses
+
+    from megatron_biglm.generation import MaskPredictGenerator
+    from megatron_biglm.inference.loading import load_megatron_checkpoint
+    from megatron_biglm.inference.megatron_adapter import MegatronMaskedLMAdapter
+    from megatron_biglm.inference.protocol import inference_token_ids
+    from megatron_biglm.model import model_provider
+
+    loaded = load_megatron_checkpoint(checkpoint)
+    cfg = dataclasses.replace(loaded.checkpoint.model_config, compile_layers=True)
+    model = model_provider(True, True, config=cfg, params_dtype=next(loaded.model.parameters()).dtype)
+    model.load_state_dict(loaded.model.state_dict())
+    adapter = MegatronMaskedLMAdapter(model.eval(), inference_token_ids(loaded.tokenizer), vocab_size=cfg.vocab_size,
+                                      max_length=int(cfg.seq_length), cache_layout=cache_layout)
+    return MaskPredictGenerator(adapter, loaded.tokenizer)

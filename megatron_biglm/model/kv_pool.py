@@ -150,11 +150,9 @@ class PoolForward:
         end = max(self.base) + q
         if end > self.pool.capacity:
             raise ValueError(f"a slot would hold {end} positions; the pool's capacity is {self.pool.capacity}")
-        plan = SlotPlan(first=self.slots[0], rows=b, end=end)
-        if self._view and len(set(self.base)) == 1:  # one offset for every row: a plain slice write
-            plan.start = self.base[0]
-        else:
-            plan.write_at = self._scatter_index(q, device)
+        # an index put at (position, slot) pairs, even where one slice would do: a slice start is
+        # a host int a compiled layer would specialise on (0 for a fresh slot, then any other)
+        plan = SlotPlan(first=self.slots[0], rows=b, end=end, write_at=self._scatter_index(q, device))
         if not self._view:
             plan.index = on_device(self.slots, device)
         return plan
@@ -244,16 +242,15 @@ class SlotPlan:
 
     - `gather`: the rows' slots are not distinct; read each row's first `end` cached positions
       (slot `first` broadcast when `index` is None, else the slots `index`) and append the new keys.
-    - otherwise write the new keys at `start` (every row's offset, the slots a view) or at the
-      `write_at` (positions, slots) index pairs, then read the first `end` positions of slots
+    - otherwise write the new keys at the `write_at` (positions, slots) index pairs, then read the first `end` positions of slots
       `first .. first + rows - 1` (a view) or of the slots `index`.
     """
 
     def __init__(self, *, first: int, rows: int, end: int, gather: bool = False,
-                 index: torch.Tensor | None = None, start: int | None = None,
+                 index: torch.Tensor | None = None,
                  write_at: tuple[torch.Tensor, torch.Tensor] | None = None):
         self.first, self.rows, self.end, self.gather = first, rows, end, gather
-        self.index, self.start, self.write_at = index, start, write_at
+        self.index, self.write_at = index, write_at
 
     def apply(self, buf: torch.Tensor, new: torch.Tensor) -> torch.Tensor:
         """Write `new [q, b, ng, d]` into `buf` as planned; the keys (or values) to attend to."""
@@ -263,10 +260,7 @@ class SlotPlan:
             else:
                 cached = buf[:self.end].index_select(1, self.index)
             return torch.cat([cached, new], dim=0)
-        if self.start is not None:
-            buf[self.start:self.start + new.shape[0], self.first:self.first + self.rows] = new
-        else:
-            buf.index_put_(self.write_at, new)
+        buf.index_put_(self.write_at, new)
         if self.index is None:
             return buf[:self.end, self.first:self.first + self.rows]
         return buf[:self.end].index_select(1, self.index)

@@ -11,6 +11,8 @@ recompiling per call:
 - the sequence and batch sizes of the layers' inputs are marked dynamic (`mark_dynamic_inputs`),
   so a fresh batch shape or split reuses the graph instead of compiling a new one (sizes 0
   and 1 still get a graph of their own, as dynamo specialises them);
+- ints read off a module (a port's slot offsets and key count) are not specialised, so they
+  become dynamic like the sizes;
 - the per-function recompile limit is raised to `RECOMPILE_LIMIT`: the few variants a model
   legitimately has (training, a fresh prefix, the cached paths of the slot pool) must never
   reach it, or dynamo falls back to eager for the rest of the process.
@@ -41,6 +43,10 @@ def compile_layers(layers: Iterable[torch.nn.Module]) -> None:
     import torch._dynamo
 
     watch_compiles()
+    # A cached forward's port sits on each layer's core attention; its host ints (slot offsets,
+    # the key count) change per call. Dynamo specialises ints read off a module unless told
+    # otherwise, which would compile once per key count.
+    torch._dynamo.config.allow_unspec_int_on_nn_module = True
     if torch._dynamo.config.recompile_limit < RECOMPILE_LIMIT:
         torch._dynamo.config.recompile_limit = RECOMPILE_LIMIT
     for layer in layers:
