@@ -21,13 +21,12 @@ def describe(counts: CompileCounts) -> str:
     return f"{counts.compiles} compiles, {counts.recompiles} recompiles, {counts.breaks} breaks ({reasons})"
 
 
-def compiled_megatron_generator(checkpoint, *, cache_layout: str = "pool"):
-    """A `MaskPredictGenerator` over `checkpoint`'s weights in a model built with
+def compiled_megatron_adapter(checkpoint, *, cache_layout: str = "grow"):
+    """(adapter, tokenizer): `checkpoint`'s weights in a model built with
     `model.compile_layers=True` (a checkpoint trained with that setting loads so; CPU runs
-    default to eager), with the megatron adapter and prefix cache `load_adapter` gives it."""
+    default to eager), behind the megatron adapter and prefix cache `load_adapter` gives it."""
     import dataclasses
 
-    from megatron_biglm.generation import MaskPredictGenerator
     from megatron_biglm.inference.loading import load_megatron_checkpoint
     from megatron_biglm.inference.megatron_adapter import MegatronMaskedLMAdapter
     from megatron_biglm.inference.protocol import inference_token_ids
@@ -39,4 +38,11 @@ def compiled_megatron_generator(checkpoint, *, cache_layout: str = "pool"):
     model.load_state_dict(loaded.model.state_dict())
     adapter = MegatronMaskedLMAdapter(model.eval(), inference_token_ids(loaded.tokenizer), vocab_size=cfg.vocab_size,
                                       max_length=int(cfg.seq_length), cache_layout=cache_layout)
-    return MaskPredictGenerator(adapter, loaded.tokenizer)
+    return adapter, loaded.tokenizer
+
+
+def compiled_megatron_generator(checkpoint, *, cache_layout: str = "pool"):
+    """A `MaskPredictGenerator` over `compiled_megatron_adapter`."""
+    from megatron_biglm.generation import MaskPredictGenerator
+
+    return MaskPredictGenerator(*compiled_megatron_adapter(checkpoint, cache_layout=cache_layout))

@@ -13,6 +13,8 @@ recompiling per call:
   and 1 still get a graph of their own, as dynamo specialises them);
 - ints read off a module (a port's slot offsets and key count) are not specialised, so they
   become dynamic like the sizes;
+- the layers are traced size-oblivious (`size_oblivious`): a dynamic size of 1 is not
+  specialised, and the hidden states come with standard strides (`standard_strides`);
 - the per-function recompile limit is raised to `RECOMPILE_LIMIT`: the few variants a model
   legitimately has (training, a fresh prefix, the cached paths of the slot pool) must never
   reach it, or dynamo falls back to eager for the rest of the process.
@@ -53,6 +55,28 @@ def compile_layers(layers: Iterable[torch.nn.Module]) -> None:
         layer.compile(fullgraph=True)
 
 
+def size_oblivious():
+    """The context the compiled layers run in: a size marked dynamic is traced as a size, never
+    specialised for being 1 (a batch of one row, a cache of one key), so a one-row batch or a
+    one-token prefix reuses the graph of the others instead of compiling its own."""
+    from torch.fx.experimental import _config
+
+    return _config.patch(backed_size_oblivious=True)
+
+
+def standard_strides(hidden: torch.Tensor) -> torch.Tensor:
+    """`hidden` with the strides of a fresh contiguous tensor. A `[s, 1, h]` transposed from
+    `[1, s, h]` counts as contiguous but keeps stride `s * h` on its batch dim, and dynamo
+    guards on strides: a one-row batch would compile again."""
+    expected, stride = [], 1
+    for size in reversed(hidden.shape):
+        expected.insert(0, stride)
+        stride *= size
+    if list(hidden.stride()) == expected:
+        return hidden
+    return hidden.clone(memory_format=torch.contiguous_format)
+
+
 def mark_dynamic_inputs(hidden: Optional[torch.Tensor], rotary: Optional[torch.Tensor], params) -> None:
     """Mark the sizes that change between calls as dynamic on the compiled layers' inputs:
     hidden states `[s, b, h]` (s, b), RoPE angles `[s, b or 1, 1, d]` (s, b), and the dense
@@ -70,3 +94,20 @@ def mark_dynamic_inputs(hidden: Optional[torch.Tensor], rotary: Optional[torch.T
         if mask is not None:
             for dim in (0, 2, 3):
                 maybe_mark_dynamic(mask, dim)
+
+
+def mark_dynamic_ports(ports) -> None:
+    """Mark the per-call sizes of a cached forward's ports as dynamic: every tensor a port or its
+    plan holds (cached keys `[w, b, ng, d]`, write positions `[q, b]`, slot indices `[b]`) on its
+    first two dims, except the pool's own buffers (`keys`, `values`: fixed until the pool grows)."""
+    from torch._dynamo import maybe_mark_dynamic
+
+    for port in ports:
+        held = [v for k, v in vars(port).items() if k not in ("keys", "values")]
+        plan = getattr(port, "plan", None)
+        held += list(vars(plan).values()) if plan is not None else []
+        for value in held:
+            for t in value if isinstance(value, tuple) else (value,):
+                if isinstance(t, torch.Tensor):
+                    for dim in range(min(2, t.dim())):
+                        maybe_mark_dynamic(t, dim)
