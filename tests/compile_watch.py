@@ -2,6 +2,8 @@
 points, and the difference after a warm-up (shared by the `recompile` tests of each package)."""
 from __future__ import annotations
 
+import pytest
+
 from megatron_biglm.common.compile_counts import CompileCounts, compile_counts
 
 
@@ -46,3 +48,15 @@ def compiled_megatron_generator(checkpoint, *, cache_layout: str = "pool"):
     from megatron_biglm.generation import MaskPredictGenerator
 
     return MaskPredictGenerator(*compiled_megatron_adapter(checkpoint, cache_layout=cache_layout))
+
+
+@pytest.fixture
+def fresh_dynamo():
+    """Dynamo's caches emptied before and after the test: every model in a process shares the
+    transformer layer's code object, so other tests' models would count toward its recompile
+    limit (a run holds one model)."""
+    import torch._dynamo
+
+    torch._dynamo.reset()
+    yield
+    torch._dynamo.reset()

@@ -30,7 +30,6 @@ its received activations) to build it.
 """
 from __future__ import annotations
 
-import contextlib
 from typing import Optional
 
 import torch
@@ -45,7 +44,7 @@ from .core_attention import kv_ports_attached
 from .grad_layout import contiguous_grad
 from .kv_cache import KVCacheForward
 from .kv_pool import PoolForward
-from .layer_compile import compile_layers, compile_layers_on, mark_dynamic_inputs, mark_dynamic_ports, size_oblivious, standard_strides
+from .layer_compile import compile_layers, compile_layers_on, mark_dynamic_inputs, mark_dynamic_ports, standard_strides
 from .layer_spec import biglm_block_spec, resolve_transformer_impl
 from .heads import build_head
 
@@ -140,8 +139,7 @@ class BiGLMModel(GPTModel):
             len(self.decoder.layers), self._sequence_length(input_ids, decoder_input))
         if self.layers_compiled:
             mark_dynamic_ports(ports)
-        compiling = size_oblivious() if self.layers_compiled else contextlib.nullcontext()
-        with compiling, kv_ports_attached(self.decoder.layers if ports else [], ports):
+        with kv_ports_attached(self.decoder.layers if ports else [], ports):
             hidden = self.decoder(
                 hidden_states=decoder_input,
                 attention_mask=None,

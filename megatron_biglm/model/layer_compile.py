@@ -13,8 +13,9 @@ recompiling per call:
   and 1 still get a graph of their own, as dynamo specialises them);
 - ints read off a module (a port's slot offsets and key count) are not specialised, so they
   become dynamic like the sizes;
-- the layers are traced size-oblivious (`size_oblivious`): a dynamic size of 1 is not
-  specialised, and the hidden states come with standard strides (`standard_strides`);
+- the hidden states come with standard strides (`standard_strides`), the sizes of a cached
+  forward's ports are marked dynamic too (`mark_dynamic_ports`); sizes 0 and 1 (a one-row
+  batch, a one-key cache) still get graphs of their own, as dynamo specialises them;
 - the per-function recompile limit is raised to `RECOMPILE_LIMIT`: the few variants a model
   legitimately has (training, a fresh prefix, the cached paths of the slot pool) must never
   reach it, or dynamo falls back to eager for the rest of the process.
@@ -53,15 +54,6 @@ def compile_layers(layers: Iterable[torch.nn.Module]) -> None:
         torch._dynamo.config.recompile_limit = RECOMPILE_LIMIT
     for layer in layers:
         layer.compile(fullgraph=True)
-
-
-def size_oblivious():
-    """The context the compiled layers run in: a size marked dynamic is traced as a size, never
-    specialised for being 1 (a batch of one row, a cache of one key), so a one-row batch or a
-    one-token prefix reuses the graph of the others instead of compiling its own."""
-    from torch.fx.experimental import _config
-
-    return _config.patch(backed_size_oblivious=True)
 
 
 def standard_strides(hidden: torch.Tensor) -> torch.Tensor:

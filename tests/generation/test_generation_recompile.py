@@ -4,7 +4,7 @@ makes no compile after a warm-up generation, and no graph break."""
 from __future__ import annotations
 
 import pytest
-from compile_watch import compiled_megatron_generator, describe
+from compile_watch import fresh_dynamo, compiled_megatron_generator, describe
 from eval_fixtures import one_torch_thread  # noqa: F401
 from generation_model_fixtures import gen_checkpoint, gen_tokenizer_dir  # noqa: F401
 
@@ -14,7 +14,7 @@ SETTINGS = dict(max_new_tokens=24, steps=2, block_size=8, blocks="cached")
 
 
 @pytest.mark.slow
-def test_compiled_long_form_generation_does_not_recompile(gen_checkpoint):  # noqa: F811
+def test_compiled_long_form_generation_does_not_recompile(gen_checkpoint, fresh_dynamo):  # noqa: F811
     gen = compiled_megatron_generator(gen_checkpoint)
     start = compile_counts()
     gen.generate(["To be, or not to be", "O Romeo"], batch_size=2, **SETTINGS)  # warm-up

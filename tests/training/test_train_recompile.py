@@ -7,12 +7,12 @@ import math
 
 import pytest
 
-from compile_watch import CountsPerStep, describe
+from compile_watch import fresh_dynamo, CountsPerStep, describe
 from train_fixtures import tiny_overrides, train_data, train_records  # noqa: F401 (fixture)
 
 
 @pytest.mark.slow
-def test_compiled_training_does_not_recompile(train_data, tmp_path):  # noqa: F811
+def test_compiled_training_does_not_recompile(train_data, tmp_path, fresh_dynamo):  # noqa: F811
     from megatron_biglm.cli.train import train
     from megatron_biglm.common.compile_counts import compile_counts
 
