@@ -14,7 +14,7 @@ a VarlenSplit there would crash; `packed_seq_params` reaches the core attention 
 
 `derived` None is full bidirectional attention: split None or all 0 (variants `mlm`,
 `no_attn` emit split 0), and no padded row (valid_lengths None, or all = seq_len).
-Inference may add `kv_cache` (see `kv_cache.py`): the prefix key/value cache hook.
+A cached forward's keys/values go through per-layer ports, not these params (`kv_cache.py`).
 """
 from __future__ import annotations
 
@@ -54,9 +54,6 @@ class BiGLMAttentionParams(PackedSeqParams):
     backend: str = "sdpa"
     #: the backend's representation of the split rule (`AttentionBackend.derive`)
     derived: Any = None
-    #: inference only: a `kv_cache.KVCacheForward` that records this forward's keys/values
-    #: and supplies cached ones (the mask then covers `[cached keys, new keys]`)
-    kv_cache: Any = None
 
     @property
     def is_full_attention(self) -> bool:

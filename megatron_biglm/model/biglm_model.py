@@ -41,9 +41,11 @@ from megatron.core.transformer.transformer_config import TransformerConfig
 
 from .attention_params import BiGLMAttentionParams, build_attention_params, resolve_backend, resolve_compile
 from .config import BiGLMModelConfig
+from .core_attention import kv_ports_attached
 from .grad_layout import contiguous_grad
 from .kv_cache import KVCacheForward
 from .kv_pool import PoolForward
+from .layer_compile import compile_layers, compile_layers_on, mark_dynamic_inputs, mark_dynamic_ports, standard_strides
 from .layer_spec import biglm_block_spec, resolve_transformer_impl
 from .heads import build_head
 
@@ -81,9 +83,9 @@ class BiGLMModel(GPTModel):
             model_config.attention_backend, config.params_dtype, model_config.attention_dropout)
         # `auto`, True or False; resolved per forward against the device the weights are on.
         self.attention_compile = model_config.attention_compile
-        if compile_layers_on(model_config.compile_layers):
-            for layer in self.decoder.layers:
-                layer.compile()  # in place: same module, same parameters and state dict keys
+        self.layers_compiled = compile_layers_on(model_config.compile_layers)
+        if self.layers_compiled:
+            compile_layers(self.decoder.layers)  # one graph per layer: see layer_compile.py
         if self.post_process:
             # Under sequence parallelism we all-gather the hidden states ourselves before
             # picking the predicted rows, so the output layer must not gather again.
@@ -132,13 +134,20 @@ class BiGLMModel(GPTModel):
                 device=device,
                 compile_flex=resolve_compile(self.attention_compile, device),
             )
-            attn_params.kv_cache = kv_cache
-        hidden = self.decoder(
-            hidden_states=decoder_input,
-            attention_mask=None,
-            rotary_pos_emb=rotary_pos_emb,
-            packed_seq_params=attn_params,
-        )
+        if self.layers_compiled and decoder_input is not None:
+            decoder_input = standard_strides(decoder_input)
+            mark_dynamic_inputs(decoder_input, rotary_pos_emb, attn_params)
+        ports = [] if kv_cache is None else kv_cache.layer_ports(
+            len(self.decoder.layers), self._sequence_length(input_ids, decoder_input))
+        if self.layers_compiled:
+            mark_dynamic_ports(ports)
+        with kv_ports_attached(self.decoder.layers if ports else [], ports):
+            hidden = self.decoder(
+                hidden_states=decoder_input,
+                attention_mask=None,
+                rotary_pos_emb=rotary_pos_emb,
+                packed_seq_params=attn_params,
+            )
         if not self.post_process:
             return hidden
         if self.config.sequence_parallel:
@@ -176,7 +185,7 @@ class BiGLMModel(GPTModel):
         table = self.rotary_pos_emb(kv_cache.position_limit(q))  # [n, 1, 1, d]
         rotary = table[:, 0].index_select(0, positions.t().reshape(-1)).reshape(q, b, 1, -1)
         masked = kv_cache.masked_keys(valid_lengths.to(input_ids.device), q)
-        params = BiGLMAttentionParams(backend="sdpa", derived=~masked, kv_cache=kv_cache)
+        params = BiGLMAttentionParams(backend="sdpa", derived=~masked)
         return rotary, params
 
     def _sequence_length(self, input_ids, decoder_input) -> int:
@@ -192,8 +201,3 @@ class BiGLMModel(GPTModel):
     def _device(self) -> torch.device:
         return next(self.parameters()).device
 
-
-def compile_layers_on(setting: "bool | str") -> bool:
-    """Whether `model.compile_layers` compiles the transformer layers here: `auto` where CUDA
-    is available, `True`/`False` as given."""
-    return torch.cuda.is_available() if setting == "auto" else bool(setting)

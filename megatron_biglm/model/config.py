@@ -31,7 +31,7 @@ from megatron_biglm.model.shape import check_positive_ints
 #: `auto` (on CUDA only; see `attention_params.resolve_compile`).
 ATTENTION_COMPILE = ("auto", True, False)
 #: `compile_layers` values: compile each transformer layer with torch.compile always, never, or
-#: `auto` (when CUDA is available; see `biglm_model.compile_layers_on`).
+#: `auto` (when CUDA is available; see `layer_compile.compile_layers_on`).
 COMPILE_LAYERS = ("auto", True, False)
 #: `transformer_impl` values: the layers' linear and norm modules (see `layer_spec.resolve_transformer_impl`).
 TRANSFORMER_IMPLS = ("auto", "local", "transformer_engine")

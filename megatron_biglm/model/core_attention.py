@@ -9,8 +9,9 @@ split. Full attention (nothing derived: variants `mlm`/`no_attn`, no padding) ru
 unmasked kernel (`attention_backends/full.py`), whatever the configured backend, except
 megatron's own.
 
-Prefix cache (inference): when the params carry a `kv_cache`, each layer's post-RoPE key and
-value pass through it before the kernel (see `kv_cache.py`); nothing else changes here.
+Prefix cache (inference): while a forward's `LayerKV` ports are attached (`kv_ports_attached`,
+one per layer, resolved by the model before the layers run), each layer's post-RoPE key and
+value pass through its port before the kernel (see `kv_cache.py`); nothing else changes here.
 
 Layouts: megatron hands q [sq, b, nq, d] and k/v [sk, b, ng, d] (ng <= nq: GQA) and wants
 [sq, b, nq*d] back.
@@ -29,12 +30,31 @@ from .attention_backends.full import full_attention
 from .attention_params import BiGLMAttentionParams
 
 
+@contextlib.contextmanager
+def kv_ports_attached(layers, ports):
+    """Hand each transformer layer's core attention its port for one forward, and take them
+    back after it (also when it raises). The ports are resolved before any layer runs, so a
+    compiled layer reads a ready object and never looks itself up by its layer number."""
+    cores = [layer.self_attention.core_attention for layer in layers]
+    if len(cores) != len(ports):
+        raise ValueError(f"{len(ports)} kv ports for {len(cores)} layers")
+    for core, port in zip(cores, ports):
+        core.kv_port = port
+    try:
+        yield
+    finally:
+        for core in cores:
+            core.kv_port = None
+
+
 class BiGLMCoreAttention(DotProductAttention):
     """Drop-in `core_attention` for megatron's SelfAttention; dispatches to the params' backend."""
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         self.dropout_p = float(self.attention_dropout.p)
+        #: this layer's `kv_cache.LayerKV` during a cached forward, else None
+        self.kv_port = None
 
     def forward(
         self,
@@ -57,9 +77,9 @@ class BiGLMCoreAttention(DotProductAttention):
                 "packed (thd) sequences are not supported by BiGLM attention; pass `split` "
                 "(and `valid_lengths` for padding) to the model instead"
             )
-        if params.kv_cache is not None:
+        if self.kv_port is not None:
             # Inference prefix cache: record this layer's keys/values, attend to cached + new.
-            key, value = params.kv_cache.update(self.layer_number, key, value)
+            key, value = self.kv_port.update(key, value)
         backend = get_backend(params.backend)
         if backend.megatron_native:
             return backend.forward(self, query, key, value, params.derived)

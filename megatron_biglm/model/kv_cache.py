@@ -7,21 +7,38 @@ split-attention forward. The same holds block by block (generation): a block who
 cached prefix and the block itself can be appended to the cache (`PrefixKV` grows), and no
 cached row ever changes.
 
-How it reaches megatron's layers: the model's forward takes `kv_cache=KVCacheForward(...)` and
-puts it into `BiGLMAttentionParams.kv_cache`; `BiGLMCoreAttention` hands each layer's
-post-RoPE key/value to `KVCacheForward.update`, which records them and returns the keys/values
-to attend to (cached + new). The model shifts RoPE so suffix row j sits at position
+How it reaches megatron's layers: the model's forward takes `kv_cache=KVCacheForward(...)`,
+asks it for one `LayerKV` port per layer (`layer_ports`) before any layer runs, and hands each
+layer's core attention its port (`core_attention.kv_ports_attached`); `BiGLMCoreAttention`
+passes its post-RoPE key/value to the port, which records them and returns the keys/values to
+attend to (cached + new). A port holds tensors and host numbers fixed for the forward, and no
+bookkeeping of its own, so a compiled layer traces the same code for every layer and call. The model shifts RoPE so suffix row j sits at position
 `prefix_length + j` of its own row, and builds the mask "every real key" (all queries are past
 the split, so the split rule reduces to key validity). Layout as megatron's: `[s, b, heads, d]`.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Optional
+from typing import Optional, Protocol, runtime_checkable
 
 import torch
 
 from megatron_biglm.objective.split_rule import visible
+
+
+@runtime_checkable
+class LayerKV(Protocol):
+    """One layer's part of a cached forward: takes the layer's post-RoPE `key`/`value`
+    `[q, b, ng, d]` and returns the keys/values to attend to."""
+
+    def update(self, key: torch.Tensor, value: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]: ...
+
+
+@runtime_checkable
+class LayerPorts(Protocol):
+    """A forward's kv_cache hook: one `LayerKV` per layer, resolved before the layers run."""
+
+    def layer_ports(self, num_layers: int, q: int) -> list[LayerKV]: ...
 
 
 @dataclass(frozen=True)
@@ -75,22 +92,17 @@ class KVCacheForward:
     def __init__(self, past: Optional[PrefixKV] = None, *, record: bool = True):
         self.past = past
         self.record = record
-        self._new: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
-        self._layer_index: dict[int, int] = {}
+        self._ports: list[_CachePort] = []
 
-    def update(self, layer_number: int, key: torch.Tensor, value: torch.Tensor):
-        """Called by each layer's core attention with its post-RoPE `key`/`value` `[q, b, ng, d]`;
-        returns the keys/values to attend to."""
-        if self.record:
-            self._new[layer_number] = (key, value)
-        if self.past is None:
-            return key, value
-        index = self._layer_index.setdefault(layer_number, len(self._layer_index))
-        if index >= len(self.past.keys):
-            raise ValueError(f"the cache holds {len(self.past.keys)} layers; layer {layer_number} "
-                             "has none (was it encoded by another model?)")
-        return (torch.cat([self.past.keys[index], key], dim=0),
-                torch.cat([self.past.values[index], value], dim=0))
+    def layer_ports(self, num_layers: int, q: int) -> list["_CachePort"]:
+        """One port per layer (in layer order) for this forward's `q` rows."""
+        if self.past is not None and num_layers > len(self.past.keys):
+            raise ValueError(f"the cache holds {len(self.past.keys)} layers; the model has {num_layers} "
+                             "(was it encoded by another model?)")
+        past = self.past
+        self._ports = [_CachePort(None if past is None else past.keys[i], None if past is None else past.values[i],
+                                  self.record) for i in range(num_layers)]
+        return self._ports
 
     def positions(self, q: int) -> Optional[torch.Tensor]:
         """RoPE positions `[b, q]` of this forward's rows, None for a fresh prefix (0..q-1)."""
@@ -122,11 +134,10 @@ class KVCacheForward:
         return ~self.allowed_keys(lengths, q)[:, None]
 
     def _recorded_layers(self) -> tuple[tuple[torch.Tensor, ...], tuple[torch.Tensor, ...]]:
-        if not self._new:
+        if not self._ports or any(p.recorded is None for p in self._ports):
             raise RuntimeError("no keys/values were recorded: was the model's forward run with "
                                "this kv_cache (and record=True)?")
-        order = sorted(self._new)
-        return tuple(self._new[n][0] for n in order), tuple(self._new[n][1] for n in order)
+        return tuple(p.recorded[0] for p in self._ports), tuple(p.recorded[1] for p in self._ports)
 
     def recorded(self, lengths: torch.Tensor) -> PrefixKV:
         """The keys/values of this forward's rows (`lengths [b]` real), as a new cache."""
@@ -142,3 +153,19 @@ class KVCacheForward:
                 for old, new in zip(self.past.keys + self.past.values, keys + values)]
         n = len(keys)
         return PrefixKV(tuple(grow[:n]), tuple(grow[n:]), self.past.lengths + lengths)
+
+
+class _CachePort:
+    """One layer of a `KVCacheForward`: its cached keys/values (or None) and, when recording,
+    the keys/values this forward gave it."""
+
+    def __init__(self, past_keys: Optional[torch.Tensor], past_values: Optional[torch.Tensor], record: bool):
+        self.past_keys, self.past_values, self.record = past_keys, past_values, record
+        self.recorded: Optional[tuple[torch.Tensor, torch.Tensor]] = None
+
+    def update(self, key: torch.Tensor, value: torch.Tensor):
+        if self.record:
+            self.recorded = (key, value)
+        if self.past_keys is None:
+            return key, value
+        return torch.cat([self.past_keys, key], dim=0), torch.cat([self.past_values, value], dim=0)

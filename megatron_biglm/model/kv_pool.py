@@ -6,7 +6,8 @@ layer's keys and values at every step (`select`, `torch.cat`), and its mask is a
 by the model. Here each request owns a slot of per-layer buffers `[capacity, slots, ng, d]`
 (megatron's `[s, b, ng, d]` layout) sized for prompt plus output:
 
-- a forward writes its rows' keys/values in place, at each slot's valid length onwards, and
+- a forward writes its rows' keys/values in place (each layer through its `SlotPort`, planned
+  on the host before the layers run), at each slot's valid length onwards, and
   attends to the slot's buffer up to that length plus its own rows: a key-padding mask
   `[b, 1, 1, k]` (one length per row), no per-query mask;
 - a block is committed by advancing the slot's length (the block's keys were written by the
@@ -126,48 +127,35 @@ class PoolForward:
         self.in_place = len(set(self.slots)) == len(self.slots)
         first = self.slots[0]
         self._view = self.in_place and self.slots == list(range(first, first + len(self.slots)))
-        self._layer_index: dict[int, int] = {}
-        self._q = None
 
     @property
     def past(self):
         """Non-None: the model runs its cached-rows path (positions after the slot's length)."""
         return self
 
-    def update(self, layer_number: int, key: torch.Tensor, value: torch.Tensor):
-        """`key`/`value` `[q, b, ng, d]` of this forward; returns the keys/values to attend to."""
-        index = self._layer_index.setdefault(layer_number, len(self._layer_index))
-        q = key.shape[0]
-        self._q = q
-        kbuf, vbuf = self.pool.keys[index], self.pool.values[index]
+    def layer_ports(self, num_layers: int, q: int) -> list["SlotPort"]:
+        """One port per layer for this forward's `q` rows: where each layer writes its keys and
+        values and what it reads back, decided here on the host once for every layer."""
+        plan = self._plan(q)
+        return [SlotPort(self.pool.keys[i], self.pool.values[i], plan) for i in range(num_layers)]
+
+    def _plan(self, q: int) -> "SlotPlan":
+        device = self.pool.device
+        b = len(self.slots)
         if not self.in_place:
             width = max(self.base) if self.base else 0
-            return (torch.cat([self._cached(kbuf, width), key], dim=0),
-                    torch.cat([self._cached(vbuf, width), value], dim=0))
+            shared = len(set(self.slots)) == 1  # one slot read by every row: read once and broadcast
+            return SlotPlan(gather=True, first=self.slots[0], rows=b, end=width,
+                            index=None if shared else on_device(self.slots, device))
         end = max(self.base) + q
         if end > self.pool.capacity:
             raise ValueError(f"a slot would hold {end} positions; the pool's capacity is {self.pool.capacity}")
-        if self._view and len(set(self.base)) == 1:  # one offset for every row: a plain slice write
-            first, b, start = self.slots[0], len(self.slots), self.base[0]
-            kbuf[start:start + q, first:first + b] = key
-            vbuf[start:start + q, first:first + b] = value
-        else:
-            pos, cols = self._scatter_index(q, kbuf.device)
-            kbuf.index_put_((pos, cols), key)
-            vbuf.index_put_((pos, cols), value)
-        if self._view:
-            first = self.slots[0]
-            return kbuf[:end, first:first + len(self.slots)], vbuf[:end, first:first + len(self.slots)]
-        rows = on_device(self.slots, kbuf.device)
-        return kbuf[:end].index_select(1, rows), vbuf[:end].index_select(1, rows)
-
-    def _cached(self, buf: torch.Tensor, width: int) -> torch.Tensor:
-        """The rows' cached positions `[width, b, ng, d]`: one slot shared by every row (the
-        continuations of one prompt, scored together) is read once and broadcast, not gathered."""
-        if len(set(self.slots)) == 1:
-            first = self.slots[0]
-            return buf[:width, first:first + 1].expand(-1, len(self.slots), -1, -1)
-        return buf[:width].index_select(1, on_device(self.slots, buf.device))
+        # an index put at (position, slot) pairs, even where one slice would do: a slice start is
+        # a host int a compiled layer would specialise on (0 for a fresh slot, then any other)
+        plan = SlotPlan(first=self.slots[0], rows=b, end=end, write_at=self._scatter_index(q, device))
+        if not self._view:
+            plan.index = on_device(self.slots, device)
+        return plan
 
     def _scatter_index(self, q: int, device):
         base = on_device(self.base, device)
@@ -226,16 +214,12 @@ class FixedShapePoolForward(PoolForward):
         self.first, self.rows, self.base_t = first, rows, base
         self.keys_bound = pool.capacity if keys is None else int(keys)
 
-    def update(self, layer_number: int, key: torch.Tensor, value: torch.Tensor):
-        index = self._layer_index.setdefault(layer_number, len(self._layer_index))
-        q = key.shape[0]
-        kbuf, vbuf = self.pool.keys[index], self.pool.values[index]
+    def layer_ports(self, num_layers: int, q: int) -> list["SlotPort"]:
+        kbuf = self.pool.keys[0]
         pos = self.base_t[None, :] + torch.arange(q, device=kbuf.device)[:, None]          # [q, b]
         cols = torch.arange(self.first, self.first + self.rows, device=kbuf.device)[None, :].expand(q, -1)
-        kbuf.index_put_((pos, cols), key)
-        vbuf.index_put_((pos, cols), value)
-        end, n = self.first + self.rows, self.keys_bound
-        return kbuf[:n, self.first:end], vbuf[:n, self.first:end]
+        plan = SlotPlan(first=self.first, rows=self.rows, end=self.keys_bound, write_at=(pos, cols))
+        return [SlotPort(self.pool.keys[i], self.pool.values[i], plan) for i in range(num_layers)]
 
     def positions(self, q: int) -> torch.Tensor:
         return self.base_t[:, None] + torch.arange(q, device=self.base_t.device)[None]
@@ -249,6 +233,47 @@ class FixedShapePoolForward(PoolForward):
 
     def commit(self) -> None:
         raise ValueError("a fixed-shape forward is never committed; extend a block with PoolForward")
+
+
+class SlotPlan:
+    """How every layer of one pool forward writes and reads its buffers, fixed on the host
+    before the layers run: tensors and host ints only, so a compiled layer traces one code path
+    and guards on nothing that changes per call but shapes and sizes.
+
+    - `gather`: the rows' slots are not distinct; read each row's first `end` cached positions
+      (slot `first` broadcast when `index` is None, else the slots `index`) and append the new keys.
+    - otherwise write the new keys at the `write_at` (positions, slots) index pairs, then read the first `end` positions of slots
+      `first .. first + rows - 1` (a view) or of the slots `index`.
+    """
+
+    def __init__(self, *, first: int, rows: int, end: int, gather: bool = False,
+                 index: torch.Tensor | None = None,
+                 write_at: tuple[torch.Tensor, torch.Tensor] | None = None):
+        self.first, self.rows, self.end, self.gather = first, rows, end, gather
+        self.index, self.write_at = index, write_at
+
+    def apply(self, buf: torch.Tensor, new: torch.Tensor) -> torch.Tensor:
+        """Write `new [q, b, ng, d]` into `buf` as planned; the keys (or values) to attend to."""
+        if self.gather:
+            if self.index is None:
+                cached = buf[:self.end, self.first:self.first + 1].expand(-1, self.rows, -1, -1)
+            else:
+                cached = buf[:self.end].index_select(1, self.index)
+            return torch.cat([cached, new], dim=0)
+        buf.index_put_(self.write_at, new)
+        if self.index is None:
+            return buf[:self.end, self.first:self.first + self.rows]
+        return buf[:self.end].index_select(1, self.index)
+
+
+class SlotPort:
+    """One layer's key and value buffers of the pool and the forward's `SlotPlan` (`LayerKV`)."""
+
+    def __init__(self, keys: torch.Tensor, values: torch.Tensor, plan: SlotPlan):
+        self.keys, self.values, self.plan = keys, values, plan
+
+    def update(self, key: torch.Tensor, value: torch.Tensor):
+        return self.plan.apply(self.keys, key), self.plan.apply(self.values, value)
 
 
 def on_device(values: Sequence[int], device) -> torch.Tensor:

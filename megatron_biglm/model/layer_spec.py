@@ -70,6 +70,7 @@ def biglm_layer_spec(ffn_hidden_size: int | None = None, impl: str = "local") ->
     ``impl``: "local" or "transformer_engine" (resolved, see `resolve_transformer_impl`)."""
     patches.apply_mlp_subclass_notice()  # the MLP is BiGLMMLP, a subclass megatron 0.16 logs about per layer
     patches.apply_rope_one_pass()  # megatron's unfused RoPE copies q and k several times per pass
+    patches.apply_row_linear_tp_group()  # its tp_group=None warning breaks a compiled layer's graph
     if impl == "transformer_engine":
         from megatron.core.extensions.transformer_engine import TELayerNormColumnParallelLinear, TERowParallelLinear
 

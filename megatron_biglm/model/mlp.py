@@ -6,7 +6,8 @@ separately and joins them with `torch.cat` (the backward of `chunk`), plus a cop
 offset in the forward: at the 136M shape on CPU the `cat` alone was 0.7 s of a 15 s training
 step (30 copies of a [s, b, 2f] tensor). `SwiGLU` computes the same values with the same
 kernels (`silu`, `mul`, `silu_backward`) and writes both halves of the input gradient in place
-into one buffer. Any other MLP setting (biases, a fused or Transformer Engine activation, a
+into one buffer (inside a compiled layer, where `out=` cannot be traced, it concatenates them and
+inductor fuses the products into that one write). Any other MLP setting (biases, a fused or Transformer Engine activation, a
 clamp, an offset, a per-token scale) runs megatron's own forward unchanged.
 """
 from __future__ import annotations
@@ -30,6 +31,10 @@ class SwiGLU(torch.autograd.Function):
     def backward(ctx, grad: torch.Tensor) -> torch.Tensor:
         gate_up, activated = ctx.saved_tensors
         gate, up = torch.chunk(gate_up, 2, dim=-1)
+        if torch.compiler.is_compiling():
+            # Traced by torch.compile, which cannot write through `out=` into a half of a tensor;
+            # inductor fuses the two products into the concatenation, so no copy is left.
+            return torch.cat([torch.ops.aten.silu_backward(grad * up, gate), grad * activated], dim=-1)
         grad_gate_up = torch.empty_like(gate_up, memory_format=torch.contiguous_format)
         grad_gate, grad_up = torch.chunk(grad_gate_up, 2, dim=-1)
         torch.mul(grad, activated, out=grad_up)

@@ -10,7 +10,9 @@
 `apply_distopt_checkpoint_fixes` fixes one optimizer instance (distopt_checkpoint.py);
 `apply_mlp_subclass_notice` quiets megatron's per-layer notice about an `MLP` subclass
 (mlp_subclass_notice.py), and `apply_rope_one_pass` computes megatron's unfused RoPE in one
-pass per direction (rope_one_pass.py); both are called where BiGLM's layer spec is built.
+pass per direction (rope_one_pass.py), and `apply_row_linear_tp_group` hands megatron's
+row-parallel matmul its layer's group instead of None, whose deprecation warning breaks a
+compiled layer's graph (row_linear_tp_group.py); all three are called where BiGLM's layer spec is built.
 Nothing here patches anything at import time. Each module docstring names the exact failure
 it fixes and the megatron-core versions it was seen in.
 """
@@ -29,6 +31,7 @@ from . import (
     cpu_tensor_type,
     mlp_subclass_notice,
     rope_one_pass,
+    row_linear_tp_group,
 )
 from ._patching import Patch, log
 from .distopt_checkpoint import (
@@ -85,6 +88,11 @@ def apply_rope_one_pass() -> bool:
     return rope_one_pass.PATCH.apply()
 
 
+def apply_row_linear_tp_group() -> bool:
+    """Install `row_linear_tp_group` (idempotent); False where megatron has no `RowParallelLinear`."""
+    return row_linear_tp_group.PATCH.apply()
+
+
 def applied_cpu_patches() -> List[str]:
     """Names of the CPU shims installed in this process."""
     return list(_APPLIED)
@@ -94,4 +102,5 @@ __all__ = [
     "apply_cpu", "applied_cpu_patches", "CPU_PATCHES", "CPU_PATCH_NAMES", "Patch",
     "apply_distopt_checkpoint_fixes", "DISTOPT_METADATA", "distopt_before_load",
     "distopt_after_load", "apply_mlp_subclass_notice", "apply_rope_one_pass",
+    "apply_row_linear_tp_group",
 ]

@@ -22,6 +22,7 @@ from megatron_biglm.inference import TokenIds
 from megatron_biglm.inference.hf_adapter import HFMaskedLMAdapter
 from megatron_biglm.inference.megatron_adapter import MegatronMaskedLMAdapter
 from megatron_biglm.model.attention_params import BiGLMAttentionParams
+from megatron_biglm.model.core_attention import kv_ports_attached
 from megatron_biglm.model.kv_cache import KVCacheForward, append_right_padded
 
 TOL = 1e-5
@@ -97,8 +98,9 @@ def _megatron_dense(adapter: MegatronMaskedLMAdapter, ids, allowed):
     model = adapter.model
     emb, rotary = model._preprocess(input_ids=ids, position_ids=None)[:2]
     record = KVCacheForward()
-    params = BiGLMAttentionParams(backend="sdpa", derived=allowed[:, None], kv_cache=record)
-    with torch.no_grad():
+    params = BiGLMAttentionParams(backend="sdpa", derived=allowed[:, None])
+    layers = model.decoder.layers
+    with torch.no_grad(), kv_ports_attached(layers, record.layer_ports(len(layers), ids.shape[1])):
         hidden = model.decoder(hidden_states=emb, attention_mask=None, rotary_pos_emb=rotary,
                                packed_seq_params=params)
     return hidden.transpose(0, 1), record.recorded(allowed[:, 0].sum(-1))  # lengths unused

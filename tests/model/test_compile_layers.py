@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from compile_watch import fresh_dynamo  # noqa: F401 (fixture)
 from model_fixtures import build_model, init_megatron, mean_masked_loss, random_batch, tiny_config
 
 from megatron_biglm.common.config_fields import ConfigError
@@ -22,7 +23,7 @@ def test_compile_layers_setting_resolves_and_bad_values_are_refused():
 
 
 @pytest.mark.slow
-def test_compiled_layers_equal_eager_loss_and_gradients():
+def test_compiled_layers_equal_eager_loss_and_gradients(fresh_dynamo):  # noqa: F811
     init_megatron(1, 1)
     batch = random_batch(tiny_config(), 2, 24, seed=5)
     batch["split"] = torch.tensor([0, 11])
