@@ -460,7 +460,7 @@ def finetune_from(env, start, run_dir=None):
 
 def two_ctrl_c(env):
     import sys
-    from test_signals_second_ctrl_c import SCRIPT
+    from second_ctrl_c import SCRIPT
     return subprocess_status([sys.executable, "-c", SCRIPT])
 
 
