@@ -19,6 +19,7 @@ from typing import Iterable
 import yaml
 
 from .task_data_check import check_task_file
+from .zero_shot_args import BadArguments
 
 
 @dataclass(frozen=True)
@@ -66,7 +67,7 @@ def resolve_tasks(spec: str) -> list[SuiteTask]:
     known = {t.name: t for t in PAPER_SUITE}
     names = [n.strip() for n in spec.split(",") if n.strip()]
     if not names:
-        raise ValueError("no task given: use --suite paper or --suite TASK[,TASK...]")
+        raise BadArguments("--suite: no task given; use --suite paper or --suite TASK[,TASK...]")
     return [known.get(n, SuiteTask(n, n, "acc")) for n in names]
 
 
