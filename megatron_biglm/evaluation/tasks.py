@@ -67,7 +67,7 @@ def resolve_tasks(spec: str) -> list[SuiteTask]:
     known = {t.name: t for t in PAPER_SUITE}
     names = [n.strip() for n in spec.split(",") if n.strip()]
     if not names:
-        raise BadArguments("--suite: no task given; use --suite paper or --suite TASK[,TASK...]")
+        raise BadArguments("no task given: name the suite `paper`, or tasks TASK[,TASK...]")
     return [known.get(n, SuiteTask(n, n, "acc")) for n in names]
 
 

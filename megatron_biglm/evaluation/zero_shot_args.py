@@ -37,19 +37,19 @@ def check_model_arguments(text: str) -> dict[str, str]:
 
     names = model_argument_names()
     args: dict[str, str] = {}
-    for part in (p.strip() for p in text.split(",")):
-        if not part:
-            continue
+    for part in (p for p in text.strip().split(",") if p):  # as lm-eval splits it: spaces are kept
         key, sep, value = part.partition("=")
-        key = key.strip()
-        if not sep or not key:
-            hint = f"path={part}" if Path(part).expanduser().exists() else "path=DIR"
+        if not sep or not key.strip():
+            hint = f"path={part.strip()}" if Path(part.strip()).expanduser().exists() else "path=DIR"
             raise BadArguments(f"--model-args: {part!r} is not key=value; write e.g. {hint} "
                                "(k=v pairs separated by commas)")
         if key not in names:
+            if key.strip() in names:
+                raise BadArguments(f"--model-args: {part!r}: lm-eval keeps the spaces around a key; write "
+                                   f"{key.strip()}={value} with no space after the comma")
             raise BadArguments(f"--model-args: unknown key {key!r}{did_you_mean([key], names)}; "
                                f"known keys: {', '.join(names)}")
-        args[key] = value.strip()
+        args[key] = value
     if "scoring" in args and args["scoring"] not in RULES:
         raise BadArguments(f"--model-args: scoring={args['scoring']!r} is not a scoring rule"
                            f"{did_you_mean([args['scoring']], list(RULES))}; choose one of {', '.join(RULES)}")
