@@ -85,8 +85,9 @@ def main(argv: list[str] | None = None) -> int:
     from megatron_biglm.checkpoint.dirs import CheckpointError
 
     from megatron_biglm.evaluation.task_data_check import BadTaskData
+    from megatron_biglm.evaluation.tasks import check_task_names
     from megatron_biglm.evaluation.zero_shot_args import (BadArguments, check_limit, check_model_arguments,
-                                                          check_output_file, check_task_names)
+                                                          check_output_file)
 
     args = build_parser().parse_args(argv)
     try:  # every argument is checked before lm-eval loads the model

@@ -1,16 +1,15 @@
-"""The zero-shot command's arguments, checked before the model loads: task names (with a
-did-you-mean), model arguments (`k=v,...`, the keys our lm-eval models take, the scoring rule),
-`--limit` and the output path.
+"""The zero-shot command's arguments, checked before the model loads: model arguments
+(`k=v,...`, the keys our lm-eval models take, the scoring rule), `--limit` and the output path
+(task names: `tasks.check_task_names`).
 
 Why: lm-eval reads each of these only after the model is loaded (minutes for a large
-checkpoint), and then fails with a traceback: an unknown task, a model argument without `=`, a
-scoring rule that does not exist, a limit of 0 (nothing scored), an output path that is a
-directory (after every task ran). Each is one line here, naming the argument and what to write.
+checkpoint), and then fails with a traceback: a model argument without `=`, a scoring rule that
+does not exist, a limit of 0 (nothing scored), an output path that is a directory (after every
+task ran). Each is one line here, naming the argument and what to write.
 """
 from __future__ import annotations
 
 import inspect
-from functools import lru_cache
 from pathlib import Path
 
 from megatron_biglm.common.config_fields import did_you_mean
@@ -81,41 +80,3 @@ def check_output_file(path, flag: str = "--output") -> None:
     problem = output_file_problem(path, flag, "results.json")
     if problem:
         raise BadArguments(problem)
-
-
-@lru_cache(maxsize=1)
-def _builtin_task_names() -> frozenset[str]:
-    """Every `task:` name of lm-eval's built-in YAMLs (what `--data-dir` can serve)."""
-    import re
-
-    from .tasks import lm_eval_tasks_dir
-
-    pattern = re.compile(r"^task:\s*['\"]?([^'\"\s#]+)", re.MULTILINE)
-    names: set[str] = set()
-    for path in lm_eval_tasks_dir().rglob("*.yaml"):
-        names.update(pattern.findall(path.read_text(encoding="utf-8", errors="replace")))
-    return frozenset(names)
-
-
-def check_task_names(names: list[str], *, data_dir=None, known=None) -> None:
-    """Every name a task lm-eval knows: with `--data-dir` a built-in task (its YAML is what the
-    local data plugs into), else any task, group or tag of lm-eval's index. The paper's tasks
-    are known without reading the index. `known`: the names to check against (default: lm-eval's)."""
-    from .tasks import _BUILTIN_YAML
-
-    unknown = [n for n in names if n not in _BUILTIN_YAML]
-    if not unknown:
-        return
-    if known is None:
-        if data_dir is not None:
-            known = _builtin_task_names()
-        else:
-            from lm_eval.tasks import TaskManager
-
-            known = set(TaskManager().all_tasks)
-    bad = [n for n in unknown if n not in known]
-    if bad:
-        what = "built-in task" if data_dir is not None else "task, group or tag"
-        raise BadArguments(f"--suite: lm-eval has no {what} {', '.join(map(repr, bad))}"
-                           f"{did_you_mean(bad, sorted(known))}; use --suite paper or lm-eval's task names "
-                           "(python -m megatron_biglm.cli.lm_eval list tasks)")

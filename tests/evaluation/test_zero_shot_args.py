@@ -11,9 +11,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from megatron_biglm.evaluation.task_data_check import ANSWERS, BadTaskData, check_task_file
-from megatron_biglm.evaluation.tasks import PAPER_SUITE
+from megatron_biglm.evaluation.tasks import PAPER_SUITE, check_task_names
 from megatron_biglm.evaluation.zero_shot_args import (BadArguments, check_limit, check_model_arguments,
-                                                      check_task_names, model_argument_names)
+                                                      model_argument_names)
 
 FREE_KEYS = ["device", "dtype", "split_attention", "prefix_cache", "add_eos", "max_length", "cache_layout"]
 VALUES = st.text(st.characters(whitelist_categories=("L", "N"), whitelist_characters="_-."), min_size=1, max_size=8)
