@@ -102,6 +102,9 @@ def main(argv=None) -> int:
     except (BeirFormatError, FileNotFoundError) as exc:
         return refuse(exc, 1)
     print(format_table(results), flush=True)
+    for name, result in results["datasets"].items():
+        for note in result.get("notes", []):  # what was skipped, and why
+            print(f"note: {name}: {note}", file=sys.stderr)
     failed = {n: r["error"] for n, r in results["datasets"].items() if "error" in r}
     for name, error in failed.items():
         print(f"error: {name}: {error}", file=sys.stderr)

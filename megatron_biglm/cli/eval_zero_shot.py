@@ -8,7 +8,9 @@ table, write lm-eval's results JSON.
 (`--skip-missing` runs the tasks that have files and lists the rest); without it the built-in
 tasks load their data from the HF hub as usual, and a machine without the hub stops with one
 line naming `--data-dir`. `--model-args path=` takes a local directory (an HF export or a
-megatron checkpoint), never a hub name.
+megatron checkpoint), never a hub name. The arguments (task names, model arguments, `--limit`,
+`--output`) and the local rows are checked before the model loads: a mistake is one line
+`error: ...` naming it (exit 1).
 """
 from __future__ import annotations
 
@@ -83,15 +85,22 @@ def main(argv: list[str] | None = None) -> int:
     from megatron_biglm.checkpoint.dirs import CheckpointError
 
     from megatron_biglm.evaluation.task_data_check import BadTaskData
+    from megatron_biglm.evaluation.tasks import check_task_names
+    from megatron_biglm.evaluation.zero_shot_args import (BadArguments, check_limit, check_model_arguments,
+                                                          check_output_file)
 
     args = build_parser().parse_args(argv)
-    try:
+    try:  # every argument is checked before lm-eval loads the model
+        check_model_arguments(args.model_args)
+        check_limit(args.limit)
+        check_output_file(args.output)
         tasks = resolve_tasks(args.suite)
+        check_task_names([t.name for t in tasks], data_dir=args.data_dir)
         results, skipped = run_zero_shot(
             args.model, args.model_args, tasks, data_dir=args.data_dir, task_dir=args.task_dir,
             skip_missing=args.skip_missing, limit=args.limit, batch_size=args.batch_size,
             device=args.device, log_samples=args.log_samples)
-    except (BadTaskData, MissingTaskData, CheckpointError, HubUnavailable, FileNotFoundError) as exc:
+    except (BadArguments, BadTaskData, MissingTaskData, CheckpointError, HubUnavailable, FileNotFoundError) as exc:
         # bad input or no hub: the message, exit 1
         return refuse(exc, 1)
     label = args.label or _model_label(args.model, args.model_args)

@@ -10,7 +10,7 @@ length, candidates, prompt_tokens_dropped; `steps` with --show-steps). Every `Ge
 field is a flag (`--top-k`, `--min-length`, ...), generated from the dataclass with its default;
 `--set KEY=VALUE` names a field as the dataclass does (value parsed as JSON when it parses). Bad input (an empty prompt, an over-long prompt without `--overflow truncate_left`,
 length 0, steps < 1, a tokenizer without a mask token, a length beam without a length, an
-unknown option) prints `error: ...` saying what to do and exits with status 2.
+unknown option, an `--output` that is a directory) prints `error: ...` saying what to do and exits with status 2.
 """
 from __future__ import annotations
 
@@ -21,6 +21,7 @@ import sys
 from pathlib import Path
 
 from megatron_biglm.common.config_flags import add_dataclass_flags, flag_values, parse_flags
+from megatron_biglm.common.output_path import output_file_problem
 from megatron_biglm.data.rows import json_lines
 from megatron_biglm.generation.config import GenerationConfig, GenerationConfigError
 from megatron_biglm.generation.output import render_canvas
@@ -109,6 +110,9 @@ def main(argv: list[str] | None = None, *, stdout=None, stderr=None) -> int:
             raise BadInput("--input needs --output out.jsonl (one JSON row per prompt)")
         if args.batch_size < 1:
             raise BadInput(f"--batch-size must be >= 1, got {args.batch_size}")
+        problem = output_file_problem(args.output)  # before the model loads and generates
+        if problem:
+            raise BadInput(problem)
         config = config_from_args(args)
         prompts = [args.prompt] if args.prompt is not None else read_prompts(args.input)
         outputs = _generate(args, config, prompts, stderr)

@@ -20,6 +20,7 @@ import sys
 
 from megatron_biglm.cli import command_logging
 from megatron_biglm.cli import refuse
+from megatron_biglm.common.config_fields import did_you_mean
 
 
 HF_TOKENIZER_TYPE = "HuggingFaceTokenizer"
@@ -74,8 +75,10 @@ def megatron_refusal(args) -> str | None:
     """Why a Megatron-LM flag given to this command cannot be honoured, and what to use instead;
     None when every Megatron flag given is one this command does the same way."""
     if args.tokenizer_type is not None and args.tokenizer_type != HF_TOKENIZER_TYPE:
+        if args.tokenizer_type.lower() == HF_TOKENIZER_TYPE.lower():
+            return f"--tokenizer-type {args.tokenizer_type}: did you mean {HF_TOKENIZER_TYPE}? (the name is case-sensitive)"
         return (f"--tokenizer-type {args.tokenizer_type} is not supported: megatron-biglm reads HF "
-                f"tokenizers only; {_CONVERT_HINT}")
+                f"tokenizers only{did_you_mean([args.tokenizer_type], [HF_TOKENIZER_TYPE])}; {_CONVERT_HINT}")
     given = [flag for flag, value in (("--vocab-file", args.vocab_file), ("--merge-file", args.merge_file))
              if value is not None]
     if given:

@@ -25,6 +25,8 @@ _DRAIN_POLL_S = 0.05
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from megatron_biglm.serving.body_limit import DEFAULT_MAX_REQUEST_BYTES
+
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--model", required=True, help="megatron checkpoint or HF export directory")
     p.add_argument("--host", default="127.0.0.1")
@@ -37,6 +39,9 @@ def build_parser() -> argparse.ArgumentParser:
                         "key/value slots of the model's length (the memory held for prefixes)")
     p.add_argument("--timeout", type=float, default=600.0, help="seconds a request may take")
     p.add_argument("--score-batch-size", type=int, default=16, help="rows per forward when scoring")
+    p.add_argument("--max-request-bytes", type=int, default=DEFAULT_MAX_REQUEST_BYTES,
+                   help="the largest request body accepted (default 1 MiB); a larger one gets HTTP 413 "
+                        "before it is read")
     p.add_argument("--device", help="default: cuda when available, else cpu")
     p.add_argument("--dtype", help="default: bfloat16 on GPU, float32 on CPU")
     p.add_argument("--split-attention", choices=("auto", "on", "off"),
@@ -50,7 +55,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    for name in ("max_queue", "max_rows", "score_batch_size"):
+    for name in ("max_queue", "max_rows", "score_batch_size", "max_request_bytes"):
         if getattr(args, name) < 1:
             print(f"error: --{name.replace('_', '-')} must be >= 1", file=sys.stderr)
             return 2
@@ -96,7 +101,7 @@ def _build(args):
     template = None if args.chat_template == "none" else get_template(args.chat_template)
     embedder = load_embedder(args.model, generator.adapter, generator.tokenizer)
     app = build_app(service, scheduler, metrics, state, embedder=embedder, chat_template=template,
-                    score_batch_size=args.score_batch_size)
+                    score_batch_size=args.score_batch_size, max_request_bytes=args.max_request_bytes)
     config = uvicorn.Config(app, host=args.host, port=args.port, log_level=args.log_level,
                             access_log=False, lifespan="off")
     return _DrainingServer(config, state, scheduler, name)

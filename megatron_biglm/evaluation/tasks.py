@@ -13,12 +13,16 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from functools import lru_cache
 from pathlib import Path
 from typing import Iterable
 
 import yaml
 
+from megatron_biglm.common.config_fields import did_you_mean
+
 from .task_data_check import check_task_file
+from .zero_shot_args import BadArguments
 
 
 @dataclass(frozen=True)
@@ -66,8 +70,40 @@ def resolve_tasks(spec: str) -> list[SuiteTask]:
     known = {t.name: t for t in PAPER_SUITE}
     names = [n.strip() for n in spec.split(",") if n.strip()]
     if not names:
-        raise ValueError("no task given: use --suite paper or --suite TASK[,TASK...]")
+        raise BadArguments("no task given: name the suite `paper`, or tasks TASK[,TASK...]")
     return [known.get(n, SuiteTask(n, n, "acc")) for n in names]
+
+
+@lru_cache(maxsize=1)
+def _builtin_task_names() -> frozenset[str]:
+    """Every `task:` name of lm-eval's built-in YAMLs (what `--data-dir` can serve)."""
+    pattern = re.compile(r"^task:\s*['\"]?([^'\"\s#]+)", re.MULTILINE)
+    names: set[str] = set()
+    for path in lm_eval_tasks_dir().rglob("*.yaml"):
+        names.update(pattern.findall(path.read_text(encoding="utf-8", errors="replace")))
+    return frozenset(names)
+
+
+def check_task_names(names: list[str], *, data_dir=None, known=None) -> None:
+    """Every name a task lm-eval knows: with `--data-dir` a built-in task (its YAML is what the
+    local data plugs into), else any task, group or tag of lm-eval's index. The paper's tasks
+    are known without reading the index. `known`: the names to check against (default: lm-eval's)."""
+    unknown = [n for n in names if n not in _BUILTIN_YAML]
+    if not unknown:
+        return
+    if known is None:
+        if data_dir is not None:
+            known = _builtin_task_names()
+        else:
+            from lm_eval.tasks import TaskManager
+
+            known = set(TaskManager().all_tasks)
+    bad = [n for n in unknown if n not in known]
+    if bad:
+        what = "built-in task" if data_dir is not None else "task, group or tag"
+        raise BadArguments(f"--suite: lm-eval has no {what} {', '.join(map(repr, bad))}"
+                           f"{did_you_mean(bad, sorted(known))}; use --suite paper or lm-eval's task names "
+                           "(python -m megatron_biglm.cli.lm_eval list tasks)")
 
 
 def lm_eval_tasks_dir() -> Path:

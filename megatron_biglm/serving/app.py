@@ -10,10 +10,12 @@ Endpoints (OpenAI's request and response shapes where OpenAI has them):
   lm-eval's API models ask for it.
 
 Errors have OpenAI's body `{"error": {"message", "type", "param", "code"}}`: 400 for a bad
-request (the message and `param` name the field), 429 with `Retry-After` when the queue is
+request (the message and `param` name the field), 413 for a body past `--max-request-bytes`
+(refused as it arrives, before it is parsed: `body_limit.py`), 429 with `Retry-After` when the queue is
 full, 503 once the server is draining, 504 past the request timeout, 500 when the model fails
 (the server keeps serving). A client that disconnects has its request dropped at the next block
-boundary, freeing its rows.
+boundary, freeing its rows. Parsing, validation and tokenization run in worker threads, off the
+event loop, so `/health` and other requests are answered while a large request is checked.
 """
 from __future__ import annotations
 
@@ -24,9 +26,11 @@ from dataclasses import dataclass
 
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, PlainTextResponse, StreamingResponse
+from starlette.concurrency import run_in_threadpool
 
 from megatron_biglm.evaluation.scoring import make_rule
 
+from .body_limit import DEFAULT_MAX_REQUEST_BYTES, BodyLimit, BodyTooLarge
 from .chat import ChatCompletionRequest, as_chat_response, chat_as_completion
 from .completions import CompletionService
 from .metrics import ServerMetrics
@@ -56,6 +60,8 @@ def error_response(exc: BaseException) -> JSONResponse:
     """The status and OpenAI-style body for an exception raised while answering."""
     if isinstance(exc, BadRequest):
         return _error(exc.status, exc.message, "invalid_request_error", exc.param)
+    if isinstance(exc, BodyTooLarge):
+        return _error(413, str(exc), "invalid_request_error")
     if isinstance(exc, QueueFull):
         return _error(429, f"{exc}; retry after {RETRY_AFTER_S} s", "rate_limit_error",
                       headers={"Retry-After": str(RETRY_AFTER_S)})
@@ -101,10 +107,10 @@ class _Gate:
 
 def build_app(service: CompletionService, scheduler: BlockScheduler, metrics: ServerMetrics,
               state: ServerState, *, embedder=None, chat_template=None,
-              score_batch_size: int = 16) -> FastAPI:
+              score_batch_size: int = 16, max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES) -> FastAPI:
     """The app; `embedder` (`embeddings.Embedder`, None for a model that does not embed)
     answers `/v1/embeddings`, `chat_template` (a `ChatTemplate`, None: no chat)
-    `/v1/chat/completions`."""
+    `/v1/chat/completions`; a body past `max_request_bytes` gets 413."""
     app = FastAPI(title="biglm-serve", docs_url=None, redoc_url=None, openapi_url=None)
     tokenizer = service.tokenizer
 
@@ -112,7 +118,7 @@ def build_app(service: CompletionService, scheduler: BlockScheduler, metrics: Se
         return error_response(exc)
 
     # the expected refusals are answered quietly; anything else (a model failure) also logs
-    for kind in (BadRequest, QueueFull, ShuttingDown, RequestTimeout, Cancelled, Exception):
+    for kind in (BadRequest, BodyTooLarge, QueueFull, ShuttingDown, RequestTimeout, Cancelled, Exception):
         app.add_exception_handler(kind, _answer)
 
     @app.get("/health")
@@ -138,18 +144,27 @@ def build_app(service: CompletionService, scheduler: BlockScheduler, metrics: Se
 
     @app.post("/tokenize")
     async def tokenize(request: Request):
-        req = parse(TokenizeRequest, await request.body())
-        ids = list(tokenizer(req.prompt, add_special_tokens=req.add_special_tokens)["input_ids"])
+        req = await run_in_threadpool(parse, TokenizeRequest, await request.body())
+        ids = await run_in_threadpool(
+            lambda: list(tokenizer(req.prompt, add_special_tokens=req.add_special_tokens)["input_ids"]))
         return {"tokens": ids, "count": len(ids), "max_model_len": int(service.adapter.max_length)}
 
     @app.post("/detokenize")
     async def detokenize(request: Request):
-        req = parse(DetokenizeRequest, await request.body())
-        return {"prompt": tokenizer.decode(req.tokens, skip_special_tokens=False)}
+        req = await run_in_threadpool(parse, DetokenizeRequest, await request.body())
+        return {"prompt": await run_in_threadpool(_decode, req.tokens)}
+
+    def _decode(ids: list[int]) -> str:
+        size = len(tokenizer)
+        for position, token in enumerate(ids):
+            if not 0 <= token < size:
+                raise BadRequest(f"tokens holds id {token} at position {position}, outside this tokenizer's "
+                                 f"ids [0, {size})", "tokens")
+        return tokenizer.decode(ids, skip_special_tokens=False)
 
     @app.post("/v1/embeddings")
     async def embeddings(request: Request):
-        req = parse(EmbeddingRequest, await request.body())
+        req = await run_in_threadpool(parse, EmbeddingRequest, await request.body())
         if req.model != service.model_name:
             raise BadRequest(f"unknown model {req.model!r}; this server serves {service.model_name!r}",
                              "model")
@@ -162,6 +177,12 @@ def build_app(service: CompletionService, scheduler: BlockScheduler, metrics: Se
         if req.input_type is not None and req.input_type not in embedder.prompts:
             raise BadRequest(f"input_type {req.input_type!r} is not one of this model's prompts "
                              f"{sorted(embedder.prompts)}", "input_type")
+        counts = await run_in_threadpool(embedder.token_counts, texts, req.input_type)
+        longest = max(range(len(texts)), key=counts.__getitem__)
+        if counts[longest] > embedder.max_length and not req.truncate:
+            raise BadRequest(f"input {longest} is {counts[longest]} tokens (its prompt and special tokens "
+                             f"included), more than the {embedder.max_length} this model embeds; shorten it, "
+                             f"or set truncate: true to embed its first {embedder.max_length} tokens", "input")
         loop = asyncio.get_running_loop()
         future = loop.create_future()
         scheduler.submit_call(lambda: embedder.embed(texts, req.input_type),
@@ -173,25 +194,27 @@ def build_app(service: CompletionService, scheduler: BlockScheduler, metrics: Se
                              f"{vectors.shape[1]}; leave dimensions out", "dimensions")
         data = [{"object": "embedding", "index": i,
                  "embedding": _encode_vector(v, req.encoding_format)} for i, v in enumerate(vectors)]
-        tokens = sum(len(tokenizer(t, add_special_tokens=True)["input_ids"]) for t in texts)
+        tokens = sum(min(n, embedder.max_length) for n in counts)
         return {"object": "list", "data": data, "model": service.model_name,
                 "usage": {"prompt_tokens": tokens, "total_tokens": tokens}}
 
     @app.post("/v1/completions")
     async def completions(request: Request):
-        return await _complete(request, parse(CompletionRequest, await request.body()), "text_completion")
+        req = await run_in_threadpool(parse, CompletionRequest, await request.body())
+        return await _complete(request, req, "text_completion")
 
     @app.post("/v1/chat/completions")
     async def chat_completions(request: Request):
         if chat_template is None:
             raise BadRequest(f"{service.model_name} is served without a chat template; restart "
                              "biglm-serve with --chat-template for an instruction-tuned model", "model")
-        req = parse(ChatCompletionRequest, await request.body())
-        answer = await _complete(request, chat_as_completion(req, chat_template), "chat.completion")
+        req = await run_in_threadpool(parse, ChatCompletionRequest, await request.body())
+        answer = await _complete(request, await run_in_threadpool(chat_as_completion, req, chat_template),
+                                 "chat.completion")
         return answer if isinstance(answer, StreamingResponse) else as_chat_response(answer)
 
     async def _complete(request: Request, req: CompletionRequest, kind: str):
-        prompts = service.prompts(req)
+        prompts = await run_in_threadpool(service.prompts, req)
         config = service.config(req)
         loop = asyncio.get_running_loop()
         if req.stream:
@@ -295,7 +318,10 @@ def build_app(service: CompletionService, scheduler: BlockScheduler, metrics: Se
                 job.cancel()  # a no-op once finished; frees the rows of a client that left
         return events_of()
 
-    return _Gate(app, state, metrics)
+    def too_large(message: str) -> JSONResponse:
+        return _error(413, message, "invalid_request_error")
+
+    return _Gate(BodyLimit(app, max_request_bytes, too_large), state, metrics)
 
 
 def _encode_vector(vector, encoding_format: str):

@@ -105,6 +105,9 @@ class CompletionService:
                              f"keys/values between blocks (an HF export); use one of {list(self.block_modes)}",
                              "blocks")
         stop = [req.stop] if isinstance(req.stop, str) else list(req.stop or [])
+        if any(s == "" for s in stop):
+            raise BadRequest("stop holds an empty string, which would end every completion before its first "
+                             "token; leave it out or give non-empty stop strings", "stop")
         top_p = None if req.temperature == 0 and req.top_p == 1.0 else req.top_p  # 1.0 keeps all
         try:
             return GenerationConfig(

@@ -22,11 +22,17 @@ import torch
 
 
 class Embedder(Protocol):
-    """Capability: texts -> fp32 vectors `[n, h]` on CPU; `prompts` are the known input types."""
+    """Capability: texts -> fp32 vectors `[n, h]` on CPU; `prompts` are the known input types;
+    `max_length` the tokens one input may take (its prompt and special tokens included), past
+    which `embed` cuts it; `token_counts` what each input takes, uncut."""
 
     prompts: dict[str, str]
+    max_length: int
 
     def embed(self, texts: list[str], input_type: str | None) -> torch.Tensor:
+        ...
+
+    def token_counts(self, texts: list[str], input_type: str | None) -> list[int]:
         ...
 
 
@@ -36,6 +42,11 @@ class SentenceTransformersEmbedder:
 
         self.model = SentenceTransformer(str(path), device=device)
         self.prompts = dict(self.model.prompts or {})
+        self.max_length = int(self.model.max_seq_length)
+
+    def token_counts(self, texts: list[str], input_type: str | None) -> list[int]:
+        prefix = self.prompts[input_type] if input_type else ""
+        return [len(ids) for ids in self.model.tokenizer([prefix + t for t in texts], verbose=False)["input_ids"]]
 
     def embed(self, texts: list[str], input_type: str | None) -> torch.Tensor:
         out = self.model.encode(list(texts), prompt_name=input_type, convert_to_tensor=True,
@@ -59,6 +70,11 @@ class CheckpointEmbedder:
             pooling=trained.pooling, normalize=trained.normalize, prompts=dict(trained.prompts),
             max_length=trained.max_length or int(checkpoint.model_config.seq_length))
         self.prompts = dict(self.options.prompts)
+        self.max_length = int(self.options.max_length)
+
+    def token_counts(self, texts: list[str], input_type: str | None) -> list[int]:
+        prefix = self.prompts[input_type] if input_type else ""
+        return [len(ids) for ids in self.tokenizer([prefix + t for t in texts], verbose=False)["input_ids"]]
 
     @torch.no_grad()
     def embed(self, texts: list[str], input_type: str | None) -> torch.Tensor:

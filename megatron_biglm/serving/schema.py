@@ -14,8 +14,10 @@ fields (the `openai` client's `extra_body`):
 | `beam` | the width of the `beam` rule (default 1) |
 | `context_tokens` | where the context ends in the prompt's tokens: the rule scores what follows it (default 0: the whole prompt after BOS) |
 
-`/v1/embeddings` takes OpenAI's fields (`dimensions`, when given, must be the model's) and
-`input_type`: the prompt put before each text (`query`, `passage`; none by default).
+`/v1/embeddings` takes OpenAI's fields (`dimensions`, when given, must be the model's),
+`input_type`: the prompt put before each text (`query`, `passage`; none by default), and
+`truncate`: an input longer than the model embeds is cut to its length (default false: refused
+with a 400 naming both lengths).
 
 `logprobs` of a generated token is the log-probability the model gave it when it was last
 predicted (what re-masking ranked), and its `top_logprobs` entry holds that token only (a
@@ -98,6 +100,7 @@ class EmbeddingRequest(StrictBody):
     dimensions: Optional[int] = Field(None, ge=1)
     user: Optional[str] = None
     input_type: Optional[str] = None
+    truncate: bool = False
 
 
 class TokenizeRequest(StrictBody):

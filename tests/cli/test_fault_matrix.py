@@ -555,7 +555,7 @@ def finetune_from(env, start, run_dir=None):
 
 def two_ctrl_c(env):
     import sys
-    from test_signals_second_ctrl_c import SCRIPT
+    from second_ctrl_c import SCRIPT
     return subprocess_status([sys.executable, "-c", SCRIPT])
 
 
@@ -701,6 +701,83 @@ FAULTS += [
           2, r"config file \S+dup\.yaml: key 'optimizer' is written twice in one mapping, at line 1 and line 5"),
     Fault("training", "every step non-finite", every_step_nan,
           RuntimeError, r"the loss was NaN/inf at every one of the run's 3 steps"),
+
+
+# ------------------------------------------------------------------ zero-shot and generate arguments, checked before
+# the model loads (a damaged checkpoint would be named if it loaded first); retrieval's empty texts
+def zero_shot_main(argv):
+    from megatron_biglm.cli.eval_zero_shot import main
+    return main(argv)
+
+
+def zero_shot(env, *argv, path=None, model_args=",progress=false"):
+    return zero_shot_main(["--model", "biglm", "--model-args", f"path={path or env.run[0]}{model_args}",
+                           "--task-dir", str(env.tmp / "tasks"), *argv])
+
+
+def generate_cli(env, *argv):
+    from megatron_biglm.cli.generate import main
+    return main(["--model", str(env.run[0]), "--prompt", "sweet night", "--length", "2", "--no-progress", *argv])
+
+
+def argparse_status(entry, *args):
+    try:
+        return entry(*args)
+    except SystemExit as exited:  # argparse's refusal
+        return exited.code
+
+
+def retrieval_notes(env, corpus, queries, qrels):
+    """biglm-eval-retrieval of the tiny pretraining checkpoint on a folder with empty texts (it runs: exit 0)."""
+    from megatron_biglm.cli.eval_retrieval import main
+    beir(env, corpus=corpus, queries=queries, qrels=qrels)
+    return main(["--model", str(env.run[0]), "--data", str(env.tmp / "beir"), "--output", str(env.tmp / "r.json"),
+                 "--cache-dir", "", "--quiet"])
+
+
+DOCS = ({"_id": "d1", "text": "red apples"}, {"_id": "d2", "text": "green pears"})
+FAULTS += [
+    Fault("eval data", "typo'd --suite, before the model loads",
+          lambda e: zero_shot(e, "--suite", "arc_esy", path=damaged(e) / "iter_0000004"),
+          1, r"--suite: lm-eval has no task, group or tag 'arc_esy' \(did you mean 'arc_easy'\?\)"),
+    Fault("eval data", "typo'd --suite with --data-dir",
+          lambda e: zero_shot(e, "--suite", "hellaswg", "--data-dir", str(e.tmp)),
+          1, r"--suite: lm-eval has no built-in task 'hellaswg' \(did you mean 'hellaswag'\?\)"),
+    Fault("eval data", "scoring=bogus", lambda e: zero_shot(e, "--suite", "arc_easy", model_args=",scoring=bogus",
+                                                            path=damaged(e) / "iter_0000004"),
+          1, r"--model-args: scoring='bogus' is not a scoring rule; choose one of beam, oneshot, pll"),
+    Fault("eval data", "--model-args PATH without key=",
+          lambda e: zero_shot_main(["--model", "biglm", "--model-args", str(e.run[0]), "--suite", "arc_easy"]),
+          1, r"--model-args: '\S+' is not key=value; write e\.g\. path=\S+"),
+    Fault("eval data", "--limit 0", lambda e: zero_shot(e, "--suite", "arc_easy", "--limit", "0",
+                                                        path=damaged(e) / "iter_0000004"),
+          1, r"--limit 0 scores no document; give a number of documents per task \(>= 1\)"),
+    Fault("eval data", "--output a directory", lambda e: zero_shot(e, "--suite", "arc_easy", "--output", str(e.tmp),
+                                                                   path=damaged(e) / "iter_0000004"),
+          1, r"--output \S+ is a directory; give a file path"),
+    Fault("eval data", "answerKey outside the labels", lambda e: eval_cli(e, "arc_easy", [ARC, {**ARC, "answerKey": "E"}]),
+          1, r"arc_easy\.jsonl:2: arc_easy row's answerKey: answerKey 'E' is not among its labels \['A', 'B'\]"),
+    Fault("eval data", "one choice text, two labels",
+          lambda e: eval_cli(e, "arc_easy", [{**ARC, "choices": {"text": ["red"], "label": ["A", "B"]}}]),
+          1, r"arc_easy\.jsonl:1: arc_easy row has 1 choice text\(s\) in choices\.text but 2 label\(s\)"),
+    Fault("eval data", "label past the endings", lambda e: eval_cli(e, "hellaswag", [
+        {"ctx": "He", "activity_label": "Run", "endings": ["runs", "sits"], "label": "2"}]),
+          1, r"hellaswag\.jsonl:1: hellaswag row's label: '2' names none of its 2 choices"),
+    Fault("generation", "--output a directory", lambda e: generate_cli(e, "--output", str(e.tmp)),
+          2, r"--output \S+ is a directory; give a file path"),
+    Fault("tokenizer", "case typo in --tokenizer-type",
+          lambda e: argparse_status(preprocess, e, e.file("c.jsonl", b'{"text": "x"}\n'),
+                                    "--tokenizer-type", "huggingfacetokenizer"),
+          2, r"--tokenizer-type huggingfacetokenizer: did you mean HuggingFaceTokenizer\?"),
+    Fault("retrieval", "empty query text is skipped and noted",
+          lambda e: retrieval_notes(e, DOCS, [{"_id": "q1", "text": "fruit"}, {"_id": "q2", "text": "  "}],
+                                    "q1\td1\t1\nq2\td2\t1\n"),
+          0, r"note: beir: queries\.jsonl: 1 query\(ies\) with empty text skipped \(line\(s\) 2\)"),
+    Fault("retrieval", "empty document text is skipped and noted",
+          lambda e: retrieval_notes(e, [*DOCS, {"_id": "d3", "text": ""}], [{"_id": "q1", "text": "fruit"}],
+                                    "q1\td1\t1\nq1\td3\t1\n"),
+          0, r"note: beir: corpus\.jsonl: 1 document\(s\) with empty text skipped \(line\(s\) 3\).*"
+             r"qrels/test\.tsv: 1 judgment\(s\) of documents with empty text left out"),
 ]
 
 def test_what_the_start_refusals_leave_possible(saved_run, other_tokenizer, tmp_path, capsys):  # noqa: F811

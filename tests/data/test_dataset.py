@@ -204,14 +204,50 @@ def test_bad_data_configs_get_clear_errors(corpora, tmp_path, process_group):
         build(corpora, tmp_path, anneal_blend=[corpora.prefixes[ANNEAL]])
 
 
+_NO_GROUP_SCRIPT = """
+import dataclasses, json, sys
+import numpy as np, torch
+from megatron_biglm.data.pretrain_data import build_pretrain_datasets
+from megatron_biglm.data.token_ids import TokenIds
+from megatron_biglm.objective import IGNORE_INDEX
+
+prefix, ids, cache = json.loads(sys.argv[1])
+assert not torch.distributed.is_initialized()
+
+def build(cache_dir):
+    config = {"blend": [[1.0, prefix]], "split": "90,5,5", "seq_length": %d, "seed": 1234, "cache_dir": cache_dir}
+    return build_pretrain_datasets(config, token_ids=TokenIds(**ids), train_samples=64, valid_samples=0,
+                                   test_samples=0)
+
+try:
+    build(cache)
+except RuntimeError as exc:
+    print("refused:", exc)
+else:
+    print("built with a cache and no process group")
+sample = build(None).train  # without a cache dir megatron never synchronizes: no group needed
+original = torch.where(sample[3]["labels"] != IGNORE_INDEX, sample[3]["labels"], sample[3]["tokens"])
+print("uncached window matches:", torch.equal(original, torch.from_numpy(sample.window(3))))
+""" % SEQ
+
+
 def test_cache_dir_without_process_group_is_a_clear_error(corpora, tmp_path):
-    if torch.distributed.is_initialized():
-        pytest.skip("a process group is already up in this session")
-    with pytest.raises(RuntimeError, match="single_process_group"):
-        build(corpora, tmp_path)
-    # without a cache dir megatron never synchronizes, so no group is needed
-    uncached = build(corpora, tmp_path, cache_dir=None).train
-    assert torch.equal(original_tokens(uncached[3]), torch.from_numpy(uncached.window(3)))
+    """In a fresh interpreter: no process group another test left up can hide the refusal."""
+    import dataclasses
+    import json
+    import os
+    import subprocess
+    import sys
+
+    root = Path(__file__).resolve().parents[2]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (str(root), os.environ.get("PYTHONPATH")) if p)}
+    args = json.dumps([corpora.prefixes[MAIN], dataclasses.asdict(corpora.token_ids), str(tmp_path / "cache")])
+    done = subprocess.run([sys.executable, "-c", _NO_GROUP_SCRIPT, args], capture_output=True, text=True,
+                          env=env, timeout=300)
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert lines[0].startswith("refused:") and "single_process_group" in lines[0], done.stdout
+    assert lines[-1] == "uncached window matches: True", done.stdout
 
 
 def test_worker_processes_yield_the_same_batches(corpora, tmp_path, process_group):

@@ -88,3 +88,38 @@ def test_a_contrastive_fine_tune_names_its_own_option_for_a_repeated_id_and_keep
     kept = recipe(keep_first_duplicate=True)
     kept.prepare(None)
     assert kept.eval_examples == {"validation": [str(folder)]}
+
+
+def test_empty_queries_and_documents_are_skipped_counted_and_noted(tmp_path):
+    """An empty query would be scored against every document, an empty document retrieved for
+    nothing: both are left out, counted, and named with their lines; so are the qrels judgments
+    of a left-out document (a query left with no relevant document is skipped, as BEIR does)."""
+    corpus = [*CORPUS, {"_id": "d3", "text": "  "}, {"_id": "d4", "title": "", "text": ""}]
+    queries = [*QUERIES, {"_id": "q3", "text": ""}, {"_id": "q4", "text": "empty sea"}]
+    qrels = QRELS + "q3\td1\t1\nq4\td3\t1\nq1\td4\t1\n"
+    data = load_beir(beir_folder(tmp_path, corpus, queries, qrels))
+    assert data.corpus == {"d1": "red apples", "d2": "blue sea"} and data.skipped_documents == 2
+    assert data.queries == {"q1": "fruit", "q2": "water"} and data.empty_query_lines == [3]
+    assert data.qrels == {"q1": {"d1": 1}, "q2": {"d2": 2}}
+    assert data.skipped_queries == 2  # q3 (empty), q4 (its only relevant document was empty)
+    assert data.notes == ["corpus.jsonl: 2 document(s) with empty text skipped (line(s) 3, 4)",
+                          "queries.jsonl: 1 query(ies) with empty text skipped (line(s) 3)",
+                          "qrels/test.tsv: 2 judgment(s) of documents with empty text left out"]
+    with pytest.raises(BeirFormatError, match=r"queries\.jsonl holds no query with text"):
+        load_beir(beir_folder(tmp_path / "none", CORPUS, [{"_id": "q1", "text": " "}], QRELS))
+
+
+def test_a_contrastive_fine_tune_reports_the_empty_queries_its_validation_leaves_out(tmp_path):
+    from megatron_biglm.config import FinetuneConfig
+    from megatron_biglm.finetune.kinds.contrastive import ContrastiveRecipe
+    from megatron_biglm.finetune.tasks import get_task
+
+    folder = beir_folder(tmp_path, [*CORPUS, {"_id": "d3", "text": ""}],
+                         [*QUERIES, {"_id": "q3", "text": " "}], QRELS + "q3\td1\t1\n")
+    task = {"kind": "contrastive"}
+    recipe = ContrastiveRecipe(get_task(task), None, FinetuneConfig(
+        task=task, data={"validation": str(folder)}, train_examples=0))
+    recipe.prepare(None)
+    assert recipe.row_summaries()["validation"].startswith(
+        "rows 4: kept 2, dropped 2 (empty_document 1, empty_field 1)")
+    assert any("queries.jsonl:3: empty_field: query text" in line for line in recipe.row_details())

@@ -291,8 +291,7 @@ def test_cached_blocks_equal_the_block_causal_reference(hf_model):
     """blocks="cached" through the adapter's extend_prefix == the recomputing reference (same
     ids, probabilities within 1e-5 in fp32), over random prompts and lengths."""
     gen = hf_generator(hf_model, "on")
-    if not _extends(gen.adapter):
-        pytest.skip(f"{type(gen.adapter).__module__} has no extend_prefix (it comes with inference/)")
+    assert _extends(gen.adapter), f"{type(gen.adapter).__name__} does not extend a prefix block by block"
     reference = MaskPredictGenerator(BlockCausalReference(hf_model), CharTokenizer(HF_VOCAB))
     rng = random.Random(9)
     for trial in range(3):

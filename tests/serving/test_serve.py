@@ -129,7 +129,7 @@ def test_embeddings_equal_sentence_transformers_encode_of_the_export(client, gen
     from megatron_biglm.export.sentence_transformers_dir import to_st
 
     st = SentenceTransformer(str(to_st(gen_checkpoint, tmp_path / "st")), device="cpu")
-    texts = PROMPTS + ["a much longer passage about kings, queens and the winter of discontent " * 3]
+    texts = PROMPTS + ["a much longer passage about kings, queens and the winter of discontent " * 2]
     plain = None
     for input_type in (None, "query", "passage"):
         extra = {} if input_type is None else {"extra_body": {"input_type": input_type}}
@@ -141,6 +141,16 @@ def test_embeddings_equal_sentence_transformers_encode_of_the_export(client, gen
         plain = served if plain is None else plain
     floats = client.embeddings.create(model=MODEL_NAME, input=texts[0], encoding_format="float")
     assert torch.allclose(torch.tensor(floats.data[0].embedding), plain[0], atol=1e-6)
+    # past the model's 128 tokens: refused naming both lengths, or cut as the export cuts it when asked
+    longer = texts[-1] * 4  # past 128 tokens
+    with pytest.raises(openai.BadRequestError, match=r"input 1 is (\d+) tokens .*more than the 128 this model "
+                                                     r"embeds.*truncate: true") as refused:
+        client.embeddings.create(model=MODEL_NAME, input=[texts[0], longer])
+    assert int(re.search(r"input 1 is (\d+) tokens", str(refused.value)).group(1)) > 128
+    cut = client.embeddings.create(model=MODEL_NAME, input=[longer], extra_body={"truncate": True})
+    want = st.encode([longer], convert_to_tensor=True).float()
+    assert torch.allclose(torch.tensor(cut.data[0].embedding), want[0], atol=1e-5, rtol=0)
+    assert cut.usage.prompt_tokens == 128
     with pytest.raises(openai.BadRequestError, match="input_type"):
         client.embeddings.create(model=MODEL_NAME, input="x", extra_body={"input_type": "poem"})
 
@@ -214,6 +224,8 @@ def test_scoring_equals_the_in_process_biglm_backend(server, gen_checkpoint, gen
     ({"model": MODEL_NAME, "prompt": "a", "n": 0}, "n", "greater than or equal"),
     ({"model": MODEL_NAME, "prompt": "a", "steps": 0}, "steps", "greater than or equal"),
     ({"model": MODEL_NAME, "prompt": "a", "scoring": "vibes"}, "scoring", "pll"),
+    ({"model": MODEL_NAME, "prompt": "a", "stop": ""}, "stop", "stop holds an empty string"),
+    ({"model": MODEL_NAME, "prompt": "a", "stop": ["\n", ""]}, "stop", "stop holds an empty string"),
 ])
 def test_bad_requests_get_400_naming_the_field(server, body, field, words):
     data = body if isinstance(body, str) else json.dumps(body)
@@ -222,6 +234,44 @@ def test_bad_requests_get_400_naming_the_field(server, body, field, words):
     error = r.json()["error"]
     assert error["param"] == field and words in error["message"]
     assert error["type"] == "invalid_request_error"
+
+
+@pytest.mark.parametrize("ids, position, token", [([5, -1], 1, -1), ([10**6, 5], 0, 10**6)],
+                         ids=["negative", "past the tokenizer"])
+def test_detokenize_of_an_id_outside_the_tokenizer_gets_400_naming_it(server, ids, position, token):
+    r = server.post("/detokenize", json={"tokens": ids})
+    assert r.status_code == 400, r.text
+    error = r.json()["error"]
+    assert error["param"] == "tokens"
+    assert f"tokens holds id {token} at position {position}, outside this tokenizer's ids [0, " in error["message"]
+
+
+def _ids_body(count: int) -> bytes:
+    return json.dumps({"model": MODEL_NAME, "prompt": [5] * count, "max_tokens": 1}).encode()
+
+
+def test_a_body_past_the_limit_gets_413_before_it_is_parsed(server):
+    """The default limit is 1 MiB: a body that declares more is refused before it is read, one sent
+    in chunks without a length as soon as it passes the limit; the server goes on serving."""
+    body = _ids_body((2 << 20) // 3)  # "5, " per id: about 2 MiB
+    assert len(body) > 1 << 20
+    declared = server.post("/v1/completions", data=body, headers={"Content-Type": "application/json"})
+    assert declared.status_code == 413, declared.text
+    message = declared.json()["error"]["message"]
+    assert f"of {len(body):,} bytes is larger than this server's limit of 1,048,576 bytes" in message
+    assert "--max-request-bytes" in message
+
+    def chunks():
+        step = 64 << 10
+        for start in range(0, len(body), step):
+            yield body[start:start + step]
+
+    chunked = server.post("/v1/completions", data=chunks(), headers={"Content-Type": "application/json"})
+    assert chunked.status_code == 413, chunked.text
+    assert "larger than this server's limit of 1,048,576 bytes" in chunked.json()["error"]["message"]
+    small = _ids_body(10)
+    assert server.post("/v1/completions", data=small, headers={"Content-Type": "application/json"}).status_code == 200
+    assert server.metrics()['biglm_requests_total{endpoint="/v1/completions",status="413"}'] == 2
 
 
 def test_a_prompt_longer_than_the_model_gets_400_naming_both_lengths(server):
@@ -267,3 +317,48 @@ def test_readme_snippet_runs_as_written(server):
                           timeout=120)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip()
+
+
+def _health_waits_while(server, send) -> tuple[list[float], object]:
+    """The seconds each /health call took, asked every 50 ms while `send()` runs in a thread; its answer."""
+    import time
+
+    answer: dict = {}
+    sender = threading.Thread(target=lambda: answer.update(r=send()))
+    sender.start()
+    waits = []
+    while sender.is_alive():
+        start = time.monotonic()
+        assert requests.get(server.url + "/health", timeout=30).json()["status"] == "ok"
+        waits.append(time.monotonic() - start)
+        time.sleep(0.05)
+    sender.join()
+    return waits, answer["r"]
+
+
+def test_health_answers_within_a_second_while_a_16_mb_request_arrives(server):
+    """16 MB of token ids sent in chunks are counted as they arrive and refused at the limit,
+    unparsed: /health, asked every 50 ms meanwhile, answers each time within a second."""
+    body = _ids_body((16 << 20) // 3)
+
+    def chunked():
+        step = 256 << 10
+        return server.post("/v1/completions", data=(body[i:i + step] for i in range(0, len(body), step)),
+                           headers={"Content-Type": "application/json"})
+
+    waits, answer = _health_waits_while(server, chunked)
+    assert answer.status_code == 413, answer.text
+    assert max(waits) < 1.0, waits
+
+
+@pytest.mark.slow  # its own server (a raised limit): ~20 s
+def test_health_answers_within_a_second_while_a_large_request_is_checked(gen_checkpoint):  # noqa: F811
+    """4 MB of token ids under a raised --max-request-bytes are parsed and checked off the event
+    loop: /health, asked every 50 ms meanwhile, answers each time within a second."""
+    body = _ids_body((4 << 20) // 3)
+    with serve(gen_checkpoint, "--max-request-bytes", str(8 << 20)) as big:
+        waits, answer = _health_waits_while(big, lambda: big.post(
+            "/v1/completions", data=body, headers={"Content-Type": "application/json"}))
+    assert answer.status_code == 400 and "more than the model's length 128" in answer.text
+    assert len(waits) >= 3, f"the request was answered within {len(waits)} health checks; send more"
+    assert max(waits) < 1.0, waits

@@ -8,9 +8,8 @@ import json
 import numpy as np
 import pytest
 
+from curve_pixels import C0, C1, line_pixels
 from megatron_biglm.training.curves import plot_runs
-
-C0, C1 = (0x1F, 0x77, 0xB4), (0xFF, 0x7F, 0x0E)  # matplotlib's tab10
 
 
 def write_run(folder, losses, seq=64, batch=8):
@@ -21,14 +20,6 @@ def write_run(folder, losses, seq=64, batch=8):
                                 "consumed_tokens": step * seq * batch}) + "\n")
         f.write(json.dumps({"kind": "valid", "step": len(losses), "loss": losses[-1]}) + "\n")
     return folder
-
-
-def line_pixels(img: np.ndarray, rgb, panel) -> tuple[np.ndarray, np.ndarray]:
-    """(columns, rows) of the pixels within 12/255 of `rgb` inside `panel` (a slice pair)."""
-    crop = img[panel][..., :3] * 255.0
-    near = (np.abs(crop - np.array(rgb)) < 12).all(-1)
-    rows, cols = np.nonzero(near)
-    return cols, rows
 
 
 def curve_of(img, rgb, panel) -> tuple[np.ndarray, np.ndarray]:

@@ -8,29 +8,11 @@ import os
 import signal
 import subprocess
 import sys
-import textwrap
 from pathlib import Path
 
+from second_ctrl_c import SCRIPT
+
 ROOT = Path(__file__).resolve().parents[2]
-
-SCRIPT = textwrap.dedent("""
-    import logging, os, signal, sys
-    from megatron_biglm.training.signals import GracefulStop
-
-    class SecondCtrlCWhileLogging(logging.Handler):
-        def emit(self, record):  # runs with logging's handler lock held
-            os.kill(os.getpid(), signal.SIGINT)
-
-    log = logging.getLogger("run")
-    log.addHandler(SecondCtrlCWhileLogging())
-    log.setLevel(logging.INFO)
-    with GracefulStop() as stop:
-        os.kill(os.getpid(), signal.SIGINT)  # the first: the stop is now pending
-        assert stop.should_stop()
-        print("first Ctrl-C recorded", flush=True)
-        log.info("saving the checkpoint")   # the second arrives in here
-        print("still running after the second Ctrl-C", flush=True)
-""")
 
 
 def test_second_ctrl_c_ends_with_one_line_and_no_traceback():

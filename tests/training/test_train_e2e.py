@@ -50,7 +50,7 @@ def test_tiny_run_learns_and_plots(train_data, tmp_path):
                            "--labels", "a", "b", "--out", str(png)], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
     import matplotlib.image as mpimg
-    from test_curves_plot import C1, line_pixels
+    from curve_pixels import C1, line_pixels
 
     img = mpimg.imread(png)
     h, w = img.shape[:2]

@@ -110,6 +110,23 @@ def collate_pairs(samples, *, tokenizer, options: EmbeddingOptions) -> dict:
             "pad_id": tokenizer.pad_token_id}
 
 
+def _folder_report(folder, data) -> RowReport:
+    """A BEIR folder's queries as rows (those with empty text dropped, with their lines) and its
+    documents with empty text, also dropped: what validation leaves out, counted."""
+    from pathlib import Path
+
+    from ..row_report import EMPTY_FIELD
+
+    report = RowReport.all_kept(len(data.queries) + len(data.empty_query_lines))
+    for line in data.empty_query_lines:
+        report.drop_kept(EMPTY_FIELD, Path(folder) / "queries.jsonl", line, "query text")
+    if data.skipped_documents:
+        report.rows_seen += data.skipped_documents
+        report.skip("empty_document", Path(folder) / "corpus.jsonl", 0,
+                    f"{data.skipped_documents} document(s) with empty text", count=data.skipped_documents)
+    return report
+
+
 class ContrastiveRecipe(FinetuneRecipe):
     """InfoNCE retrieval fine-tuning (see the module docstring)."""
 
@@ -163,7 +180,7 @@ class ContrastiveRecipe(FinetuneRecipe):
             except BeirFormatError as exc:
                 raise ConfigError(f"finetune.data.{name}: {exc}") from None
             self.eval_examples[name] = [str(folder)]
-            self.reports[name] = RowReport.all_kept(len(data.queries))
+            self.reports[name] = _folder_report(folder, data)
 
     def build_data(self, config, model_config, dp_size: int) -> RecipeData:  # noqa: ARG002
         if self.tokenizer is None:

@@ -7,7 +7,10 @@ to its end, stops with file:line and what to write. An `_id` given twice is an e
 first is kept (`duplicate_ids="keep_first"`, counted); a grade is an integer, also when written
 `1.0`. As in BEIR, a document is
 "title text" when it has a title, and queries with no relevant document in the qrels are
-skipped and counted. Search is exact (all query x document scores, top 100 kept). The metrics
+skipped and counted. A query or document whose text is empty (after its title, for a
+document) is skipped, counted and noted, never embedded: an empty query would be scored
+against every document, and an empty document retrieved for no reason; the qrels judgments of
+such a document are left out with it (counted). Search is exact (all query x document scores, top 100 kept). The metrics
 come from pytrec_eval (trec_eval): ndcg_cut_10, recall_100, and recip_rank on the run cut
 to the top 10 per query (= MRR@10).
 
@@ -41,10 +44,12 @@ class BeirSet:
     qrels: dict             # query id -> {doc id: relevance}
     skipped_queries: int = 0
     notes: list = field(default_factory=list)
+    empty_query_lines: list = field(default_factory=list)   # queries.jsonl lines of empty queries
+    skipped_documents: int = 0                               # documents with empty text
 
 
 def _records(path: Path, duplicate_ids: str, notes: list, keep_first_option: str) -> dict:
-    """{id: row} of a corpus or queries file. An id given twice would silently let one row
+    """{id: (line, row)} of a corpus or queries file. An id given twice would silently let one row
     replace the other (and change the scores): it is an error naming both lines, or with
     `duplicate_ids="keep_first"` the first row is kept and the later ones counted in `notes`."""
     if not path.is_file():
@@ -69,7 +74,28 @@ def _records(path: Path, duplicate_ids: str, notes: list, keep_first_option: str
         rows[key], lines[key] = row, number
     if repeated:
         notes.append(f"{path.name}: {repeated} row(s) repeating an earlier _id were left out (the first kept)")
-    return rows
+    return {key: (lines[key], row) for key, row in rows.items()}
+
+
+def _non_empty(records: dict, text_of, path: Path, what: str, notes: list) -> tuple[dict, dict]:
+    """({id: text} of the records with text, {id: line} of those without), the latter noted."""
+    kept, empty = {}, {}
+    for key, (line, row) in records.items():
+        text = text_of(row)
+        if text.strip():
+            kept[key] = text
+        else:
+            empty[key] = line
+    if empty:
+        lines = sorted(empty.values())
+        shown = ", ".join(map(str, lines[:10])) + (", ..." if len(lines) > 10 else "")
+        notes.append(f"{path.name}: {len(empty)} {what} with empty text skipped (line(s) {shown})")
+    return kept, empty
+
+
+def _document_text(row: dict) -> str:
+    """As BEIR joins them: "title text" when the document has a title."""
+    return f"{row['title']} {row['text']}" if row.get("title") else row["text"]
 
 
 def _number(text: str) -> float | None:
@@ -139,16 +165,22 @@ def load_beir(folder, split: str = "test", *, unknown_documents: str = "error",
     unknown documents, named in that error (None: the caller has none)."""
     folder = Path(folder)
     notes: list = []
-    corpus = {key: (f"{r['title']} {r['text']}" if r.get("title") else r["text"])
-              for key, r in _records(folder / "corpus.jsonl", duplicate_ids, notes, keep_first_option).items()}
+    corpus, empty_docs = _non_empty(_records(folder / "corpus.jsonl", duplicate_ids, notes, keep_first_option),
+                                    _document_text, folder / "corpus.jsonl", "document(s)", notes)
     if not corpus:
-        raise BeirFormatError(f"{folder / 'corpus.jsonl'} holds no document: retrieval needs a corpus to search")
-    queries = {key: r["text"]
-               for key, r in _records(folder / "queries.jsonl", duplicate_ids, notes, keep_first_option).items()}
+        raise BeirFormatError(f"{folder / 'corpus.jsonl'} holds no document with text: retrieval needs a corpus "
+                              "to search")
+    queries, empty_queries = _non_empty(_records(folder / "queries.jsonl", duplicate_ids, notes, keep_first_option),
+                                        lambda r: r["text"], folder / "queries.jsonl", "query(ies)", notes)
     if not queries:
-        raise BeirFormatError(f"{folder / 'queries.jsonl'} holds no query: write one "
+        raise BeirFormatError(f"{folder / 'queries.jsonl'} holds no query with text: write one "
                               '{"_id": ..., "text": ...} object per line for each query the qrels judge')
     qrels = read_qrels(folder / "qrels" / f"{split}.tsv")
+    if empty_docs:
+        judged = sum(doc in empty_docs for rels in qrels.values() for doc in rels)
+        qrels = {q: {d: v for d, v in rels.items() if d not in empty_docs} for q, rels in qrels.items()}
+        if judged:
+            notes.append(f"qrels/{split}.tsv: {judged} judgment(s) of documents with empty text left out")
     missing = sorted({doc for rels in qrels.values() for doc, v in rels.items() if v > 0 and doc not in corpus})
     if missing and unknown_documents != "skip":
         raise BeirFormatError(f"{folder}/qrels/{split}.tsv names {len(missing)} document(s) that corpus.jsonl "
@@ -157,11 +189,14 @@ def load_beir(folder, split: str = "test", *, unknown_documents: str = "error",
                                  if skip_unknown_option else ""))
     if missing:
         qrels = {q: {d: v for d, v in rels.items() if d in corpus or v <= 0} for q, rels in qrels.items()}
-    result = BeirSet(folder.name, corpus, {}, {}, notes=notes)
+    result = BeirSet(folder.name, corpus, {}, {}, notes=notes, skipped_documents=len(empty_docs),
+                     empty_query_lines=sorted(empty_queries.values()))
     if missing:
         result.notes.append(f"{len(missing)} qrels document id(s) not in the corpus were left out")
     for qid, rels in qrels.items():
-        if qid not in queries:
+        if qid in empty_queries:  # noted above, with its line
+            result.skipped_queries += 1
+        elif qid not in queries:
             result.notes.append(f"qrels query {qid} is not in queries.jsonl")
             result.skipped_queries += 1
         elif not any(v > 0 for v in rels.values()):
@@ -234,4 +269,4 @@ def evaluate_beir(encoder, folder, *, split: str = "test", cache_dir=None, batch
     run = exact_search(query_emb, doc_emb, query_ids, doc_ids)
     metrics = score_run(data.qrels, run)
     return {**metrics, "queries": len(query_ids), "skipped_queries": data.skipped_queries,
-            "documents": len(doc_ids), "corpus_cache_hit": hit, "notes": data.notes}
+            "documents": len(doc_ids), "skipped_documents": data.skipped_documents, "corpus_cache_hit": hit, "notes": data.notes}
