@@ -701,6 +701,7 @@ FAULTS += [
           2, r"config file \S+dup\.yaml: key 'optimizer' is written twice in one mapping, at line 1 and line 5"),
     Fault("training", "every step non-finite", every_step_nan,
           RuntimeError, r"the loss was NaN/inf at every one of the run's 3 steps"),
+]
 
 
 # ------------------------------------------------------------------ zero-shot and generate arguments, checked before
