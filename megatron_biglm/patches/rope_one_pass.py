@@ -18,6 +18,13 @@ sin taken as `(cos(freqs) * mscale).to(t.dtype)` as megatron takes them. It roun
 and sum at most as often as megatron does, so the two differ by at most a few roundings:
 |ours - megatron| <= 2*eps(dtype)*(|t*cos| + |rotate_half(t)*sin|) elementwise, for fp32 and bf16
 alike (the tests check this bound, and the same for the input gradient).
+
+Per-call host work is kept off the step: the plain-case check compares shapes in Python (not
+`torch.broadcast_shapes`, which runs torch's reference shape logic on every call), and the
+cos/sine tables are built once per angle tensor: megatron computes one `freqs` per forward
+(its rotary embedding caches it per length) and hands it to q and k of every layer, so the
+last table is reused while the same, unmodified `freqs` comes back at the same dtype and
+mscale. Reusing it computes nothing differently.
 """
 from __future__ import annotations
 
@@ -64,22 +71,58 @@ class OnePassRope(torch.autograd.Function):
         return OnePassRope.apply(grad, cos, sin_swapped, sin), None, None, None
 
 
-def one_pass_rope(t: torch.Tensor, freqs: torch.Tensor, mscale: float = 1.0) -> torch.Tensor:
-    """Megatron's unfused non-interleaved RoPE over all of t's last dim, in one pass.
-
-    freqs: angles [s, ..., d] with d == t.shape[-1], broadcastable to t (megatron's layout:
-    both halves of the last dim hold the same angles for standard RoPE)."""
+def _tables(freqs: torch.Tensor, mscale: float, dtype: torch.dtype):
+    """(cos, signed sine, swapped signed sine) of `freqs` at `dtype`, as megatron takes them."""
     cos = torch.cos(freqs)
     sin = torch.sin(freqs)
     if mscale != 1.0:
         cos = cos * mscale
         sin = sin * mscale
-    cos = cos.to(t.dtype)
-    sin = sin.to(t.dtype)
+    cos = cos.to(dtype)
+    sin = sin.to(dtype)
     sin_first, sin_second = sin.chunk(2, dim=-1)
     signed = torch.cat((-sin_first, sin_second), dim=-1)
     swapped = torch.cat((sin_second, -sin_first), dim=-1)
+    return cos, signed, swapped
+
+
+class _LastTables:
+    """The tables of the last angle tensor seen: reused while the same tensor (same object, same
+    in-place version) comes back at the same dtype and mscale. Under inference mode (its tensors
+    carry no version and cannot be saved for a later backward) and inside a compiled graph (which
+    traces the tables itself) they are computed afresh. One entry, swapped whole (thread-safe)."""
+
+    def __init__(self):
+        self.last = None  # (freqs, version, mscale, dtype, tables)
+
+    def get(self, freqs: torch.Tensor, mscale: float, dtype: torch.dtype):
+        if torch.is_inference_mode_enabled() or freqs.is_inference() or torch.compiler.is_compiling():
+            return _tables(freqs, mscale, dtype)
+        last, version = self.last, freqs._version
+        if last is not None and last[0] is freqs and last[1] == version and last[2] == mscale and last[3] == dtype:
+            return last[4]
+        tables = _tables(freqs, mscale, dtype)
+        self.last = (freqs, version, mscale, dtype, tables)
+        return tables
+
+
+_LAST = _LastTables()
+
+
+def one_pass_rope(t: torch.Tensor, freqs: torch.Tensor, mscale: float = 1.0) -> torch.Tensor:
+    """Megatron's unfused non-interleaved RoPE over all of t's last dim, in one pass.
+
+    freqs: angles [s, ..., d] with d == t.shape[-1], broadcastable to t (megatron's layout:
+    both halves of the last dim hold the same angles for standard RoPE)."""
+    cos, signed, swapped = _LAST.get(freqs, mscale, t.dtype)
     return OnePassRope.apply(t, cos, signed, swapped)
+
+
+def _broadcasts_to(shape, target) -> bool:
+    """Whether `shape` broadcasts to exactly `target` (torch's rule, on plain tuples)."""
+    if len(shape) > len(target):
+        return False
+    return all(a == b or a == 1 for a, b in zip(reversed(tuple(shape)), reversed(tuple(target))))
 
 
 def is_plain(t: torch.Tensor, freqs: torch.Tensor, config: Any, cu_seqlens: Any,
@@ -94,7 +137,7 @@ def is_plain(t: torch.Tensor, freqs: torch.Tensor, config: Any, cu_seqlens: Any,
             and not mla_rotary_interleaved
             and freqs.shape[-1] == d and d % 2 == 0
             and not freqs.requires_grad
-            and torch.broadcast_shapes(t.shape, freqs.shape) == t.shape)
+            and _broadcasts_to(freqs.shape, t.shape))
 
 
 def make_dispatcher(original):

@@ -25,7 +25,9 @@ def finalize_model_grads_per_token(model, num_tokens: torch.Tensor | None = None
         if parallel_state.get_pipeline_model_parallel_world_size() > 1:
             dist.broadcast(num_tokens, src=parallel_state.get_pipeline_model_parallel_last_rank(),
                            group=parallel_state.get_pipeline_model_parallel_group())
-        dist.all_reduce(num_tokens, group=parallel_state.get_data_parallel_group(with_context_parallel=True))
+        group = parallel_state.get_data_parallel_group(with_context_parallel=True)
+        if dist.get_world_size(group) > 1:  # a sum over one rank is the count itself
+            dist.all_reduce(num_tokens, group=group)
     scaling = 1.0 / num_tokens.clamp(min=1)
     for chunk in model:
         chunk.scale_gradients(scaling)

@@ -205,3 +205,51 @@ def test_a_biglm_model_has_the_same_loss_and_gradients(monkeypatch):
     assert ours_grads.keys() == theirs_grads.keys() and ours_grads
     for name in ours_grads:
         torch.testing.assert_close(ours_grads[name], theirs_grads[name], rtol=1e-5, atol=1e-7, msg=name)
+
+
+def _fresh(t, freqs, mscale=1.0):
+    """The one pass with tables built for this call only."""
+    return rope_one_pass.OnePassRope.apply(t, *rope_one_pass._tables(freqs, mscale, t.dtype))
+
+
+def test_the_tables_are_built_once_per_angle_tensor_and_change_nothing(monkeypatch):
+    built = []
+    tables = rope_one_pass._tables
+    monkeypatch.setattr(rope_one_pass, "_tables", lambda *a: built.append(a) or tables(*a))
+    monkeypatch.setattr(rope_one_pass, "_LAST", rope_one_pass._LastTables())
+    g = torch.Generator().manual_seed(21)
+    freqs = _freqs(12, 16, 10000.0)
+    q, k = torch.randn(12, 2, 4, 16, generator=g), torch.randn(12, 2, 2, 16, generator=g)
+    outs = [rope_one_pass.one_pass_rope(t, freqs, 1.1) for t in (q, k, q, k)]  # q and k of two layers
+    assert len(built) == 1
+    monkeypatch.setattr(rope_one_pass, "_tables", tables)
+    for out, t in zip(outs, (q, k, q, k)):
+        assert torch.equal(out, _fresh(t, freqs, 1.1))
+
+
+def test_new_angles_a_changed_tensor_another_dtype_or_mscale_get_new_tables(monkeypatch):
+    monkeypatch.setattr(rope_one_pass, "_LAST", rope_one_pass._LastTables())
+    g = torch.Generator().manual_seed(22)
+    t, freqs = torch.randn(10, 1, 2, 8, generator=g), _freqs(10, 8, 10000.0)
+    rope_one_pass.one_pass_rope(t, freqs)
+    freqs.mul_(0.5)  # in place: the same object at a new version
+    assert torch.equal(rope_one_pass.one_pass_rope(t, freqs), _fresh(t, freqs))
+    assert torch.equal(rope_one_pass.one_pass_rope(t, freqs, 0.7), _fresh(t, freqs, 0.7))
+    half = t.bfloat16()
+    out = rope_one_pass.one_pass_rope(half, freqs)
+    assert out.dtype == torch.bfloat16 and torch.equal(out, _fresh(half, freqs))
+    other = _freqs(10, 8, 500.0)
+    assert torch.equal(rope_one_pass.one_pass_rope(t, other), _fresh(t, other))
+
+
+def test_tables_seen_under_inference_mode_do_not_reach_a_training_backward(monkeypatch):
+    monkeypatch.setattr(rope_one_pass, "_LAST", rope_one_pass._LastTables())
+    g = torch.Generator().manual_seed(23)
+    t, freqs = torch.randn(6, 1, 2, 8, generator=g), _freqs(6, 8, 10000.0)
+    with torch.inference_mode():
+        rope_one_pass.one_pass_rope(t, freqs)
+    leaf = t.clone().requires_grad_()
+    rope_one_pass.one_pass_rope(leaf, freqs).sum().backward()  # an inference table would raise here
+    expected = t.clone().requires_grad_()
+    _fresh(expected, freqs).sum().backward()
+    assert torch.equal(leaf.grad, expected.grad)
