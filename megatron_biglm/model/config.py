@@ -24,7 +24,7 @@ from typing import Any, Literal, Mapping, Optional, Union
 import torch
 
 from megatron_biglm.common.config_fields import ConfigError, build_dataclass
-from megatron_biglm.model.shape import check_positive_ints
+from megatron_biglm.model.shape import check_positive_ints, shape_kwargs, shape_of
 
 #: Attention backends a config may name (see `megatron_biglm.model.attention_backends`).
 ATTENTION_BACKENDS = ("auto", "sdpa", "local", "flex", "flash", "sdpa_split", "varlen")
@@ -164,6 +164,12 @@ class BiGLMModelConfig:
         return True
 
     @property
+    def tie_word_embeddings(self) -> bool:
+        """Whether the output projection is the input embedding (HF's name for the inverse of
+        `untie_embeddings_and_output_weights`)."""
+        return not self.untie_embeddings_and_output_weights
+
+    @property
     def padded_vocab_size(self) -> int:
         """Embedding rows: vocab_size rounded up to `make_vocab_size_divisible_by`."""
         m = self.make_vocab_size_divisible_by
@@ -205,18 +211,12 @@ class BiGLMModelConfig:
         self.check_parallel_layout(tp, pp)
         dtype = resolve_dtype(params_dtype)
         kwargs = dict(
-            num_layers=self.num_layers,
-            hidden_size=self.hidden_size,
-            num_attention_heads=self.num_attention_heads,
-            num_query_groups=self.query_groups,
-            ffn_hidden_size=self.ffn_hidden_size,
-            kv_channels=self.head_dim,
+            **shape_kwargs(shape_of(self), "megatron"),
             init_method_std=float(self.init_method_std),
             layernorm_epsilon=float(self.norm_epsilon),
             hidden_dropout=float(self.hidden_dropout),
             attention_dropout=float(self.attention_dropout),
             normalization="RMSNorm",
-            gated_linear_unit=self.gated_mlp,
             activation_func=torch.nn.functional.silu,
             add_bias_linear=False,
             add_qkv_bias=False,
