@@ -5,6 +5,10 @@ our `BiGLMModelConfig`, or from a foreign HF config (a native EuroBERT of matchi
 the FLOPs count needs the same numbers, so all of them take this small frozen record instead of
 any of those classes. It is validated once here, so a malformed shape fails before any tensor
 is read. `BiGLMModelConfig` gives its own through `shape_of`.
+
+`SHAPE_TABLE` is the one map of each field's name on every side (our config, megatron's
+`TransformerConfig`, HF's `EuroBertConfig`, the config settings a start checkpoint hands a
+fine-tune); `shape_from`, `shape_kwargs` and `config_settings` read it in every direction.
 """
 from __future__ import annotations
 
