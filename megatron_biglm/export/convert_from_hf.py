@@ -40,6 +40,7 @@ from megatron_biglm.checkpoint.signature import signature_of
 from megatron_biglm.checkpoint.task_head import TASK_HEAD_FILE, HeadRecord, record_from_json, task_head_text
 from megatron_biglm.model.head_model import head_model_provider, head_of_record
 from megatron_biglm.model.heads import HEADS, task_head
+from megatron_biglm.model.shape import config_settings
 from megatron_biglm.model.task_heads import HF_RECORD_KEY, TaskHead
 
 from .conversion_summary import ConversionSummary, VerificationError, compare_written, with_progress
@@ -136,11 +137,9 @@ def _biglm_model_config(hf_config, arch, hf_dir: Path):
             f"{s.num_attention_heads} heads: BiGLM's head dim is hidden_size / num_attention_heads")
     try:
         mc = BiGLMModelConfig(
-            num_layers=s.num_layers, hidden_size=s.hidden_size, num_attention_heads=s.num_attention_heads,
-            num_query_groups=s.num_query_groups, ffn_hidden_size=s.ffn_hidden_size, vocab_size=s.vocab_size,
+            **config_settings(s),  # an untied lm_head -> output_layer
             seq_length=arch.max_position_embeddings, rotary_base=arch.rope_theta, norm_epsilon=arch.rms_norm_eps,
             init_method_std=float(getattr(hf_config, "initializer_range", 0.02) or 0.02),
-            untie_embeddings_and_output_weights=not s.tie_word_embeddings,  # lm_head -> output_layer
             name=f"imported-{hf_dir.name}")
     except ModelConfigError as exc:
         raise UnsupportedArchitecture(f"the HF config is not a valid BiGLM shape: {exc}") from None

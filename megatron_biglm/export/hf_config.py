@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from megatron_biglm.model.shape import BiGLMShape, shape_of
+from megatron_biglm.model.shape import BiGLMShape, shape_from, shape_kwargs, shape_of
 
 MIN_TRANSFORMERS = "5.3.0"
 
@@ -56,18 +56,11 @@ def eurobert_config(shape: BiGLMShape, *, rope_theta: float, rms_norm_eps: float
         if value is not None and not 0 <= value < shape.vocab_size:
             raise ValueError(f"{name}={value} is outside the vocabulary [0, {shape.vocab_size})")
     config = config_class(
-        vocab_size=shape.vocab_size,
-        hidden_size=shape.hidden_size,
-        intermediate_size=shape.ffn_hidden_size,
-        num_hidden_layers=shape.num_layers,
-        num_attention_heads=shape.num_attention_heads,
-        num_key_value_heads=shape.num_query_groups,
-        head_dim=shape.head_dim,
+        **shape_kwargs(shape, "hf"),
         hidden_act="silu",
         max_position_embeddings=max_position_embeddings,
         rms_norm_eps=rms_norm_eps,
         rope_parameters={"rope_type": "default", "rope_theta": float(rope_theta)},
-        tie_word_embeddings=shape.tie_word_embeddings,
         attention_bias=False,
         mlp_bias=False,
         attention_dropout=0.0,
@@ -113,17 +106,7 @@ def architecture_from_hf_config(config, *, padded_vocab_size: int | None = None)
             raise UnsupportedArchitecture(f"{field_name}={got!r} is not supported (need {want!r}): {why}")
     if "rope_theta" not in rope:
         raise UnsupportedArchitecture("the config names no rope_theta; BiGLM needs it explicitly")
-    shape = BiGLMShape(
-        num_layers=config.num_hidden_layers,
-        hidden_size=config.hidden_size,
-        num_attention_heads=config.num_attention_heads,
-        num_query_groups=config.num_key_value_heads or config.num_attention_heads,
-        head_dim=getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads,
-        ffn_hidden_size=config.intermediate_size,
-        vocab_size=config.vocab_size,
-        padded_vocab_size=padded_vocab_size,
-        tie_word_embeddings=bool(config.tie_word_embeddings),
-    )
+    shape = shape_from(config, "hf", padded_vocab_size=padded_vocab_size)
     return ImportedArchitecture(shape=shape, rope_theta=float(rope["rope_theta"]),
                                 rms_norm_eps=float(config.rms_norm_eps),
                                 max_position_embeddings=int(config.max_position_embeddings))

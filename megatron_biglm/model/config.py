@@ -25,7 +25,7 @@ import torch
 
 from megatron_biglm.common.config_fields import ConfigError, build_dataclass
 from megatron_biglm.model.attention_backends import check_backend_name
-from megatron_biglm.model.shape import check_positive_ints
+from megatron_biglm.model.shape import check_positive_ints, shape_kwargs, shape_of
 
 #: `attention_compile` values: compile the flex kernel with torch.compile always, never, or
 #: `auto` (on CUDA only; see `attention_params.resolve_compile`).
@@ -157,6 +157,12 @@ class BiGLMModelConfig:
         return True
 
     @property
+    def tie_word_embeddings(self) -> bool:
+        """Whether the output projection is the input embedding (HF's name for the inverse of
+        `untie_embeddings_and_output_weights`)."""
+        return not self.untie_embeddings_and_output_weights
+
+    @property
     def padded_vocab_size(self) -> int:
         """Embedding rows: vocab_size rounded up to `make_vocab_size_divisible_by`."""
         m = self.make_vocab_size_divisible_by
@@ -198,18 +204,12 @@ class BiGLMModelConfig:
         self.check_parallel_layout(tp, pp)
         dtype = resolve_dtype(params_dtype)
         kwargs = dict(
-            num_layers=self.num_layers,
-            hidden_size=self.hidden_size,
-            num_attention_heads=self.num_attention_heads,
-            num_query_groups=self.query_groups,
-            ffn_hidden_size=self.ffn_hidden_size,
-            kv_channels=self.head_dim,
+            **shape_kwargs(shape_of(self), "megatron"),
             init_method_std=float(self.init_method_std),
             layernorm_epsilon=float(self.norm_epsilon),
             hidden_dropout=float(self.hidden_dropout),
             attention_dropout=float(self.attention_dropout),
             normalization="RMSNorm",
-            gated_linear_unit=self.gated_mlp,
             activation_func=torch.nn.functional.silu,
             add_bias_linear=False,
             add_qkv_bias=False,

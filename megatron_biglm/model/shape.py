@@ -5,6 +5,10 @@ our `BiGLMModelConfig`, or from a foreign HF config (a native EuroBERT of matchi
 the FLOPs count needs the same numbers, so all of them take this small frozen record instead of
 any of those classes. It is validated once here, so a malformed shape fails before any tensor
 is read. `BiGLMModelConfig` gives its own through `shape_of`.
+
+`SHAPE_TABLE` is the one map of each field's name on every side (our config, megatron's
+`TransformerConfig`, HF's `EuroBertConfig`, the config settings a start checkpoint hands a
+fine-tune); `shape_from`, `shape_kwargs` and `config_settings` read it in every direction.
 """
 from __future__ import annotations
 
@@ -70,17 +74,84 @@ class BiGLMShape:
         return self.num_query_groups * self.head_dim
 
 
+@dataclass(frozen=True)
+class ShapeKey:
+    """One row of `SHAPE_TABLE`: where one `BiGLMShape` field lives on each side.
+
+    `ours` is the `BiGLMModelConfig` attribute that reads it (a property where derived);
+    `setting` the config field that sets it directly (what a start checkpoint hands a
+    fine-tune and what an HF import writes), None where the config derives it. `megatron` is
+    the `TransformerConfig` field, `hf` the `EuroBertConfig` key; None where that side has no
+    such field (megatron's model builder takes the vocabulary and tying, EuroBERT is always
+    gated and holds the tokenizer's vocabulary).
+    """
+
+    field: str
+    ours: str
+    setting: str | None
+    megatron: str | None
+    hf: str | None
+
+
+#: The one map of a model's shape between our config, megatron-core and HF (EuroBERT).
+SHAPE_TABLE = (
+    #        BiGLMShape            BiGLMModelConfig       its setting                             TransformerConfig     EuroBertConfig
+    ShapeKey("num_layers",          "num_layers",          "num_layers",                           "num_layers",         "num_hidden_layers"),
+    ShapeKey("hidden_size",         "hidden_size",         "hidden_size",                          "hidden_size",        "hidden_size"),
+    ShapeKey("num_attention_heads", "num_attention_heads", "num_attention_heads",                  "num_attention_heads", "num_attention_heads"),
+    ShapeKey("num_query_groups",    "query_groups",        "num_query_groups",                     "num_query_groups",   "num_key_value_heads"),
+    ShapeKey("head_dim",            "head_dim",            None,                                   "kv_channels",        "head_dim"),
+    ShapeKey("ffn_hidden_size",     "ffn_hidden_size",     "ffn_hidden_size",                      "ffn_hidden_size",    "intermediate_size"),
+    ShapeKey("vocab_size",          "vocab_size",          "vocab_size",                           None,                 "vocab_size"),
+    ShapeKey("padded_vocab_size",   "padded_vocab_size",   None,                                   None,                 None),
+    ShapeKey("tie_word_embeddings", "tie_word_embeddings", "untie_embeddings_and_output_weights",  None,                 "tie_word_embeddings"),
+    ShapeKey("gated_mlp",           "gated_mlp",           None,                                   "gated_linear_unit",  None),
+)
+#: The setting stored as the negation of its shape field.
+NEGATED_SETTINGS = ("untie_embeddings_and_output_weights",)
+#: Every `BiGLMModelConfig` field a shape is derived from: the table's settings, and the
+#: multiple `padded_vocab_size` rounds `vocab_size` up to.
+SHAPE_SETTINGS = tuple(row.setting for row in SHAPE_TABLE if row.setting) + ("make_vocab_size_divisible_by",)
+#: Fields a side may leave unset (None or 0), as megatron and HF both do: one query group per
+#: head (plain multi-head attention), and a head dim of hidden_size / num_attention_heads.
+_UNSET = {"num_query_groups": lambda values: values["num_attention_heads"],
+          "head_dim": lambda values: values["hidden_size"] // values["num_attention_heads"]}
+_BOOLS = ("tie_word_embeddings", "gated_mlp")
+SIDES = ("ours", "megatron", "hf")
+
+
+def shape_kwargs(shape: BiGLMShape, side: str) -> dict:
+    """The keyword arguments of `side`'s config ("megatron": `TransformerConfig`, "hf":
+    `EuroBertConfig`) that carry `shape`; fields that side does not hold are left out."""
+    return {getattr(row, side): getattr(shape, row.field) for row in SHAPE_TABLE if getattr(row, side)}
+
+
+def shape_from(source, side: str, **given) -> BiGLMShape:
+    """The shape `source` holds, read through `SHAPE_TABLE`'s `side` column ("ours": a
+    `BiGLMModelConfig`, "megatron": a `TransformerConfig`, "hf": an HF EuroBERT config);
+    `given` supplies the fields that side does not hold (megatron's vocabulary, HF's padding)."""
+    if side not in SIDES:
+        raise ValueError(f"side {side!r} is not one of {SIDES}")
+    values = dict(given)
+    for row in SHAPE_TABLE:
+        key = getattr(row, side)
+        if key is not None and row.field not in given:
+            values[row.field] = getattr(source, key, None)
+    for name, default in _UNSET.items():
+        if name in values and not values[name]:
+            values[name] = default(values)
+    for name in _BOOLS:
+        if name in values:
+            values[name] = bool(values[name])
+    return BiGLMShape(**values)
+
+
+def config_settings(shape: BiGLMShape) -> dict:
+    """The `BiGLMModelConfig` fields that set `shape` (derived fields are the config's own)."""
+    return {row.setting: (not getattr(shape, row.field)) if row.setting in NEGATED_SETTINGS
+            else getattr(shape, row.field) for row in SHAPE_TABLE if row.setting}
+
+
 def shape_of(model_config) -> BiGLMShape:
     """The shape of our `BiGLMModelConfig` (embeddings tied unless the config says otherwise)."""
-    return BiGLMShape(
-        num_layers=model_config.num_layers,
-        hidden_size=model_config.hidden_size,
-        num_attention_heads=model_config.num_attention_heads,
-        num_query_groups=model_config.query_groups,
-        head_dim=model_config.head_dim,
-        ffn_hidden_size=model_config.ffn_hidden_size,
-        vocab_size=model_config.vocab_size,
-        padded_vocab_size=model_config.padded_vocab_size,
-        tie_word_embeddings=not model_config.untie_embeddings_and_output_weights,
-        gated_mlp=bool(model_config.gated_mlp),
-    )
+    return shape_from(model_config, "ours")

@@ -25,6 +25,7 @@ from megatron_biglm.finetune.kinds import recipe_for
 from megatron_biglm.finetune.tasks import get_task
 from megatron_biglm.finetune.tasks.declaration import with_labels
 from megatron_biglm.finetune.validation import TaskValidator, probe_user_metrics
+from megatron_biglm.model.shape import SHAPE_SETTINGS
 
 
 @dataclass
@@ -66,9 +67,7 @@ def derived_schedule(cfg: RunConfig, n_train: int) -> RunConfig:
 #: the model keys a fine-tune takes from its start checkpoint (what its weights' shapes and
 #: meaning depend on); runtime settings (attention backend, compile, dropout) stay the run's, and
 #: a task's own heads (the CMLM length head) are the recipe's (a head the start lacks starts fresh)
-START_MODEL_KEYS = ("num_layers", "hidden_size", "num_attention_heads", "ffn_hidden_size", "vocab_size",
-                    "num_query_groups", "seq_length", "rotary_base", "norm_epsilon",
-                    "make_vocab_size_divisible_by", "untie_embeddings_and_output_weights", "name")
+START_MODEL_KEYS = SHAPE_SETTINGS + ("seq_length", "rotary_base", "norm_epsilon", "name")
 
 
 def from_start(cfg: RunConfig) -> tuple[RunConfig, str]:
