@@ -21,9 +21,8 @@ from megatron_biglm.config import ConfigError, RunConfig, check_sequence_fits, d
 from megatron_biglm.config.finetune_section import INIT_KEY
 from megatron_biglm.finetune.data_files import check_split_files
 from megatron_biglm.finetune.epochs import steps_per_epoch, train_steps
-from megatron_biglm.finetune.kinds import recipe_for
+from megatron_biglm.finetune.kinds.planning import plan_kind
 from megatron_biglm.finetune.tasks import get_task
-from megatron_biglm.finetune.tasks.declaration import with_labels
 from megatron_biglm.finetune.validation import TaskValidator
 
 
@@ -103,28 +102,6 @@ def from_start(cfg: RunConfig) -> tuple[RunConfig, str]:
     return derive(cfg, model=model, data=data), note
 
 
-def check_metrics(recipe) -> None:
-    """Before any step: every user metric (`module:function`) imports, and `select_metric` is
-    a score the task reports (else the first validation, after training, would fail)."""
-    from megatron_biglm.common.config_fields import unknown_key_error
-
-    from megatron_biglm.finetune.metrics.task_scores import score_keys, user_metric
-
-    metrics = recipe.task.metrics
-    for name in metrics:
-        if ":" in name:
-            try:
-                user_metric(name)
-            except ValueError as exc:
-                raise ConfigError(f"task {recipe.task.name}: {exc}") from None
-    known = score_keys(metrics)
-    returns_a_dict = any(":" in name for name in metrics)  # a user function's keys are known once it runs
-    if recipe.select_split is not None and recipe.select_metric not in known and not returns_a_dict:
-        raise unknown_key_error("finetune.select_metric", [recipe.select_metric], known,
-                                headline=f"finetune.select_metric={recipe.select_metric!r} is not a score of "
-                                         f"task {recipe.task.name}")
-
-
 def refuse_foreign_resume(cfg) -> None:
     """A fine-tune's `checkpoint.load` may name a weights-only import (a start: fresh optimizer,
     step 0) or this run's own checkpoints (a resume). Another run's full checkpoint, e.g. the
@@ -177,25 +154,11 @@ def plan_finetune(cfg: RunConfig) -> FinetunePlan:
     read = {k: v for k, v in options.data.items() if k != task.train_split or options.train_examples != 0}
     check_split_files(read, [task.train_split, *task.eval_splits, options.select_split, options.test_split])
     try:
-        task, labels_note = with_labels(task, options.data.get(task.train_split),
-                                        skip_unreadable=options.skip_unreadable)
-    except ValueError as exc:
-        raise ConfigError(str(exc)) from None
-    try:
         tokenizer = load_tokenizer(cfg.data.tokenizer)
     except TokenizerLoadError as exc:
         raise ConfigError(f"data.tokenizer: {exc}") from None
-    try:
-        recipe = recipe_for(task, tokenizer, options)
-    except ValueError as exc:
-        raise ConfigError(f"finetune.task {task.name}: {exc}") from None
-    check_metrics(recipe)
-    try:
-        recipe.prepare(cfg)  # every split read and checked before anything trains
-    except ConfigError:
-        raise
-    except ValueError as exc:  # a file in no accepted format, a JSON array, a bad row under strict
-        raise ConfigError(f"task {task.name}: {exc}") from None
+    kind = plan_kind(task, tokenizer, cfg)  # labels, every split read once, the recipe
+    recipe = kind.recipe
     gbs = cfg.training.global_batch_size
     if options.train_examples == 0:
         return _no_training_plan(cfg, recipe)
@@ -208,8 +171,7 @@ def plan_finetune(cfg: RunConfig) -> FinetunePlan:
                               data_summary=recipe.row_summaries())
     notes = [f"{name}: {line}" for name, line in recipe.row_summaries().items()]
     notes += [f"dropped {line}" for line in recipe.row_details()]
-    if labels_note:
-        notes.insert(0, labels_note)
+    notes[:0] = kind.notes
     if start_note:
         notes.insert(0, start_note)
     lifted = (f", lifted to finetune.min_steps={options.min_steps}"

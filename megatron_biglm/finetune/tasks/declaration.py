@@ -51,7 +51,8 @@ from __future__ import annotations
 import dataclasses
 from typing import Mapping, Sequence
 
-from ..data_files import DatasetSchema, get_schema, label_order, label_text, label_values
+from ..data_files import DatasetSchema, get_schema, raw_split
+from ..kinds.label_inference import infer_labels, needs_labels
 from ..columns import TaskDeclarationError, as_list
 from .task import Task, check_metric_name
 
@@ -108,42 +109,12 @@ def declare_task(spec: Mapping, where: str = "finetune.task") -> Task:
 
 
 def with_labels(task: Task, train_files, *, skip_unreadable: bool = False) -> tuple[Task, str | None]:
-    """`task` with its label names filled in from the training split when it declared none,
-    and the note that says so (None when nothing was inferred). The names are the values as
-    written (`label_text`), in `label_order`; rows are matched to them by value, never by
-    position, and no value is an "unlabeled" marker."""
-    schema = get_schema(task.dataset)
-    if schema.label_field is None or schema.label_names or schema.label_kind == "regression":
+    """`task` with its label names filled in from the training files when it declared none,
+    and the note that says so (None when nothing was inferred): `kinds/label_inference.py`
+    over the files read once."""
+    if not needs_labels(task):
         return task, None
-    if not train_files:
-        raise TaskDeclarationError(f"task {task.name}: list its labels (finetune.task.labels): they are "
-                                   "inferred from local training files, and this run has none")
-    column = label_values(train_files, schema.label_field, skip_unreadable=skip_unreadable)
-    if column.columns and not column.present:
-        raise TaskDeclarationError(f"task {task.name}: {_no_column(schema.label_field, column.columns)}")
-    values = column.values
-    if schema.label_kind == "multi":
-        values = [v for row in values for v in (row.split(schema.label_separator) if isinstance(row, str)
-                                                else row if isinstance(row, (list, tuple)) else [row])]
-    names = label_order(n for n in map(label_text, values) if n)
-    if len(names) < (1 if schema.label_kind == "multi" else 2):
-        raise TaskDeclarationError(
-            f"task {task.name}: the training split's {schema.label_field!r} column holds {names or 'no values'}; "
-            "a classification task needs at least two labels (check label_field, or list labels)")
-    task = dataclasses.replace(task, dataset=dataclasses.replace(schema, label_names=names, label_indices=False,
-                                                                 unlabeled=None))
-    mapping = ", ".join(f"{i}: {n}" for i, n in enumerate(names))
-    return task, f"labels inferred from the training split's {schema.label_field!r} column: {mapping}"
-
-
-def _no_column(field: str, columns: dict) -> str:
-    """What to say when no row of the training files has the label column `field`."""
-    found = "; ".join(f"{path} has {names}" for path, names in columns.items())
-    joined = [n for names in columns.values() for n in names if any(sep in n for sep in ";\t|,")]
-    hint = (f" ({joined[0]!r} looks like several column names in one: a .csv file is comma-separated and "
-            "a .tsv file tab-separated; save it with that separator)" if joined else "")
-    return (f"the training split has no column {field!r}: {found}{hint}. Set finetune.task.label_field to the "
-            "label column")
+    return infer_labels(task, raw_split(train_files, skip_unreadable=skip_unreadable) if train_files else None)
 
 
 def _schema(spec, kind_cls, problem: str, name: str, where: str) -> DatasetSchema:
