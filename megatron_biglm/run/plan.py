@@ -19,7 +19,6 @@ from dataclasses import dataclass, field
 
 from megatron_biglm.config import ConfigError, RunConfig, check_sequence_fits, derive
 from megatron_biglm.config.finetune_section import INIT_KEY
-from megatron_biglm.finetune.data_files import check_split_files
 from megatron_biglm.finetune.epochs import steps_per_epoch, train_steps
 from megatron_biglm.finetune.kinds.planning import plan_kind
 from megatron_biglm.finetune.tasks import get_task
@@ -151,13 +150,11 @@ def plan_finetune(cfg: RunConfig) -> FinetunePlan:
         task = get_task(options.task)
     except ValueError as exc:
         raise ConfigError(str(exc)) from None
-    read = {k: v for k, v in options.data.items() if k != task.train_split or options.train_examples != 0}
-    check_split_files(read, [task.train_split, *task.eval_splits, options.select_split, options.test_split])
     try:
         tokenizer = load_tokenizer(cfg.data.tokenizer)
     except TokenizerLoadError as exc:
         raise ConfigError(f"data.tokenizer: {exc}") from None
-    kind = plan_kind(task, tokenizer, cfg)  # labels, every split read once, the recipe
+    kind = plan_kind(task, tokenizer, cfg)  # the files checked, labels, every split read once, the recipe
     recipe = kind.recipe
     gbs = cfg.training.global_batch_size
     if options.train_examples == 0:

@@ -1,7 +1,7 @@
 """A kind's plan: everything the task's kind settles before anything is built, in one typed
 `KindPlan` that the run's planner (`run/plan.py`) asks for once.
 
-`plan_kind` reads the training split once when the task lists no labels (its labels are
+`plan_kind` checks that every split's files exist in an accepted format, reads the training split once when the task lists no labels (its labels are
 inferred from those rows, `label_inference.py`, and the same rows are then checked and encoded),
 builds the kind's recipe, checks its metrics, and reads and encodes every split (`prepare`):
 a bad file, row or option is a `ConfigError` naming the task before the first step.
@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 from megatron_biglm.common.config_fields import ConfigError, unknown_key_error
 
-from ..data_files import raw_split
+from ..data_files import check_split_files, raw_split
 from ..metrics.task_scores import score_keys, user_metric
 from . import kind_class
 from .base import FinetuneRecipe
@@ -35,11 +35,13 @@ def plan_kind(task, tokenizer, config) -> KindPlan:
     """The `KindPlan` of `task` for the run `config` (its `finetune:` section is the recipe's
     options), with `tokenizer` the run's."""
     options = config.finetune
+    read = {k: v for k, v in options.data.items() if k != task.train_split or options.train_examples != 0}
+    check_split_files(read, [task.train_split, *task.eval_splits, options.select_split, options.test_split])
     labels_note = None
     if needs_labels(task):
         files = options.data.get(task.train_split)
-        train = raw_split(files, skip_unreadable=options.skip_unreadable) if files else None
-        try:
+        try:  # a file that cannot be read to its end, a missing label column, one label
+            train = raw_split(files, skip_unreadable=options.skip_unreadable) if files else None
             task, labels_note = infer_labels(task, train)
         except ValueError as exc:
             raise ConfigError(str(exc)) from None
