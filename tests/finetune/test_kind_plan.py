@@ -9,6 +9,8 @@ import os
 import sys
 from collections import Counter
 
+import pytest
+
 from finetune_entry_fixtures import tiny_run, write_task
 
 _OPENS: Counter = Counter()   # (path, "rows" or "other")
@@ -36,6 +38,7 @@ def _from_row_reader() -> bool:
 _installed = []
 
 
+@pytest.mark.slow
 def test_a_finetune_reads_each_data_file_once_labels_included(tmp_path):
     from megatron_biglm.cli.finetune import main
 
