@@ -215,10 +215,16 @@ class LabelColumn:
 def label_values(inputs, field: str, report: RowReport | None = None, *,
                  skip_unreadable: bool = False) -> LabelColumn:
     """The values of `field` in local files: what a task that does not list its labels infers
-    them from (`tasks/declaration.py`)."""
+    them from (`kinds/label_inference.py`)."""
     report = report if report is not None else RowReport()
+    return label_column(file_objects(inputs, report, what="fine-tuning data", skip_unreadable=skip_unreadable),
+                        field)
+
+
+def label_column(raw_rows: Iterable[Row], field: str) -> LabelColumn:
+    """The `LabelColumn` of `field` in rows already read (`raw_split`)."""
     values, columns, present = [], {}, False
-    for path, _, raw in file_objects(inputs, report, what="fine-tuning data", skip_unreadable=skip_unreadable):
+    for path, _, raw in raw_rows:
         if isinstance(raw, Mapping):
             columns.setdefault(str(path), sorted(map(str, raw)))
             present = present or field in raw
@@ -240,6 +246,30 @@ def _check_answers(value) -> dict | None:
     if not all(isinstance(s, int) and not isinstance(s, bool) and s >= 0 for s in starts):
         return None
     return {"text": list(texts), "answer_start": list(starts)}
+
+
+@dataclass(frozen=True)
+class RawSplit:
+    """A split's local files read once, unchecked: every `Row` the reader gave and the report
+    of what it skipped (the row checks add to the same report)."""
+    rows: tuple
+    report: RowReport
+
+
+def raw_split(inputs, *, strict: bool = False, skip_unreadable: bool = False) -> RawSplit:
+    """The rows of local files as the reader gives them, before any schema check: read once,
+    then checked (`check_rows`) and, for a task that lists no labels, its labels inferred."""
+    report = RowReport(strict=strict)
+    return RawSplit(tuple(file_objects(inputs, report, what="fine-tuning data", skip_unreadable=skip_unreadable)),
+                    report)
+
+
+def check_rows(raw: RawSplit, schema: str | DatasetSchema, *, require_labels: bool = True) -> tuple[list[dict], RowReport]:
+    """The good rows of a split read by `raw_split`, in order, and the report of the rest."""
+    schema = get_schema(schema)
+    rows = [row for path, line, item in raw.rows
+            if (row := check_row(item, schema, raw.report, path, line, require_labels=require_labels)) is not None]
+    return rows, raw.report
 
 
 def read_rows(inputs, schema: str | DatasetSchema, *, report: RowReport | None = None,

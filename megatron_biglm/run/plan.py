@@ -19,11 +19,9 @@ from dataclasses import dataclass, field
 
 from megatron_biglm.config import ConfigError, RunConfig, check_sequence_fits, derive
 from megatron_biglm.config.finetune_section import INIT_KEY
-from megatron_biglm.finetune.data_files import check_split_files
 from megatron_biglm.finetune.epochs import steps_per_epoch, train_steps
-from megatron_biglm.finetune.kinds import recipe_for
+from megatron_biglm.finetune.kinds.planning import plan_kind
 from megatron_biglm.finetune.tasks import get_task
-from megatron_biglm.finetune.tasks.declaration import with_labels
 from megatron_biglm.finetune.validation import TaskValidator, probe_user_metrics
 from megatron_biglm.model.shape import SHAPE_SETTINGS
 
@@ -121,28 +119,6 @@ def start_tokenizer(cfg: RunConfig, start) -> None:
         raise ConfigError(str(exc)) from None
 
 
-def check_metrics(recipe) -> None:
-    """Before any step: every user metric (`module:function`) imports, and `select_metric` is
-    a score the task reports (else the first validation, after training, would fail)."""
-    from megatron_biglm.common.config_fields import unknown_key_error
-
-    from megatron_biglm.finetune.metrics.task_scores import score_keys, user_metric
-
-    metrics = recipe.task.metrics
-    for name in metrics:
-        if ":" in name:
-            try:
-                user_metric(name)
-            except ValueError as exc:
-                raise ConfigError(f"task {recipe.task.name}: {exc}") from None
-    known = score_keys(metrics)
-    returns_a_dict = any(":" in name for name in metrics)  # a user function's keys are known once it runs
-    if recipe.select_split is not None and recipe.select_metric not in known and not returns_a_dict:
-        raise unknown_key_error("finetune.select_metric", [recipe.select_metric], known,
-                                headline=f"finetune.select_metric={recipe.select_metric!r} is not a score of "
-                                         f"task {recipe.task.name}")
-
-
 def refuse_foreign_resume(cfg) -> None:
     """A fine-tune's `checkpoint.load` may name a weights-only import (a start: fresh optimizer,
     step 0) or this run's own checkpoints (a resume). Another run's full checkpoint, e.g. the
@@ -181,11 +157,6 @@ def plan_finetune(cfg: RunConfig) -> FinetunePlan:
     # saved, and needs only its tokenizer when the run names none
     if cfg.finetune.enabled and cfg.finetune.init_from and (cfg.finetune.train_examples != 0 or not cfg.data.tokenizer):
         cfg, start_note = from_start(cfg)
-    elif cfg.finetune.enabled and cfg.finetune.init_from:  # scored as saved: its tokenizer is still checked
-        from megatron_biglm.checkpoint.run_checkpoint import locate
-        from megatron_biglm.config.trained_checkpoint import open_checkpoint
-
-        start_tokenizer(cfg, open_checkpoint(locate(cfg.finetune.init_from, INIT_KEY), INIT_KEY))
     options = cfg.finetune
     if not options.enabled:
         raise ConfigError("this config has no finetune.task; name one (e.g. finetune.task=mnli) or use "
@@ -197,29 +168,13 @@ def plan_finetune(cfg: RunConfig) -> FinetunePlan:
         task = get_task(options.task)
     except ValueError as exc:
         raise ConfigError(str(exc)) from None
-    read = {k: v for k, v in options.data.items() if k != task.train_split or options.train_examples != 0}
-    check_split_files(read, [task.train_split, *task.eval_splits, options.select_split, options.test_split])
-    try:
-        task, labels_note = with_labels(task, options.data.get(task.train_split),
-                                        skip_unreadable=options.skip_unreadable)
-    except ValueError as exc:
-        raise ConfigError(str(exc)) from None
     try:
         tokenizer = load_tokenizer(cfg.data.tokenizer)
     except TokenizerLoadError as exc:
         raise ConfigError(f"data.tokenizer: {exc}") from None
-    try:
-        recipe = recipe_for(task, tokenizer, options)
-    except ValueError as exc:
-        raise ConfigError(f"finetune.task {task.name}: {exc}") from None
-    check_metrics(recipe)
+    kind = plan_kind(task, tokenizer, cfg)  # the files checked, labels, every split read once, the recipe
+    recipe = kind.recipe
     probe_user_metrics(recipe)  # a user metric called once on a fake prediction set: before any step
-    try:
-        recipe.prepare(cfg)  # every split read and checked before anything trains
-    except ConfigError:
-        raise
-    except ValueError as exc:  # a file in no accepted format, a JSON array, a bad row under strict
-        raise ConfigError(f"task {task.name}: {exc}") from None
     gbs = cfg.training.global_batch_size
     if options.train_examples == 0:
         return _no_training_plan(cfg, recipe)
@@ -232,8 +187,7 @@ def plan_finetune(cfg: RunConfig) -> FinetunePlan:
                               data_summary=recipe.row_summaries())
     notes = [f"{name}: {line}" for name, line in recipe.row_summaries().items()]
     notes += [f"dropped {line}" for line in recipe.row_details()]
-    if labels_note:
-        notes.insert(0, labels_note)
+    notes[:0] = kind.notes
     if start_note:
         notes.insert(0, start_note)
     lifted = (f", lifted to finetune.min_steps={options.min_steps}"
@@ -259,6 +213,11 @@ def _no_training_plan(cfg: RunConfig, recipe) -> FinetunePlan:
         raise ConfigError(f"finetune.train_examples=0 scores a model zero-shot, which needs a task read off the "
                           f"pretrained model (kind {' or '.join(zero_shot)}); {recipe.task.name} is kind "
                           f"{recipe.task.kind!r}: its head would be untrained. Use finetune.train_examples >= 1")
+    if cfg.data.tokenizer:  # scored as saved: a tokenizer the run names must still be the start's own
+        from megatron_biglm.checkpoint.run_checkpoint import locate
+        from megatron_biglm.config.trained_checkpoint import open_checkpoint
+
+        start_tokenizer(cfg, open_checkpoint(locate(options.init_from, INIT_KEY), INIT_KEY))
     validator = TaskValidator(recipe, interval=1, steps_per_epoch=1, train_steps=0, run_dir=cfg.run_dir,
                               checkpoint_root=cfg.checkpoint_dir, data_summary=recipe.row_summaries())
     notes = [f"{name}: {line}" for name, line in recipe.row_summaries().items()]

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from megatron_biglm.common import host_memory
-from megatron_biglm.config import RunConfig
+from megatron_biglm.config import RunConfig, derive
 
 log = logging.getLogger("megatron_biglm.run.train")
 
@@ -103,7 +103,7 @@ def _pin_tokenizer(cfg: RunConfig) -> RunConfig:
     path = Path(cfg.data.tokenizer).expanduser() if cfg.data.tokenizer else None
     if path is None or not path.is_dir():
         return cfg
-    return dataclasses.replace(cfg, data=dataclasses.replace(
+    return derive(cfg, data=dataclasses.replace(
         cfg.data, tokenizer=str(path.resolve()), tokenizer_sha256=tokenizer_digest(path)))
 
 

@@ -115,3 +115,78 @@ def test_a_declaration_may_name_a_kind_class_and_an_unknown_kind_names_the_neare
         get_task({"kind": "verbaliser", "fields": ["text"]})
     with pytest.raises(TaskDeclarationError, match="not a FinetuneRecipe subclass"):
         get_task({"kind": "toy_kind:Example", "fields": ["text"]})
+
+
+MINIMAL_KIND = '''
+"""A kind that writes only the methods of `kinds.protocol.TaskKind`: every other method is the
+recipe's default."""
+import torch
+
+from megatron_biglm.data.token_ids import TokenIds
+from megatron_biglm.finetune.kinds.base import FinetuneRecipe, accuracy_loss, gold_labels
+
+
+class Minimal(FinetuneRecipe):
+    def encode(self, rows, report, training):
+        ids = TokenIds.from_tokenizer(self.tokenizer)
+        out = []
+        for row in rows:
+            text = self.tokenizer(row[self.task.fields[0]], add_special_tokens=False)["input_ids"]
+            out.append(([ids.bos_id, *text[:self.options.max_length - 3], ids.mask_id, ids.eos_id],
+                        row.get(self.task.label_field)))
+        return out
+
+    def collate(self, examples):
+        pad = TokenIds.from_tokenizer(self.tokenizer).pad_id
+        tokens = torch.full((len(examples), self.options.max_length), pad, dtype=torch.long)
+        for i, (ids, _) in enumerate(examples):
+            tokens[i, :len(ids)] = torch.tensor(ids)
+        return {"tokens": tokens, "valid_lengths": torch.tensor([len(ids) for ids, _ in examples]),
+                "mask_at": torch.tensor([len(ids) - 2 for ids, _ in examples]),
+                "labels": torch.tensor([-1 if label is None else label for _, label in examples])}
+
+    def _scores(self, batch, logits):
+        answers = self.tokenizer.convert_tokens_to_ids(["yes", "no"])
+        rows = torch.arange(logits.shape[0], device=logits.device)
+        return logits[rows, batch["mask_at"].to(logits.device)][:, answers].float()
+
+    def _loss(self, batch, logits):
+        scores = self._scores(batch, logits)
+        labels = gold_labels(batch, logits.device)
+        return accuracy_loss(torch.nn.functional.cross_entropy(scores, labels, reduction="sum"), scores, labels)
+
+    @torch.no_grad()
+    def evaluate_split(self, model, name, examples, device):
+        batch = self.collate(examples)
+        scores = self._scores(batch, self.logits(model, batch, device))
+        return {"accuracy": float((scores.argmax(-1).cpu() == batch["labels"]).float().mean())}
+
+
+class NoLoss(FinetuneRecipe):
+    def encode(self, rows, report, training):
+        return []
+'''
+
+
+@pytest.mark.slow
+def test_a_kind_writing_only_the_required_methods_runs(tmp_path, monkeypatch):
+    from megatron_biglm.cli.finetune import main
+    from megatron_biglm.finetune.kinds import kind_class
+    from megatron_biglm.finetune.kinds.protocol import TaskKind
+
+    (tmp_path / "minimal_kind.py").write_text(textwrap.dedent(MINIMAL_KIND))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    assert isinstance(kind_class("minimal_kind:Minimal").__new__(kind_class("minimal_kind:Minimal")), TaskKind)
+    with pytest.raises(ValueError, match="does not write collate, _loss, evaluate_split"):
+        kind_class("minimal_kind:NoLoss")
+
+    task = write_task(tmp_path / "data", n_train=32, n_valid=16, n_test=16)
+    run = tmp_path / "run"
+    config = tmp_path / "minimal.yaml"
+    config.write_text("finetune:\n  task: {kind: 'minimal_kind:Minimal', fields: [premise], labels: [cat, no_cat]}\n")
+    over = {**tiny_run(task, run, lr=3e-3, batch=16, log_interval=1),
+            "finetune.max_length": 12, "finetune.epochs": 1, "finetune.test_split": "test",
+            **{f"finetune.data.{split}": path for split, path in task["files"].items()}}
+    assert main(["--config", str(config), *(f"{k}={v}" for k, v in over.items())]) == 0
+    results = json.loads((run / "results.json").read_text())
+    assert results["finished"] and 0.0 <= results["test"]["test"]["accuracy"] <= 1.0

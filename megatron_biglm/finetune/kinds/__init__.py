@@ -1,6 +1,8 @@
 """The task kinds: how a task is modelled, one module each, and the registry that names them.
 
-A kind is one `FinetuneRecipe` subclass (`base.py`) in one module: its typed `Options`
+A kind is one `FinetuneRecipe` subclass (`base.py`) in one module; it must write the methods of
+`protocol.TaskKind` (encode, collate, _loss, evaluate_split), the rest are hooks with defaults:
+its typed `Options`
 (`finetune.options`), how it reads a declaration (`declaration_keys`, `problem_types`,
 `default_metrics`, `declared_schema`, `declare`, `check_task`), how it encodes rows and
 collates them, its loss, its evaluation, and whether it can score a model zero-shot
@@ -14,6 +16,9 @@ one file and one line here, or, without touching the package, `register_kind(nam
 from __future__ import annotations
 
 import importlib
+
+from .base import FinetuneRecipe
+from .protocol import REQUIRED, TaskKind, unwritten
 
 KINDS: dict[str, str] = {
     "verbalizer": "megatron_biglm.finetune.kinds.verbalizer:VerbalizerRecipe",
@@ -35,8 +40,6 @@ def register_kind(name: str, target) -> None:
 def kind_class(kind: str) -> type:
     """The class of a registered kind, or of a `module:Class` a declaration names; an unknown
     kind is a ValueError naming the registered ones (and the nearest)."""
-    from .base import FinetuneRecipe
-
     target = KINDS.get(kind)
     if target is None:
         if not (isinstance(kind, str) and kind.count(":") == 1):
@@ -56,6 +59,10 @@ def kind_class(kind: str) -> type:
     if not (isinstance(cls, type) and issubclass(cls, FinetuneRecipe)):
         raise ValueError(f"task kind {kind!r}: {target!r} is not a FinetuneRecipe subclass "
                          "(megatron_biglm.finetune.kinds.base)")
+    missing = unwritten(cls, FinetuneRecipe)
+    if missing:
+        raise ValueError(f"task kind {kind!r}: {target!r} does not write {', '.join(missing)}; a kind writes "
+                         f"the methods of kinds.protocol.TaskKind ({', '.join(REQUIRED)})")
     return cls
 
 
@@ -64,4 +71,4 @@ def recipe_for(task, tokenizer, options):
     return kind_class(task.kind)(task, tokenizer, options)
 
 
-__all__ = ["KINDS", "kind_class", "recipe_for", "register_kind"]
+__all__ = ["KINDS", "TaskKind", "kind_class", "recipe_for", "register_kind"]

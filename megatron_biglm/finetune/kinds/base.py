@@ -44,7 +44,7 @@ import torch
 
 from megatron_biglm.training.recipe import LOSS_KEY, Recipe, RecipeData
 
-from ..data_files import DatasetSchema, get_schema, load_split
+from ..data_files import DatasetSchema, RawSplit, check_rows, get_schema, load_split
 from ..epochs import EpochSamples
 from ..epochs import steps_per_epoch as epoch_steps
 from ..metrics import task_scores
@@ -143,6 +143,7 @@ class FinetuneRecipe(Recipe):
         self.history: list[dict] = []               # one record per validation
         self.use_split = True
         self.draw_note: str | None = None           # what finetune.train_examples kept
+        self.read: dict[str, RawSplit] = {}         # splits read before the recipe was built (its plan)
 
     # ---- data -------------------------------------------------------------------------
     @property
@@ -173,6 +174,8 @@ class FinetuneRecipe(Recipe):
                               f"FILES (jsonl, csv, tsv or parquet with the columns {list(self.schema.required)}"
                               f"{' and ' + repr(self.schema.label_field) if self.schema.label_field else ''}), "
                               "or finetune.hub=true")
+        if split in self.read:  # read once, for the labels: checked now, not read again
+            return check_rows(self.read.pop(split), self.task.dataset, require_labels=require_labels)
         return load_split(self.task.dataset, files=files, split=split, require_labels=require_labels,
                           skip_unreadable=self.options.skip_unreadable)
 

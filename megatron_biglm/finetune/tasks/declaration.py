@@ -51,10 +51,9 @@ from __future__ import annotations
 import dataclasses
 from typing import Mapping, Sequence
 
+from ..data_files import DatasetSchema, get_schema, raw_split
+from ..kinds.label_inference import infer_labels, needs_labels
 from ..columns import TaskDeclarationError, as_list
-from ..data_files import DatasetSchema, get_schema, label_values
-from ..labels import LabelValueError, inferred_labels
-from ..row_report import RowReport
 from .task import Task, check_metric_name
 
 #: the declaration keys of every kind (a kind adds its own: `declaration_keys`)
@@ -110,50 +109,12 @@ def declare_task(spec: Mapping, where: str = "finetune.task") -> Task:
 
 
 def with_labels(task: Task, train_files, *, skip_unreadable: bool = False) -> tuple[Task, str | None]:
-    """`task` with its label names filled in from the training split when it declared none,
-    and the note that says so (None when nothing was inferred). The names are the values by
-    the one label rule (`labels.inferred_labels`: of one kind, in `label_order`); rows are
-    matched to them by value, never by position, and no value is an "unlabeled" marker."""
-    schema = get_schema(task.dataset)
-    if schema.label_field is None or schema.label_names or schema.label_kind == "regression":
+    """`task` with its label names filled in from the training files when it declared none,
+    and the note that says so (None when nothing was inferred): `kinds/label_inference.py`
+    over the files read once."""
+    if not needs_labels(task):
         return task, None
-    if not train_files:
-        raise TaskDeclarationError(f"task {task.name}: list its labels (finetune.task.labels): they are "
-                                   "inferred from local training files, and this run has none")
-    report = RowReport()
-    column = label_values(train_files, schema.label_field, report, skip_unreadable=skip_unreadable)
-    if not column.values and report.no_rows:
-        raise TaskDeclarationError(f"task {task.name}: the training split has no row to infer labels from: "
-                                   + "; ".join(report.no_rows_lines()))
-    if column.columns and not column.present:
-        raise TaskDeclarationError(f"task {task.name}: {_no_column(schema.label_field, column.columns)}")
-    try:
-        names = inferred_labels(column.values, schema.label_field, multi=schema.label_kind == "multi",
-                                separator=schema.label_separator)
-    except LabelValueError as exc:
-        raise TaskDeclarationError(f"task {task.name}: the training split: {exc}") from None
-    if len(names) < (1 if schema.label_kind == "multi" else 2):
-        if not column.values and report.total:
-            raise TaskDeclarationError(
-                f"task {task.name}: the training split has no row to infer labels from ({report.summary_line()}): "
-                + "; ".join(report.example_lines()[:3]))
-        raise TaskDeclarationError(
-            f"task {task.name}: the training split's {schema.label_field!r} column holds {names or 'no values'}; "
-            "a classification task needs at least two labels (check label_field, or list labels)")
-    task = dataclasses.replace(task, dataset=dataclasses.replace(schema, label_names=names, label_indices=False,
-                                                                 unlabeled=None))
-    mapping = ", ".join(f"{i}: {n}" for i, n in enumerate(names))
-    return task, f"labels inferred from the training split's {schema.label_field!r} column: {mapping}"
-
-
-def _no_column(field: str, columns: dict) -> str:
-    """What to say when no row of the training files has the label column `field`."""
-    found = "; ".join(f"{path} has {names}" for path, names in columns.items())
-    joined = [n for names in columns.values() for n in names if any(sep in n for sep in ";\t|,")]
-    hint = (f" ({joined[0]!r} looks like several column names in one: a .csv file is comma-separated and "
-            "a .tsv file tab-separated; save it with that separator)" if joined else "")
-    return (f"the training split has no column {field!r}: {found}{hint}. Set finetune.task.label_field to the "
-            "label column")
+    return infer_labels(task, raw_split(train_files, skip_unreadable=skip_unreadable) if train_files else None)
 
 
 def _schema(spec, kind_cls, problem: str, name: str, where: str) -> DatasetSchema:
