@@ -29,6 +29,7 @@ class ScriptedAdapter:
     def __init__(self, vocab: int = 32, *, prefix_cache: bool = True, max_length: int = 64,
                  eos_at: int | None = None, allow_specials: bool = True, salt: str = ""):
         self.vocab, self.prefix_cache, self.max_length = vocab, prefix_cache, max_length
+        self.embedding_rows = vocab
         self.special = SPECIAL
         self.split_attention = True
         self.eos_at, self.allow_specials, self.salt = eos_at, allow_specials, salt
@@ -152,6 +153,7 @@ class BlockCausalReference:
 
     def __init__(self, model, special=SPECIAL, max_length: int = 256):
         self.model, self.special, self.max_length = model, special, max_length
+        self.embedding_rows = model.get_input_embeddings().num_embeddings
 
     @property
     def device(self) -> torch.device:

@@ -27,6 +27,7 @@ from pathlib import Path
 from .checksums import ChecksumReport, CorruptItem, check_items, dist_items
 from .dirs import LOAD_KEY, CheckpointError, previous_checkpoint, verify as verify_manifest
 from .dist_reader import DistCheckpointReadError
+import torch.distributed as dist
 
 _ZIP_MAGIC = b"PK\x03\x04"
 
@@ -112,15 +113,12 @@ def verify_checkpoint(folder, *, collective: bool = False, key: str = LOAD_KEY) 
 def _rank_world(collective: bool) -> tuple[int, int]:
     if not collective:
         return 0, 1
-    import torch.distributed as dist
 
     return (dist.get_rank(), dist.get_world_size()) if dist.is_initialized() else (0, 1)
 
 
 def _share(failure, report: ChecksumReport):
     """Every rank's first failure and item counts, gathered: the lowest rank's failure wins."""
-    import torch.distributed as dist
-
     gathered = [None] * dist.get_world_size()
     dist.all_gather_object(gathered, (failure, report.checked, report.unchecked, report.bytes))
     total = ChecksumReport(sum(g[1] for g in gathered), sum(g[2] for g in gathered), sum(g[3] for g in gathered))

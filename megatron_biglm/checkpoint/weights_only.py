@@ -27,6 +27,7 @@ from .dist_reader import stored_keys, stored_shapes
 from .run_checkpoint import SavedCheckpoint, read_checkpoint
 from .signature import normalise_signature, signature_of
 from .verify import verify_checkpoint
+from megatron.core import dist_checkpointing
 
 
 #: the fine-tune option that starts a head of another shape fresh (named in the refusal)
@@ -43,8 +44,6 @@ def load_model_weights(checkpoint, model, *, verify: bool = True, fresh_heads: b
     start point); False (inference) refuses it, as any missing tensor.
     `reinit_mismatched`: a head stored with another shape keeps its initialisation (with a note)
     instead of being refused (`REINIT_OPTION`)."""
-    from megatron.core import dist_checkpointing
-
     saved = read_checkpoint(checkpoint)
     if verify:
         verify_checkpoint(saved.path, collective=True)

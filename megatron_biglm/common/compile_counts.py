@@ -14,6 +14,8 @@ import re
 import sys
 import threading
 from dataclasses import dataclass
+from torch._dynamo.callback import on_compile_start
+from torch._dynamo.utils import counters
 
 _LOCK = threading.Lock()
 _COUNTS = {"compiles": 0, "recompiles": 0}
@@ -52,7 +54,6 @@ def watch_compiles() -> None:
     with _LOCK:
         if _WATCHING:
             return
-        from torch._dynamo.callback import on_compile_start
 
         on_compile_start(_on_compile_start)
         _WATCHING = True
@@ -72,7 +73,6 @@ def compile_counts() -> CompileCounts:
     """The counts so far in this process (all zero when dynamo was never imported)."""
     if "torch._dynamo" not in sys.modules:
         return CompileCounts()
-    from torch._dynamo.utils import counters
 
     breaks = tuple(sorted((str(r), int(n)) for r, n in counters["graph_break"].items()))
     with _LOCK:

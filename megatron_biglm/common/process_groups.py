@@ -87,7 +87,7 @@ def _live_groups() -> list:
 
 
 def _destroy_megatron_groups() -> None:
-    from megatron.core import parallel_state
+    from megatron.core import parallel_state  # lazy: start-up (megatron.core: 2.9 CPU s)
 
     if parallel_state.model_parallel_is_initialized():
         parallel_state.destroy_model_parallel()
@@ -104,7 +104,7 @@ def init_model_parallel(tp: int = 1, pp: int = 1, *, keep_same_sizes: bool = Fal
     Existing groups are destroyed and rebuilt, unless `keep_same_sizes` and they already have
     the requested sizes (then nothing changes, e.g. a notebook calling twice).
     """
-    from megatron.core import parallel_state
+    from megatron.core import parallel_state  # lazy: start-up (megatron.core: 2.9 CPU s)
 
     if parallel_state.model_parallel_is_initialized():
         sizes = (parallel_state.get_tensor_model_parallel_world_size(),

@@ -199,7 +199,7 @@ def dataset_stats(prefix, vocab_size: int | None = None) -> dict:
 
 def read_document(prefix, k: int, vocab_size: int | None = None) -> np.ndarray:
     """Token ids of document `k` (negative counts from the end), read with megatron-core."""
-    from megatron.core.datasets.indexed_dataset import IndexedDataset
+    from megatron.core.datasets.indexed_dataset import IndexedDataset  # lazy: start-up (megatron.core: 2.9 CPU s)
 
     index = check_dataset(prefix, vocab_size)
     n = index.num_documents
@@ -290,7 +290,7 @@ def _batched_builder_class():
     this module (in tokenizer workers) does not import megatron/torch."""
     global _BATCHED_BUILDER
     if _BATCHED_BUILDER is None:
-        from megatron.core.datasets.indexed_dataset import IndexedDatasetBuilder
+        from megatron.core.datasets.indexed_dataset import IndexedDatasetBuilder  # lazy: start-up (megatron.core: 2.9 CPU s)
 
         class BatchedIndexedDatasetBuilder(IndexedDatasetBuilder):
             def add_documents(self, tokens: np.ndarray, lengths: np.ndarray) -> None:

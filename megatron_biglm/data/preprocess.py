@@ -42,6 +42,10 @@ import numpy as np
 
 from megatron_biglm.data.indexed_tools import AtomicIndexedWriter
 from megatron_biglm.data.readers import Record, SkipReport, expand_inputs, records_from_files
+from megatron_biglm.data.tokenizer import dtype_for_vocab, load_tokenizer
+from tokenizers import Tokenizer
+from tqdm import tqdm
+import json
 
 logger = logging.getLogger(__name__)
 
@@ -75,8 +79,6 @@ class _EncoderSpec:
 
 class _Encoder:
     def __init__(self, spec: _EncoderSpec):
-        from tokenizers import Tokenizer
-
         self.tokenizer = Tokenizer.from_str(spec.tokenizer_json)
         self.tokenizer.no_truncation()
         self.tokenizer.no_padding()
@@ -193,8 +195,6 @@ class _Progress:
         self.documents = self.tokens = 0
         self.bar = None
         if enabled and sys.stderr.isatty():
-            from tqdm import tqdm
-
             self.bar = tqdm(unit=" docs", desc="preprocess", dynamic_ncols=True)
 
     def update(self, documents: int, tokens: int) -> None:
@@ -233,8 +233,6 @@ def preprocess(inputs, output_prefix, tokenizer, *, json_keys: Sequence[str] = (
     `BadInputError` on the first bad input when `strict`, and `PreprocessError` when there
     are no input files, none is readable, or no document survives.
     """
-    from megatron_biglm.data.tokenizer import dtype_for_vocab, load_tokenizer
-
     keys = tuple(json_keys)
     if not keys or len(set(keys)) != len(keys):
         raise ValueError(f"json_keys must be distinct and non-empty, got {list(keys)}")
@@ -349,8 +347,6 @@ def _summary(files, report, writers, keys, dtype, vocab_size, workers, append_eo
 
 def format_summary(summary: dict) -> list[str]:
     """Human-readable summary lines, ending with the whole summary as one JSON line."""
-    import json
-
     lines = [f"preprocessed {summary['files']} files with {summary['workers']} workers in "
              f"{summary['seconds']:.1f} s",
              f"  documents  {summary['documents']:,}   tokens {summary['tokens']:,}   "

@@ -33,6 +33,9 @@ import re
 import zlib
 from collections import Counter
 from typing import BinaryIO, Iterator, NamedTuple
+import zstandard
+import pyarrow
+import pyarrow.parquet as pq
 
 # Skip reasons of a row (the keys of SkipReport.counts), and of a file.
 INVALID_UTF8 = "invalid_utf8"
@@ -150,8 +153,6 @@ class _ZstdFrames(io.RawIOBase):
     drop the tail of a truncated file without a word."""
 
     def __init__(self, raw: BinaryIO):
-        import zstandard
-
         self._raw = raw
         self._context = zstandard.ZstdDecompressor()
         self._chunks = self._decompress()
@@ -195,12 +196,10 @@ def read_errors() -> tuple[type, ...]:
     """The exceptions that mean a file cannot be read (on), as opposed to a bad row."""
     errors: list[type] = [OSError, EOFError, zlib.error]
     try:
-        import zstandard
         errors.append(zstandard.ZstdError)
     except ImportError:  # pragma: no cover - zstandard is a dependency
         pass
     try:
-        import pyarrow
         errors.append(pyarrow.ArrowException)
     except ImportError:  # pragma: no cover - pyarrow is a dependency
         pass
@@ -450,8 +449,6 @@ def _check_quotes(path, first: int, lines: list[str]) -> None:
 def _parquet_rows(path, fmt, skips: SkipReport, position: Position, columns) -> Iterator[Row]:  # noqa: ARG001
     """Rows as {column: value}; a binary cell is decoded as UTF-8 (a row holding one that is
     not is invalid_utf8, as in the text formats)."""
-    import pyarrow.parquet as pq
-
     source = str(path)
     if str(path).lower().endswith(COMPRESSION_SUFFIXES):
         with open_binary(path) as fh:

@@ -35,6 +35,9 @@ from typing import Sequence
 from megatron_biglm.common.file_content import file_content, sha256_file
 from megatron_biglm.data.preprocess import output_prefix_for, preprocess
 from megatron_biglm.data.readers import SkipReport, expand_inputs
+from megatron_biglm.data.preprocess import DEFAULT_BATCH_SIZE
+from megatron_biglm.data.tokenizer import load_tokenizer
+from megatron_biglm.data.indexed_tools import merge_datasets
 
 logger = logging.getLogger(__name__)
 
@@ -278,9 +281,6 @@ def run_shard(plan: ShardPlan, k: int, out_dir, settings: ShardSettings, tokeniz
               force: bool = False) -> dict:
     """Make shard k of `plan` in `out_dir` unless it is already up to date (or `force`).
     Returns {"shard", "status": "done"|"up to date", "reason", "manifest"}."""
-    from megatron_biglm.data.preprocess import DEFAULT_BATCH_SIZE
-    from megatron_biglm.data.tokenizer import load_tokenizer
-
     if not 0 <= k < plan.shards:
         raise ShardError(f"shard {k} is outside the plan's 0..{plan.shards - 1} (check SHARDS "
                          f"and the array range: --array=0-{plan.shards - 1})")
@@ -428,8 +428,6 @@ def merge_shards(out_dir, output_prefix, vocab_size: int | None = None, *, allow
     shards of each json key, in shard order, into `{output_prefix}_{key}_document` (the name
     `preprocess` gives one process's output). Returns {key: merge summary, with the stale
     shards kept under "stale_shards"}."""
-    from megatron_biglm.data.indexed_tools import merge_datasets
-
     checked = check_shards(out_dir, allow_stale=allow_stale)
     return {key: {**merge_datasets(checked.prefixes(key), output_prefix_for(output_prefix, key), vocab_size),
                   "stale_shards": list(checked.stale)} for key in checked.keys}

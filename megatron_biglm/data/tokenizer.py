@@ -17,6 +17,11 @@ from pathlib import Path
 from typing import Iterable, Mapping, Sequence
 
 from megatron_biglm.common.file_content import sha256_file
+from megatron_biglm.data.readers import SkipReport, iter_texts
+import numpy as np
+import hashlib
+from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
+import json
 
 logger = logging.getLogger(__name__)
 
@@ -32,8 +37,6 @@ def dtype_for_vocab(vocab_size: int):
     """The numpy dtype Megatron uses for token ids: uint16 below 65,500 entries, else int32.
     (Same rule as `megatron.core.datasets.indexed_dataset.DType.optimal_dtype`, without
     importing megatron.)"""
-    import numpy as np
-
     if vocab_size is None or int(vocab_size) <= 0:
         raise ValueError(f"vocab_size must be a positive integer, got {vocab_size!r}")
     return np.uint16 if int(vocab_size) < UINT16_VOCAB_LIMIT else np.int32
@@ -69,8 +72,6 @@ def tokenizer_digest(directory) -> str:
     """SHA-256 over a tokenizer directory's files (names and bytes, in name order; the .json,
     .txt and .model files a tokenizer is made of, not a README beside them): what identifies
     the tokenizer a checkpoint was trained with, wherever the directory is."""
-    import hashlib
-
     digest = hashlib.sha256()
     for path in sorted(p for p in Path(directory).expanduser().iterdir()
                        if p.is_file() and p.suffix in (".json", ".txt", ".model")):
@@ -92,7 +93,7 @@ def looks_like_hub_name(text: str) -> bool:
 
 
 def _from_pretrained(name_or_dir):
-    from transformers import AutoTokenizer
+    from transformers import AutoTokenizer  # lazy: start-up (transformers: 0.7 CPU s)
 
     where = str(name_or_dir)
     path = Path(where).expanduser()
@@ -164,8 +165,6 @@ def train_bpe_tokenizer(files, vocab_size: int, output_dir, *, json_keys: Sequen
     globs) and save it; see `train_bpe_tokenizer_on_texts`. Bad input lines are counted in
     `report` (a `readers.SkipReport`, created if not given) and logged, never fatal unless
     strict."""
-    from megatron_biglm.data.readers import SkipReport, iter_texts
-
     report = report if report is not None else SkipReport()
     texts = iter_texts(files, json_keys=json_keys, report=report, text_mode=text_mode)
     return train_bpe_tokenizer_on_texts(
@@ -185,8 +184,7 @@ def train_bpe_tokenizer_on_texts(texts: Iterable[str], vocab_size: int, output_d
     preprocessing tool encodes without them. No text at all is a ValueError whose message
     is `empty_hint()` when given.
     """
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
-    from transformers import PreTrainedTokenizerFast
+    from transformers import PreTrainedTokenizerFast  # lazy: start-up (transformers: 0.7 CPU s)
 
     roles = dict(DEFAULT_SPECIAL_TOKENS)
     if special_tokens:
@@ -232,8 +230,6 @@ def train_bpe_tokenizer_on_texts(texts: Iterable[str], vocab_size: int, output_d
 def _portable_tokenizer_class(config_path: Path) -> None:
     """transformers 5 records `tokenizer_class: TokenizersBackend`, a name 4.x cannot load;
     `PreTrainedTokenizerFast` names the same class in 5.x and loads in 4.x too."""
-    import json
-
     config = json.loads(config_path.read_text(encoding="utf-8"))
     if config.get("tokenizer_class") == "TokenizersBackend":
         config["tokenizer_class"] = "PreTrainedTokenizerFast"

@@ -10,6 +10,9 @@ from __future__ import annotations
 
 from pathlib import Path
 from typing import List, Tuple
+from .tokenizer import tokenizer_digest
+from .tokenizer import load_tokenizer, tokenizer_digest
+from .tokenizer import load_tokenizer
 
 SPECIAL_ROLES = ("mask", "pad", "bos", "eos")
 
@@ -57,8 +60,6 @@ def check_fits_vocab(tokenizer, vocab_size: int, where: str) -> List[str]:
 def check_trained_digest(directory, trained_digest: str | None, what: str) -> None:
     """Refuse a tokenizer directory whose files differ from the digest the run saved
     (`data.tokenizer_sha256`): edited or replaced since the model was trained."""
-    from .tokenizer import tokenizer_digest
-
     if trained_digest and Path(directory).expanduser().is_dir() and tokenizer_digest(directory) != trained_digest:
         raise TokenizerMismatch(f"{what} {directory} is not the tokenizer the model was trained with: its files "
                                 "changed since (their SHA-256 differs from data.tokenizer_sha256 saved with the "
@@ -72,8 +73,6 @@ def checkpoint_tokenizer(directory, *, vocab_size: int, trained_digest: str | No
     (`trained_digest`, `data.tokenizer_sha256`), and its ids must fit the checkpoint's
     `vocab_size` embedding rows. The message names both tokenizers and how to use the right one
     (leave `what` unset: the checkpoint's own)."""
-    from .tokenizer import load_tokenizer, tokenizer_digest
-
     path = Path(str(directory)).expanduser()
     trained = f"{trained_path}" if trained_path else "the tokenizer it was trained with"
     if trained_digest and path.is_dir():
@@ -100,8 +99,6 @@ def load_export_tokenizer(vocab_size: int, run_tokenizer: str | None,
     so added special tokens get the same ids. `trained_digest`: the run's saved
     `data.tokenizer_sha256`; the run's own tokenizer must still match it.
     """
-    from .tokenizer import load_tokenizer
-
     source = override or run_tokenizer
     if not source:
         raise TokenizerMismatch("the run config names no tokenizer (data.tokenizer is empty); pass "
@@ -114,8 +111,6 @@ def load_export_tokenizer(vocab_size: int, run_tokenizer: str | None,
     if not override:
         check_trained_digest(source, trained_digest, "data.tokenizer of the saved run config,")
     if override and trained_digest and Path(override).expanduser().is_dir():
-        from .tokenizer import tokenizer_digest
-
         digest = tokenizer_digest(override)
         if digest != trained_digest:
             raise TokenizerMismatch(

@@ -28,8 +28,9 @@ MODEL_CLASSES = {
 def register_lm_eval_models() -> bool:
     """Register our models with lm-eval; False (and a debug log) when lm-eval is absent."""
     try:
-        import lm_eval.models  # noqa: F401 - built-ins first: lm-eval only loads them into an empty registry
-        from lm_eval.api.registry import model_registry
+        # built-ins first: lm-eval only loads them into an empty registry
+        import lm_eval.models  # noqa: F401  lazy: optional (eval extra)
+        from lm_eval.api.registry import model_registry  # lazy: optional (eval extra)
     except ImportError:  # lm-eval is the optional "eval" extra
         logging.getLogger(__name__).debug("lm-eval not installed: models not registered")
         return False

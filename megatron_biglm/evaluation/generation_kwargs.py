@@ -29,7 +29,7 @@ from megatron_biglm.generation import GenerationConfig
 def generation_config_from_kwargs(gen_kwargs: Mapping[str, Any], *, max_length: int,
                                   default_max_gen_toks: int = 256) -> tuple[GenerationConfig, bool]:
     """The config for one request's kwargs, and whether `max_gen_toks` was capped to fit."""
-    from lm_eval.models.utils import normalize_gen_kwargs
+    from lm_eval.models.utils import normalize_gen_kwargs  # lazy: optional (eval extra)
 
     if not isinstance(gen_kwargs, Mapping):
         raise TypeError(f"generation kwargs must be a mapping, got {type(gen_kwargs).__name__}")

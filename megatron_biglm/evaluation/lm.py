@@ -19,6 +19,9 @@ from megatron_biglm.inference.protocol import MaskedLMAdapter
 
 from .runner import score_requests
 from .scoring import ScoreRequest, make_rule
+from megatron_biglm.generation import MaskPredictGenerator
+from .generation_kwargs import generation_config_from_kwargs
+from tqdm.auto import tqdm
 
 log = logging.getLogger(__name__)
 
@@ -126,11 +129,6 @@ class MaskedLMEvalLM(LM):
         """Mask-Predict continuations of each context (`megatron_biglm.generation`), with the
         request's generation kwargs mapped by `generation_kwargs.py` (an unknown kwarg is an
         error). Requests with the same kwargs are generated together, in batches."""
-        from tqdm.auto import tqdm
-
-        from megatron_biglm.generation import MaskPredictGenerator
-
-        from .generation_kwargs import generation_config_from_kwargs
 
         if self._generator is None:
             self._generator = MaskPredictGenerator(self.adapter, self.tokenizer,

@@ -30,6 +30,9 @@ from pathlib import Path
 import yaml
 
 from .task_data_check import check_task_file
+from .tasks import lm_eval_tasks_dir
+from .tasks import local_task_manager
+from importlib.metadata import version
 
 SMOKE = "lm-eval-smoke"
 _CHOICES = re.compile(r"(.*?)\n\(A\)\s*(.*?)\s*\(B\)\s*(.*?)\s*\(C\)\s*(.*?)\s*\(D\)\s*(.*?)\s*\Z", re.S)
@@ -56,8 +59,6 @@ class MMLUResult:
 
 
 def _mmlu_dir() -> Path:
-    from .tasks import lm_eval_tasks_dir
-
     return lm_eval_tasks_dir() / "mmlu"
 
 
@@ -166,9 +167,7 @@ def write_local_yamls(data_dir, out_dir, shots: int, only=None) -> list[str]:
 def run_mmlu(lm, shots: int, *, data=None, limit=None, only=None) -> MMLUResult:
     """MMLU accuracy with `lm` (an lm-eval LM object) at `shots` examples; `data`: None (hub),
     a directory, or SMOKE (see the module doc); `only`: a subset of subjects (quick runs)."""
-    import lm_eval
-
-    from .tasks import local_task_manager
+    import lm_eval  # lazy: optional (eval extra)
 
     if shots < 0:
         raise ValueError(f"MMLU shots must be >= 0, got {shots}")
@@ -191,7 +190,7 @@ def run_mmlu(lm, shots: int, *, data=None, limit=None, only=None) -> MMLUResult:
 def check_hub() -> None:
     """Load one subject's dev split first (from the hub or the local `datasets` cache), so an
     offline machine fails once, at once, with the fix, instead of 57 times inside lm-eval."""
-    import datasets
+    import datasets  # lazy: start-up (datasets: 0.9 CPU s)
 
     try:
         datasets.load_dataset("cais/mmlu", subjects()[0], split="dev")
@@ -220,6 +219,4 @@ def summarize(results: dict, names: list[str], shots: int, source: str) -> MMLUR
 
 
 def _version() -> str:
-    from importlib.metadata import version
-
     return version("lm_eval")

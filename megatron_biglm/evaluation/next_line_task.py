@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Iterable
 
 import yaml
+from .tasks import write_local_task_yamls
 
 LABELS = "ABCDEFGH"
 
@@ -91,8 +92,6 @@ NEXT_LINE_OVERRIDES = {
 def write_next_line_task_yaml(data_dir: Path, yaml_dir: Path) -> Path:
     """`<yaml_dir>/arc_easy.yaml`: lm-eval's task over `<data_dir>/arc_easy.jsonl` with
     NEXT_LINE_OVERRIDES; load it with `tasks.local_task_manager(yaml_dir)`."""
-    from .tasks import write_local_task_yamls
-
     written, _ = write_local_task_yamls(["arc_easy"], data_dir, yaml_dir)
     path = written["arc_easy"]
     config = yaml.safe_load(path.read_text(encoding="utf-8"))

@@ -23,6 +23,7 @@ from megatron_biglm.common.config_fields import did_you_mean
 
 from .task_data_check import check_task_file
 from .zero_shot_args import BadArguments
+from importlib.metadata import version
 
 
 @dataclass(frozen=True)
@@ -95,7 +96,7 @@ def check_task_names(names: list[str], *, data_dir=None, known=None) -> None:
         if data_dir is not None:
             known = _builtin_task_names()
         else:
-            from lm_eval.tasks import TaskManager
+            from lm_eval.tasks import TaskManager  # lazy: optional (eval extra)
 
             known = set(TaskManager().all_tasks)
     bad = [n for n in unknown if n not in known]
@@ -107,7 +108,7 @@ def check_task_names(names: list[str], *, data_dir=None, known=None) -> None:
 
 
 def lm_eval_tasks_dir() -> Path:
-    import lm_eval.tasks
+    import lm_eval.tasks  # lazy: optional (eval extra)
 
     return Path(lm_eval.tasks.__file__).parent
 
@@ -126,7 +127,7 @@ def builtin_task_yaml(name: str) -> Path:
 
 def evaluation_split(yaml_path: Path) -> str:
     """The split lm-eval scores: test if the task has one, else validation."""
-    from lm_eval.tasks._yaml_loader import load_yaml
+    from lm_eval.tasks._yaml_loader import load_yaml  # lazy: optional (eval extra)
 
     cfg = load_yaml(yaml_path, resolve_func=False)
     split = cfg.get("test_split") or cfg.get("validation_split")
@@ -184,7 +185,7 @@ def write_local_task_yamls(tasks: Iterable[str], data_dir, out_dir, *,
 def local_task_manager(yaml_dir):
     """A TaskManager that indexes only our generated YAMLs (the full built-in index takes
     ~10 s; the includes still resolve to the built-in files)."""
-    from lm_eval.tasks import TaskManager
+    from lm_eval.tasks import TaskManager  # lazy: optional (eval extra)
 
     return TaskManager(include_path=str(yaml_dir), include_defaults=False)
 
@@ -238,6 +239,4 @@ def _cell(value: float | None) -> str:
 
 
 def _lm_eval_version() -> str:
-    from importlib.metadata import version
-
     return version("lm_eval")

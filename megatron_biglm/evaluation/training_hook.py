@@ -30,6 +30,9 @@ from megatron_biglm.config.zero_shot_eval import ZeroShotEvalConfig
 from megatron_biglm.inference.protocol import MaskedLMAdapter, inference_token_ids
 
 from .tasks import SuiteTask, local_task_manager, resolve_tasks, suite_scores, write_local_task_yamls
+from megatron_biglm.inference.hf_adapter import HFMaskedLMAdapter
+from .lm import MaskedLMEvalLM
+import torch.distributed as dist
 
 
 # The settings are the run config's `zero_shot_eval:` section (config/zero_shot_eval.py).
@@ -72,11 +75,9 @@ class ZeroShotTrainingHook:
              log=lambda metrics, at: ctx.metrics.log({"kind": "zero_shot", "step": at, **metrics}))
 
     def _evaluate(self, model) -> dict:
-        import lm_eval
+        import lm_eval  # lazy: optional (eval extra)
 
-        from megatron_biglm.inference.hf_adapter import HFMaskedLMAdapter
 
-        from .lm import MaskedLMEvalLM
 
         cfg = self.config
         if self.make_adapter is not None:
@@ -101,7 +102,7 @@ class ZeroShotTrainingHook:
                                        self._task_dir.name)
                 self._manager = local_task_manager(self._task_dir.name)
             else:
-                from lm_eval.tasks import TaskManager
+                from lm_eval.tasks import TaskManager  # lazy: optional (eval extra)
 
                 self._manager = TaskManager()
         return self._manager
@@ -117,6 +118,4 @@ class ZeroShotTrainingHook:
 
 
 def _is_rank_zero() -> bool:
-    import torch.distributed as dist
-
     return not (dist.is_available() and dist.is_initialized()) or dist.get_rank() == 0

@@ -14,6 +14,8 @@ from pathlib import Path
 
 from megatron_biglm.common.config_fields import did_you_mean
 from megatron_biglm.common.output_path import output_file_problem
+from .models import HFMaskedLMEvalLM
+from .scoring import RULES
 
 
 class BadArguments(ValueError):
@@ -22,8 +24,6 @@ class BadArguments(ValueError):
 
 def model_argument_names() -> list[str]:
     """The keys `biglm` and `hf-mlm` take (`evaluation/models.py`)."""
-    from .models import HFMaskedLMEvalLM
-
     params = inspect.signature(HFMaskedLMEvalLM.__init__).parameters
     return [n for n, p in params.items() if n != "self" and p.kind is not inspect.Parameter.VAR_KEYWORD]
 
@@ -32,8 +32,6 @@ def check_model_arguments(text: str) -> dict[str, str]:
     """`--model-args` as {key: value} text; every part `key=value` with a known key, the scoring
     rule one of ours, `beam` and `batch_size` whole numbers >= 1, `path`/`pretrained` an existing
     local path."""
-    from .scoring import RULES
-
     names = model_argument_names()
     args: dict[str, str] = {}
     for part in (p for p in text.strip().split(",") if p):  # as lm-eval splits it: spaces are kept

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Dict, Iterable, Iterator, List, Mapping, Tuple
 
 import torch
+from tqdm.auto import tqdm
 
 
 class VerificationError(RuntimeError):
@@ -75,7 +76,6 @@ def with_progress(stream: Iterable, total: int, description: str, enabled: bool 
     if not enabled:
         yield from stream
         return
-    from tqdm.auto import tqdm
 
     with tqdm(total=total, desc=description, unit="tensor", file=sys.stderr, dynamic_ncols=True) as bar:
         for item in stream:

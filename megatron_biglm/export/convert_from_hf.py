@@ -52,6 +52,17 @@ from .tp_shards import split_for_tp
 from .weight_table import WEIGHT_TABLE, head_rows
 from .weight_mapping import (ConversionReport, detect_norm_naming, hf_tensor_shapes, hf_to_megatron,
                              megatron_tensor_shapes)
+from megatron_biglm.model import BiGLMModelConfig, ModelConfigError, load_preset, preset_names
+from megatron_biglm.model import ModelConfigError
+from megatron_biglm.checkpoint.files import begin_checkpoint, seal_when_written
+from megatron_biglm.model import model_provider
+from megatron_biglm.common import process_groups
+from megatron_biglm.common.mcore_internals import in_process_save_strategy
+from megatron_biglm.model.standalone import init_single_process
+from megatron_biglm.config import load_config, save_resolved
+import torch.distributed as dist
+from megatron.core import dist_checkpointing, parallel_state, tensor_parallel
+import yaml
 
 logger = logging.getLogger(__name__)
 
@@ -112,7 +123,7 @@ def _task_head_record(hf_config, hf_dir: Path) -> HeadRecord | None:
 
 
 def _read_hf_config(hf_dir: Path):
-    from transformers import AutoConfig
+    from transformers import AutoConfig  # lazy: start-up (transformers: 0.7 CPU s)
 
     path = hf_dir / "config.json"
     if not path.is_file():
@@ -128,8 +139,6 @@ def _read_hf_config(hf_dir: Path):
 
 def _biglm_model_config(hf_config, arch, hf_dir: Path):
     """Our BiGLMModelConfig for an HF EuroBERT config, refusing what BiGLM cannot express."""
-    from megatron_biglm.model import BiGLMModelConfig, ModelConfigError, load_preset, preset_names
-
     s = arch.shape
     if s.head_dim * s.num_attention_heads != s.hidden_size:
         raise UnsupportedArchitecture(
@@ -158,7 +167,6 @@ def plan_import(hf_dir, tp: int = 1, pp: int = 1) -> ImportPlan:
     hf_config = _read_hf_config(hf_dir)
     arch = architecture_from_hf_config(hf_config)
     mc, preset = _biglm_model_config(hf_config, arch, hf_dir)
-    from megatron_biglm.model import ModelConfigError
 
     try:
         mc.check_parallel_layout(tp, pp)
@@ -174,7 +182,7 @@ def plan_import(hf_dir, tp: int = 1, pp: int = 1) -> ImportPlan:
     notes = []
     has_tokenizer = any((hf_dir / name).is_file() for name in TOKENIZER_FILES)
     if has_tokenizer:
-        from transformers import AutoTokenizer
+        from transformers import AutoTokenizer  # lazy: start-up (transformers: 0.7 CPU s)
 
         tokenizer = AutoTokenizer.from_pretrained(str(hf_dir))
         notes += check_import_tokenizer(tokenizer, hf_config, f"{hf_dir}")
@@ -216,14 +224,6 @@ def _local_targets(model, name: str) -> List[str]:
 
 def write_checkpoint(plan: ImportPlan, output_dir: Path, tp: int, pp: int, progress: bool = True) -> Path:
     """Run on every rank of a TP×PP(×DP) job (or alone for 1×1): build, fill and save the chunk."""
-    import torch.distributed as dist
-    from megatron.core import dist_checkpointing, parallel_state, tensor_parallel
-
-    from megatron_biglm.checkpoint.files import begin_checkpoint, seal_when_written
-    from megatron_biglm.model import model_provider
-    from megatron_biglm.common import process_groups
-    from megatron_biglm.common.mcore_internals import in_process_save_strategy
-    from megatron_biglm.model.standalone import init_single_process
 
     created_group = not dist.is_initialized()
     if torch.cuda.is_available():
@@ -270,9 +270,6 @@ def write_checkpoint(plan: ImportPlan, output_dir: Path, tp: int, pp: int, progr
 
 def _write_metadata(plan: ImportPlan, temp: Path, output_dir: Path, tp: int, pp: int, world: int) -> None:
     """Rank 0: the trainer's metadata files in `temp`; preset file and tokenizer in the root."""
-    import yaml
-
-    from megatron_biglm.config import load_config, save_resolved
 
     mc = plan.model_config
     state = {WEIGHTS_ONLY_KEY: True, "iteration": 0, "consumed_samples": 0, "consumed_tokens": 0,
@@ -288,7 +285,7 @@ def _write_metadata(plan: ImportPlan, temp: Path, output_dir: Path, tp: int, pp:
         f"# BiGLM shape imported from {plan.hf_dir} (model_type {plan.model_type}).\n"
         + yaml.safe_dump(preset, sort_keys=False))
     if plan.has_tokenizer:
-        from transformers import AutoTokenizer
+        from transformers import AutoTokenizer  # lazy: start-up (transformers: 0.7 CPU s)
 
         AutoTokenizer.from_pretrained(str(plan.hf_dir)).save_pretrained(str(output_dir / "tokenizer"))
 
@@ -298,8 +295,6 @@ def _write_metadata(plan: ImportPlan, temp: Path, output_dir: Path, tp: int, pp:
 
 def _launched_world_size() -> int:
     """Ranks of the job this process belongs to (1 when run alone, even under a 1-rank launch)."""
-    import torch.distributed as dist
-
     if dist.is_initialized():
         return dist.get_world_size()
     return int(os.environ.get("WORLD_SIZE", 1)) if "RANK" in os.environ else 1

@@ -36,6 +36,8 @@ from .hf_files import DEFAULT_MAX_SHARD_BYTES, HFWeights, save_safetensors_strea
 from .model_card import model_card
 from megatron_biglm.data.tokenizer_check import load_export_tokenizer
 from .weight_mapping import ConversionReport, hf_tensor_shapes, megatron_to_hf
+from .weight_table import sidecar_file
+from safetensors.torch import save_file
 
 logger = logging.getLogger(__name__)
 
@@ -141,9 +143,6 @@ def to_hf(checkpoint_dir, output_dir, *, tokenizer: str | None = None, dtype: st
 def save_sidecars(folder: Path, weights, report: ConversionReport, cast) -> list[str]:
     """Write the heads EuroBERT cannot hold (`weight_table.SIDECAR_HEADS`, e.g. the CMLM length
     head) to their own safetensors files, under their megatron names; notes for the summary."""
-    from safetensors.torch import save_file
-
-    from .weight_table import sidecar_file
 
     files: dict[str, dict] = {}
     for key in report.ignored:
@@ -169,7 +168,7 @@ def make_shareable(folder: Path) -> None:
 
 def _check_reloadable(model_dir: Path, shape) -> None:
     """config.json must read back as the architecture that was written (import accepts it)."""
-    from transformers import AutoConfig
+    from transformers import AutoConfig  # lazy: start-up (transformers: 0.7 CPU s)
 
     arch = architecture_from_hf_config(AutoConfig.from_pretrained(str(model_dir)),
                                        padded_vocab_size=shape.padded_vocab_size)

@@ -24,9 +24,9 @@ class UnsupportedArchitecture(ValueError):
 def eurobert_config_class():
     """`transformers.EuroBertConfig`, or a clear error naming the transformers version needed."""
     try:
-        from transformers import EuroBertConfig
+        from transformers import EuroBertConfig  # lazy: start-up (transformers: 0.7 CPU s)
     except ImportError as exc:  # pragma: no cover - depends on the installed transformers
-        import transformers
+        import transformers  # lazy: start-up (transformers: 0.7 CPU s)
 
         raise ImportError(
             f"transformers {transformers.__version__} has no native EuroBERT; BiGLM export needs "

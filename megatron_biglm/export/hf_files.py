@@ -17,6 +17,8 @@ from pathlib import Path
 from typing import Dict, Iterable, Iterator, List, Tuple
 
 import torch
+from safetensors.torch import save_file
+from safetensors import safe_open
 
 SAFE_WEIGHTS = "model.safetensors"
 SAFE_INDEX = "model.safetensors.index.json"
@@ -39,8 +41,6 @@ def save_safetensors_stream(out_dir, tensors: Iterable[Tuple[str, torch.Tensor]]
     A shard is flushed once adding the next tensor would pass `max_shard_bytes` (a single larger
     tensor gets a shard of its own). `dtype` casts floating tensors (e.g. bf16 export).
     """
-    from safetensors.torch import save_file
-
     if max_shard_bytes <= 0:
         raise ValueError(f"max_shard_bytes must be positive, got {max_shard_bytes}")
     out_dir = Path(out_dir)
@@ -145,8 +145,6 @@ class HFWeights(Mapping):
             return self._cache
         try:
             if path.suffix == ".safetensors":
-                from safetensors import safe_open
-
                 handle = safe_open(str(path), framework="pt")
             else:
                 handle = _BinFile(torch.load(str(path), map_location="cpu", mmap=True, weights_only=True))

@@ -18,6 +18,8 @@ import tempfile
 from pathlib import Path
 
 from megatron_biglm.checkpoint.task_head import DEFAULT_PROMPTS, EmbedderRecord
+from megatron_biglm.config.trained_checkpoint import open_checkpoint
+from .convert_to_hf import to_hf
 
 #: our pooling mode -> sentence-transformers' pooling_mode
 ST_POOLING = {"mean": "mean", "first": "cls", "cls": "cls", "last": "lasttoken"}
@@ -43,8 +45,8 @@ def build_st_directory(hf_dir, output, *, pooling: str = "mean", normalize: bool
                        prompts: dict | None = None, max_seq_length: int | None = None) -> Path:
     """Wrap the HF model directory `hf_dir` as a sentence-transformers model saved to `output`."""
     try:
-        from sentence_transformers import SentenceTransformer
-        from sentence_transformers.models import Normalize, Pooling, Transformer
+        from sentence_transformers import SentenceTransformer  # lazy: optional (retrieval extra)
+        from sentence_transformers.models import Normalize, Pooling, Transformer  # lazy: optional (retrieval extra)
     except ImportError as exc:  # pragma: no cover - depends on the install
         raise RuntimeError("to-st needs sentence-transformers: pip install -e '.[retrieval]'") from exc
     transformer = Transformer(str(hf_dir), max_seq_length=max_seq_length)
@@ -68,10 +70,6 @@ def to_st(checkpoint, output, *, pooling: str | None = None, normalize: bool | N
     normalisation, prefixes and max length (the tokens each text keeps) come from its
     task-head record (`checkpoint/task_head.py`) unless given here; any other checkpoint gets the
     record's defaults (mean pooling, normalised, the default prefixes) and the model's own length."""
-    from megatron_biglm.config.trained_checkpoint import open_checkpoint
-
-    from .convert_to_hf import to_hf
-
     record, _ = open_checkpoint(checkpoint).task_head()
     trained = record if isinstance(record, EmbedderRecord) else EmbedderRecord()
     pooling = pooling or trained.pooling

@@ -30,6 +30,8 @@ from pathlib import Path
 import torch
 
 from megatron_biglm.checkpoint.dirs import MANIFEST, best_checkpoint_name, iteration_name, point_best
+from megatron_biglm.config import ConfigError
+from .metrics.task_scores import score_keys, user_metric
 
 RESULTS_FILE = "results.json"
 
@@ -58,10 +60,6 @@ def probe_user_metrics(recipe) -> None:
     a wrong signature, an exception, a return that is not a number or a dict of numbers, or
     a `select_metric` none of the metrics reports is a ConfigError naming the metric, instead
     of a traceback at the first validation, after an epoch."""
-    from megatron_biglm.config import ConfigError
-
-    from .metrics.task_scores import score_keys, user_metric
-
     task = recipe.task
     user = [name for name in task.metrics if ":" in name]
     probe = recipe.metric_probe() if user else None
@@ -165,8 +163,6 @@ class TaskValidator:
                              f"{sorted(record['valid'][r.select_split])} of task {r.task.name}")
         selected = record["valid"][r.select_split][r.select_metric]
         if not math.isfinite(float(selected)):
-            from megatron_biglm.config import ConfigError
-
             raise ConfigError(f"finetune.select_metric={r.select_metric!r} is {selected} on {r.select_split} at step "
                               f"{step}: it cannot pick the best checkpoint; make the metric return a finite number "
                               "(or select another score of the task's metrics)")

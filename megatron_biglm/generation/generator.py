@@ -20,13 +20,14 @@ from typing import Callable, Sequence
 
 import torch
 
-from megatron_biglm.inference.protocol import BlockCausalLogits, LengthPrediction
+from megatron_biglm.inference.protocol import BlockCausalLogits, LengthPrediction, MaskedLMAdapter
 
 from .blocks import Candidate, decode_candidates
 from .config import GenerationConfig, GenerationConfigError
 from .length import LengthPredictor, best, candidate_lengths, lengths_around, mean_logprob
 from .output import CanvasStep, GenerationOutput
 from .prompt_ids import PromptIdRange
+from megatron_biglm.inference.loading import load_adapter
 
 
 class MaskPredictGenerator:
@@ -37,7 +38,7 @@ class MaskPredictGenerator:
     `use_cache` defaults to the adapter's `prefix_cache`; False forces full forwards (the
     reference path)."""
 
-    def __init__(self, adapter, tokenizer, *, length_predictor: LengthPredictor | None = None,
+    def __init__(self, adapter: MaskedLMAdapter, tokenizer, *, length_predictor: LengthPredictor | None = None,
                  use_cache: bool | None = None):
         mask = getattr(tokenizer, "mask_token_id", None)
         if mask is None:
@@ -66,8 +67,6 @@ class MaskPredictGenerator:
         runs the model exactly as lm-eval scores it. `dtype` None: bfloat16 on GPU, float32 on
         CPU. `load_options`: tokenizer, split_attention, prefix_cache, max_length,
         trust_remote_code, length_buckets, verify, cache_layout; anything else is an error."""
-        from megatron_biglm.inference.loading import load_adapter
-
         loaded = load_adapter(path, device=device, dtype=dtype, **load_options)
         return cls(loaded.adapter, loaded.tokenizer, use_cache=use_cache)
 

@@ -14,6 +14,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Sequence
 
+from megatron_biglm.inference.protocol import MaskedLMAdapter
+
 
 class BadTokenId(ValueError):
     """A prompt holds an id the model cannot embed; the message names the prompt, the id, its
@@ -29,8 +31,8 @@ class PromptIdRange:
     tokenizer_ids: int | None
 
     @classmethod
-    def of(cls, adapter, tokenizer) -> "PromptIdRange":
-        rows = getattr(adapter, "embedding_rows", None)  # duck-typed adapters may not say
+    def of(cls, adapter: MaskedLMAdapter, tokenizer) -> "PromptIdRange":
+        rows = adapter.embedding_rows
         try:
             size = len(tokenizer)
         except TypeError:  # a tokenizer that does not say how many ids it has

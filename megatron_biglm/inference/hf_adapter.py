@@ -29,6 +29,7 @@ from megatron_biglm.model.attention_masks import (additive_mask, block_causal_ma
 from megatron_biglm.model.kv_cache import append_right_padded
 
 from .protocol import MaskedLMAdapter
+import warnings
 
 _CHOICES = ("auto", "on", "off")
 
@@ -124,7 +125,7 @@ class HFMaskedLMAdapter(MaskedLMAdapter):
 
     @torch.no_grad()
     def encode_prefix(self, prefix_ids, prefix_lengths):
-        from transformers import DynamicCache
+        from transformers import DynamicCache  # lazy: start-up (transformers: 0.7 CPU s)
 
         cache = DynamicCache()
         width = prefix_ids.shape[1]
@@ -159,7 +160,7 @@ class HFMaskedLMAdapter(MaskedLMAdapter):
     def _after_prefix(self, state: _PrefixState, rows, ids, lengths):
         """A cache holding the prefixes of `rows`, and the inputs that run rows `ids [b, q]`
         after them: each row sees every real cached key and every real key of `ids`."""
-        from transformers import DynamicCache
+        from transformers import DynamicCache  # lazy: start-up (transformers: 0.7 CPU s)
 
         rows = rows.to(state.lengths.device, non_blocking=True)
         cache = DynamicCache()
@@ -312,7 +313,7 @@ class HFMaskedLMAdapter(MaskedLMAdapter):
 def _embedding_rows(model) -> int | None:
     """The rows of a transformers model's input embedding; None for another module (a wrapper
     whose forward calls one), which does not say."""
-    from transformers import PreTrainedModel
+    from transformers import PreTrainedModel  # lazy: start-up (transformers: 0.7 CPU s)
 
     if not isinstance(model, PreTrainedModel):
         return None
@@ -339,9 +340,7 @@ def cache_argument_name(base_model, device) -> str:
     where the installed release renamed it (it then warns that `past_key_values` goes away in
     5.40), else `past_key_values`. Decided by one two-token forward at load: the rename hides
     behind `**kwargs` in the forward's signature."""
-    import warnings
-
-    from transformers import DynamicCache
+    from transformers import DynamicCache  # lazy: start-up (transformers: 0.7 CPU s)
 
     ids = torch.zeros(1, 2, dtype=torch.long, device=device)
     with warnings.catch_warnings(record=True) as caught, torch.no_grad():

@@ -26,6 +26,21 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
+from megatron_biglm.data.tokenizer_check import TokenizerMismatch, load_export_tokenizer
+from megatron_biglm.checkpoint.verify import verify_checkpoint
+from megatron_biglm.checkpoint.weights_only import load_model_weights
+from megatron_biglm.config.trained_checkpoint import open_checkpoint
+from megatron_biglm.model import init_single_process, model_provider
+from megatron_biglm.model.head_model import head_model_provider, head_of_record
+from megatron_biglm.model.heads import LengthHead
+from .buckets import resolve_length_buckets
+from .megatron_adapter import CACHE_LAYOUTS
+from .megatron_adapter import MegatronMaskedLMAdapter
+from .protocol import inference_token_ids
+from .hf_adapter import HFMaskedLMAdapter
+from megatron.core import tensor_parallel
+import logging
+from safetensors.torch import load_file
 
 #: model-arg dtype -> megatron params dtype ("auto": the checkpoint's stored dtype)
 _PARAMS_DTYPE = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16"}
@@ -62,8 +77,6 @@ def _params_dtype(dtype: str, checkpoint) -> str:
 
 
 def _tokenizer(checkpoint, override, notes: list):
-    from megatron_biglm.data.tokenizer_check import TokenizerMismatch, load_export_tokenizer
-
     if override is not None and not isinstance(override, (str, os.PathLike)):
         return override  # a tokenizer object: the caller vouches for it
     try:
@@ -83,12 +96,6 @@ def load_megatron_checkpoint(path, *, tokenizer=None, device: str = "cpu",
     """Build the model at TP=1/PP=1 in this process, load the checkpoint's weights into it
     and find its tokenizer. Sets up a one-process group (gloo on CPU) when none exists.
     `verify`: CRC-check every stored item first (checkpoint/verify.py); False skips it."""
-    from megatron_biglm.checkpoint.verify import verify_checkpoint
-    from megatron_biglm.checkpoint.weights_only import load_model_weights
-    from megatron_biglm.config.trained_checkpoint import open_checkpoint
-    from megatron_biglm.model import init_single_process, model_provider
-    from megatron_biglm.model.head_model import head_model_provider, head_of_record
-
     checkpoint = open_checkpoint(path)  # clear CheckpointError for missing/partial folders
     notes: list = [verify_checkpoint(checkpoint.path).note() if verify else
                    f"verify=false: {checkpoint.path} was loaded without its CRC-32 check"]
@@ -114,8 +121,6 @@ def load_megatron_checkpoint(path, *, tokenizer=None, device: str = "cpu",
 def _ensure_rng_tracker() -> None:
     """megatron's layers draw their (overwritten) init from the model-parallel RNG tracker;
     seed it only when nobody has, so a training process keeps its own streams."""
-    from megatron.core import tensor_parallel
-
     if not tensor_parallel.get_cuda_rng_tracker().is_initialized():
         tensor_parallel.model_parallel_cuda_manual_seed(0)
 
@@ -127,8 +132,6 @@ HF_DTYPES = ("auto", "float32", "float64", "bfloat16", "float16")
 def resolve_device(device: str | None) -> str:
     """`device`, or CUDA when available; a CUDA request on a machine without CUDA runs on CPU
     with a warning instead of failing (lm-eval's CLI asks for cuda:0 by default)."""
-    import logging
-
     if device is None:
         return "cuda" if torch.cuda.is_available() else "cpu"
     if str(device).startswith("cuda") and not torch.cuda.is_available():
@@ -141,7 +144,7 @@ def resolve_device(device: str | None) -> str:
 def load_hf_masked_lm(path, *, device: str = "cpu", dtype: str = "float32",
                       trust_remote_code: bool = False):
     """`AutoModelForMaskedLM.from_pretrained(path)` on `device` in `dtype`, in eval mode."""
-    from transformers import AutoModelForMaskedLM
+    from transformers import AutoModelForMaskedLM  # lazy: start-up (transformers: 0.7 CPU s)
 
     if dtype not in HF_DTYPES:
         raise ValueError(f"dtype must be one of {HF_DTYPES}, got {dtype!r}")
@@ -166,9 +169,6 @@ LENGTH_HEAD_FILE = "length_head.safetensors"
 def load_length_head(model_dir, device: torch.device | str = "cpu"):
     """The export's length head (`model.heads.LengthHead`, so `HFMaskedLMAdapter` offers
     `predict_lengths` like the megatron adapter), or None when the export has none."""
-    from safetensors.torch import load_file
-
-    from megatron_biglm.model.heads import LengthHead
 
     path = Path(model_dir) / LENGTH_HEAD_FILE
     if not path.is_file():
@@ -237,10 +237,6 @@ def load_adapter(source, *, tokenizer=None, device: str | None = None, dtype: st
     `cache_layout` (megatron checkpoints): "grow" or "pool", the prefix cache's keys/values as
     growing tensors or in a preallocated slot pool (`MegatronMaskedLMAdapter`); an HF export's
     cache is transformers' own (the pool writes through megatron's `kv_cache` hook)."""
-    from .buckets import resolve_length_buckets
-
-    from .megatron_adapter import CACHE_LAYOUTS
-
     if cache_layout not in CACHE_LAYOUTS:
         raise ValueError(f"cache_layout must be one of {CACHE_LAYOUTS}, got {cache_layout!r}")
     for name, value in (("prefix_cache", prefix_cache), ("hf_split_attention", hf_split_attention)):
@@ -266,9 +262,6 @@ def load_adapter(source, *, tokenizer=None, device: str | None = None, dtype: st
 
 def _megatron_adapter(path, tokenizer, device, dtype, split_attention, prefix_cache, max_length,
                       verify, cache_layout) -> LoadedAdapter:
-    from .megatron_adapter import MegatronMaskedLMAdapter
-    from .protocol import inference_token_ids
-
     loaded = load_megatron_checkpoint(path, tokenizer=tokenizer, device=device, dtype=dtype,
                                       verify=verify)
     variant = loaded.checkpoint.run_config.objective.resolved.variant
@@ -287,9 +280,6 @@ def _megatron_adapter(path, tokenizer, device, dtype, split_attention, prefix_ca
 
 def _hf_adapter(source, tokenizer, device, dtype, split_attention, prefix_cache, max_length,
                 trust_remote_code) -> LoadedAdapter:
-    from .hf_adapter import HFMaskedLMAdapter
-    from .protocol import inference_token_ids
-
     is_path = isinstance(source, (str, os.PathLike))
     if is_path and not (Path(source).expanduser() / "config.json").is_file():
         raise FileNotFoundError(
@@ -312,6 +302,6 @@ def _hf_adapter(source, tokenizer, device, dtype, split_attention, prefix_cache,
 
 
 def _auto_tokenizer(path):
-    from transformers import AutoTokenizer
+    from transformers import AutoTokenizer  # lazy: start-up (transformers: 0.7 CPU s)
 
     return AutoTokenizer.from_pretrained(str(path))

@@ -36,6 +36,8 @@ from megatron_biglm.model.kv_pool import KVSlotPool, PoolForward
 
 from .protocol import MaskedLMAdapter, inference_token_ids
 from .step_graphs import StepGraphs
+from megatron_biglm.model.head_model import BiGLMHeadModel
+from megatron.core import parallel_state
 
 
 class MegatronMaskedLMAdapter(MaskedLMAdapter):
@@ -47,8 +49,6 @@ class MegatronMaskedLMAdapter(MaskedLMAdapter):
     def __init__(self, model, special: TokenIds, *, vocab_size: int, max_length: int,
                  split_attention: bool = True, prefix_cache: bool = True, cache_layout: str = "grow",
                  step_graphs: bool = False):
-        from megatron_biglm.model.head_model import BiGLMHeadModel
-
         if isinstance(model, BiGLMHeadModel):
             raise ValueError(
                 f"this checkpoint holds a model fine-tuned with a {model.head_name!r} task head, not the "
@@ -255,8 +255,6 @@ def megatron_adapter_for(model, tokenizer, *, split_attention: bool = True,
 
 
 def _tp_size() -> int:
-    from megatron.core import parallel_state
-
     if parallel_state.model_parallel_is_initialized():
         return parallel_state.get_tensor_model_parallel_world_size()
     return 1

@@ -43,6 +43,7 @@ from .attention_backends import backend_names, register_backend
 from .config import BiGLMModelConfig, ModelConfigError, resolve_dtype
 from .param_count import count_params, param_breakdown
 from .presets import load_preset, preset_names, reference_training
+import importlib
 
 _LAZY = {
     "BiGLMModel": ".biglm_model",
@@ -68,8 +69,6 @@ _LAZY = {
 
 def __getattr__(name):
     if name in _LAZY:
-        import importlib
-
         return getattr(importlib.import_module(_LAZY[name], __name__), name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 

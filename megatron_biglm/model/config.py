@@ -26,6 +26,7 @@ import torch
 from megatron_biglm.common.config_fields import ConfigError, build_dataclass
 from megatron_biglm.model.attention_backends import check_backend_name
 from megatron_biglm.model.shape import check_positive_ints, shape_kwargs, shape_of
+from megatron_biglm.common.mcore_internals import transformer_config_release_defaults
 
 #: `attention_compile` values: compile the flex kernel with torch.compile always, never, or
 #: `auto` (on CUDA only; see `attention_params.resolve_compile`).
@@ -196,9 +197,7 @@ class BiGLMModelConfig:
         `params_dtype` fp32/bf16/fp16 sets megatron's mixed-precision flags too. `overrides`
         are passed to TransformerConfig as they are (recompute, fusions, ...).
         """
-        from megatron.core.transformer.transformer_config import TransformerConfig
-
-        from megatron_biglm.common.mcore_internals import transformer_config_release_defaults
+        from megatron.core.transformer.transformer_config import TransformerConfig  # lazy: start-up (megatron.core: 2.9 CPU s)
 
         tp, pp = int(tensor_model_parallel_size), int(pipeline_model_parallel_size)
         self.check_parallel_layout(tp, pp)

@@ -21,6 +21,8 @@ from megatron_biglm.common.config_fields import ConfigError
 
 from .attention_backends import DeriveOptions, get_backend, resolve_backend
 from .attention_params import resolve_compile
+from .layer_spec import resolve_transformer_impl
+from megatron.core import optimizer
 
 #: Optional accelerated packages: (import name, distribution names to read a version from).
 OPTIONAL_PACKAGES = {
@@ -54,8 +56,6 @@ def installed_packages() -> dict[str, str | None]:
 
 def megatron_adam() -> str:
     """The Adam class megatron-core's optimizer uses here (TE's or Apex's fused one, else torch's)."""
-    from megatron.core import optimizer
-
     adam = optimizer.Adam
     return f"{adam.__module__}.{adam.__qualname__}"
 
@@ -96,8 +96,6 @@ def kernel_report(attention_backend: str, dtype: torch.dtype, attention_dropout:
     """What this process will run with; ConfigError (check_kernel) when a named kernel is missing.
     ``attention_compile`` is the model's setting (`auto` compiles flex on CUDA only);
     ``transformer_impl`` the layers' modules (`layer_spec.resolve_transformer_impl`)."""
-    from .layer_spec import resolve_transformer_impl
-
     resolved = check_kernel(attention_backend, dtype, attention_dropout)
     try:
         layers = resolve_transformer_impl(transformer_impl)

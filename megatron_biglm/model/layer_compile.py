@@ -30,6 +30,8 @@ from typing import Iterable, Optional
 import torch
 
 from megatron_biglm.common.compile_counts import watch_compiles
+import torch._dynamo
+from torch._dynamo import maybe_mark_dynamic
 
 #: dynamo's recompile limit per function while layers are compiled (its default is 8).
 RECOMPILE_LIMIT = 16
@@ -43,8 +45,6 @@ def compile_layers_on(setting: "bool | str") -> bool:
 
 def compile_layers(layers: Iterable[torch.nn.Module]) -> None:
     """Compile each layer in place (same module, parameters and state dict keys), one graph each."""
-    import torch._dynamo
-
     watch_compiles()
     # A cached forward's port sits on each layer's core attention; its host ints (slot offsets,
     # the key count) change per call. Dynamo specialises ints read off a module unless told
@@ -73,8 +73,6 @@ def mark_dynamic_inputs(hidden: Optional[torch.Tensor], rotary: Optional[torch.T
     """Mark the sizes that change between calls as dynamic on the compiled layers' inputs:
     hidden states `[s, b, h]` (s, b), RoPE angles `[s, b or 1, 1, d]` (s, b), and a dense
     mask `[b, 1, q, k]` (b, q, k) where the backend derived one (sdpa, local)."""
-    from torch._dynamo import maybe_mark_dynamic
-
     if hidden is not None:
         maybe_mark_dynamic(hidden, 0)
         maybe_mark_dynamic(hidden, 1)
@@ -92,8 +90,6 @@ def mark_dynamic_ports(ports) -> None:
     """Mark the per-call sizes of a cached forward's ports as dynamic: every tensor a port or its
     plan holds (cached keys `[w, b, ng, d]`, write positions `[q, b]`, slot indices `[b]`) on its
     first two dims, except the pool's own buffers (`keys`, `values`: fixed until the pool grows)."""
-    from torch._dynamo import maybe_mark_dynamic
-
     for port in ports:
         held = [v for k, v in vars(port).items() if k not in ("keys", "values")]
         plan = getattr(port, "plan", None)

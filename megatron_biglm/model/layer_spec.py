@@ -34,6 +34,8 @@ from megatron_biglm.common.mcore_internals import mlp_submodule
 from .core_attention import BiGLMCoreAttention
 from .mlp import BiGLMMLP
 from .rms_norm import BiGLMRMSNorm
+import importlib.util
+import torch
 
 
 TE_INSTALL_HINT = "pip install --no-build-isolation 'transformer-engine[pytorch]'"
@@ -41,10 +43,6 @@ TE_INSTALL_HINT = "pip install --no-build-isolation 'transformer-engine[pytorch]
 
 def transformer_engine_available() -> bool:
     """Transformer Engine imports here and a CUDA device runs it."""
-    import importlib.util
-
-    import torch
-
     return importlib.util.find_spec("transformer_engine") is not None and torch.cuda.is_available()
 
 
@@ -56,8 +54,6 @@ def resolve_transformer_impl(value: str) -> str:
     if value == "auto":
         return "local"
     if value == "transformer_engine" and not transformer_engine_available():
-        import torch
-
         where = "" if torch.cuda.is_available() else " and a CUDA device (this machine has none)"
         raise ValueError(f"model.transformer_impl=transformer_engine needs Transformer Engine{where}: "
                          f"{TE_INSTALL_HINT}; or set model.transformer_impl to auto or local")
@@ -72,7 +68,7 @@ def biglm_layer_spec(ffn_hidden_size: int | None = None, impl: str = "local") ->
     patches.apply_rope_one_pass()  # megatron's unfused RoPE copies q and k several times per pass
     patches.apply_row_linear_tp_group()  # its tp_group=None warning breaks a compiled layer's graph
     if impl == "transformer_engine":
-        from megatron.core.extensions.transformer_engine import TELayerNormColumnParallelLinear, TERowParallelLinear
+        from megatron.core.extensions.transformer_engine import TELayerNormColumnParallelLinear, TERowParallelLinear  # lazy: optional (TE, gpu extra)
 
         # each norm is fused into the linear after it; its weight is that linear's layer_norm_weight
         norm, column, row, keys_map = IdentityOp, TELayerNormColumnParallelLinear, TERowParallelLinear, {}

@@ -20,6 +20,7 @@ from typing import Callable, Optional
 
 import torch
 from megatron.core import tensor_parallel
+from megatron.core import parallel_state
 
 
 def mask_padded_vocab(logits: torch.Tensor, vocab_size: Optional[int],
@@ -37,7 +38,6 @@ def mask_padded_vocab(logits: torch.Tensor, vocab_size: Optional[int],
         return logits
     start = 0
     if shard != padded_vocab_size and torch.distributed.is_available() and torch.distributed.is_initialized():
-        from megatron.core import parallel_state
         if parallel_state.model_parallel_is_initialized():
             start = parallel_state.get_tensor_model_parallel_rank() * shard
     local_valid = vocab_size - start
@@ -97,8 +97,6 @@ def sparse_prediction_loss(
 def _fusable(output_layer, weight: torch.Tensor) -> bool:
     """The fused loss computes `x @ weight.T` itself: only when that is all the output layer
     does (no bias, the whole vocabulary on this rank, no sequence-parallel gather)."""
-    from megatron.core import parallel_state
-
     tp = (parallel_state.get_tensor_model_parallel_world_size()
           if parallel_state.model_parallel_is_initialized() else 1)
     return (tp == 1 and getattr(output_layer, "bias", None) is None

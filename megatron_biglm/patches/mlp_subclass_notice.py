@@ -12,6 +12,7 @@ import logging
 import sys
 
 from ._patching import Patch, import_or_none
+import inspect
 
 LOGGER = "megatron.core.transformer.transformer_layer"
 MESSAGE = "Unknown MLP type"
@@ -19,7 +20,7 @@ MESSAGE = "Unknown MLP type"
 
 def _building_mlp_subclass() -> bool:
     """Whether the frame logging this line is a layer's `__init__` whose spec holds an `MLP` subclass."""
-    from megatron.core.transformer.mlp import MLP
+    from megatron.core.transformer.mlp import MLP  # lazy: start-up (megatron.core: 2.9 CPU s)
 
     frame = sys._getframe(1)
     while frame is not None:
@@ -47,8 +48,6 @@ def _apply() -> bool:
 
 
 def _source(module) -> str:
-    import inspect
-
     try:
         return inspect.getsource(module)
     except OSError:

@@ -13,6 +13,7 @@ from dataclasses import dataclass, fields
 from typing import Optional
 
 from .errors import PlanError
+import yaml
 
 GIB = 1024 ** 3
 
@@ -50,8 +51,6 @@ def _cpu() -> GPU:
 
 def load_gpu_table(path) -> dict[str, GPU]:
     """Extra kinds from a YAML file `{kind: {memory_gib, bf16_tflops, nvlink_gbps, network_gbps}}`."""
-    import yaml
-
     with open(path, encoding="utf-8") as fh:
         doc = yaml.safe_load(fh) or {}
     if not isinstance(doc, dict):

@@ -13,6 +13,8 @@ from .errors import PlanError
 from .gpus import GPU
 from .layout import Layout
 from .workload import Workload
+from megatron_biglm.training.flops import forward_flops
+from .static_memory import stage_params
 
 #: the MFU assumed when none is given: about what ~1-3B megatron runs reach on A100 in bf16
 DEFAULT_MFU = 0.40
@@ -58,7 +60,6 @@ def step_time(w: Workload, layout: Layout, gpu: GPU, gpus_per_node: int, mfu: MF
     shape = shape_of(w.model)
     tokens = layout.global_batch * w.seq_length
     pairs_full = layout.global_batch * w.seq_length ** 2
-    from megatron_biglm.training.flops import forward_flops
 
     flops = 3.0 * forward_flops(shape, tokens, int(pairs_full * w.pair_fraction),
                                 int(tokens * w.predicted_fraction))
@@ -74,7 +75,6 @@ def step_time(w: Workload, layout: Layout, gpu: GPU, gpus_per_node: int, mfu: MF
         tp_comm = volume * 2 * (layout.tp - 1) / layout.tp / (tp_bw * 1e9)
     dp_comm = 0.0
     if layout.dp > 1:
-        from .static_memory import stage_params
         n = sum(p.numel for p in stage_params(w, layout.tp, layout.pp, 0))
         bw = (gpu.network_gbps if layout.world > gpus_per_node else gpu.nvlink_gbps) * 1e9
         # fp32 gradients reduce-scattered (all-reduced without distopt) and bf16 params gathered

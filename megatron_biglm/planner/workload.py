@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from megatron_biglm.model.config import BiGLMModelConfig
+from megatron_biglm.training.flops import expected_pair_fraction
+from megatron_biglm.model.loss import FUSED_LOSS_CHUNK
 
 #: attention backends that keep no s×s mask or score matrix (they save the log-sum-exp)
 SPLIT_KERNELS = ("flash", "varlen", "flex", "sdpa_split")
@@ -32,8 +34,6 @@ class Workload:
 
 def _objective_fractions(obj) -> tuple[float, float, float]:
     """(mean predicted share, peak predicted share, mean attended-pair share) of an objective."""
-    from megatron_biglm.training.flops import expected_pair_fraction
-
     if obj.variant == "mlm":
         return obj.mlm_ratio, obj.mlm_ratio, 1.0
     lo, hi = obj.beta_y_range
@@ -63,8 +63,6 @@ def resolve_backend_for(name: str, precision: str, gpu: bool, dropout: float) ->
 
 def workload_from_config(cfg, *, on_gpu: bool) -> Workload:
     """The workload of a loaded `RunConfig`, on a GPU target or on the CPU."""
-    from megatron_biglm.model.loss import FUSED_LOSS_CHUNK
-
     mc = cfg.model.resolved
     t = cfg.training
     precision = t.precision if t.precision != "auto" else ("bf16" if on_gpu else "fp32")

@@ -24,6 +24,15 @@ from megatron_biglm.finetune.kinds.planning import plan_kind
 from megatron_biglm.finetune.tasks import get_task
 from megatron_biglm.finetune.validation import TaskValidator, probe_user_metrics
 from megatron_biglm.model.shape import SHAPE_SETTINGS
+from megatron_biglm.checkpoint.run_checkpoint import locate
+from megatron_biglm.config.trained_checkpoint import open_checkpoint
+from megatron_biglm.data.tokenizer import looks_like_hub_name
+from megatron_biglm.data.tokenizer_check import TokenizerMismatch, check_trained_digest
+from megatron_biglm.data.tokenizer_check import TokenizerMismatch, checkpoint_tokenizer
+from megatron_biglm.checkpoint.dirs import is_weights_only, read_train_state_file
+from megatron_biglm.data.tokenizer import TokenizerLoadError, load_tokenizer
+from megatron_biglm.finetune.kinds import KINDS, kind_class
+from pathlib import Path
 
 
 @dataclass
@@ -72,11 +81,6 @@ def from_start(cfg: RunConfig) -> tuple[RunConfig, str]:
     """`cfg` with the start checkpoint's model shape (`START_MODEL_KEYS`) and its tokenizer
     (unless the run sets one), and the note that says so. A fine-tune's weights come from its
     start point (`finetune.init_from`), so its shape does too: no preset to match by hand."""
-    from megatron_biglm.checkpoint.run_checkpoint import locate
-    from megatron_biglm.config.trained_checkpoint import open_checkpoint
-    from megatron_biglm.data.tokenizer import looks_like_hub_name
-    from megatron_biglm.data.tokenizer_check import TokenizerMismatch, check_trained_digest
-
     start = open_checkpoint(locate(cfg.finetune.init_from, INIT_KEY), INIT_KEY)
     fields = start.model_config.to_dict()
     model = cfg.model.with_values(**{k: fields[k] for k in START_MODEL_KEYS if fields.get(k) is not None})
@@ -105,9 +109,6 @@ def from_start(cfg: RunConfig) -> tuple[RunConfig, str]:
 def start_tokenizer(cfg: RunConfig, start) -> None:
     """A `data.tokenizer` the run sets must be `init_from`'s own (`checkpoint_tokenizer`: its
     recorded SHA-256 and embedding rows), checked before the model is built."""
-    from megatron_biglm.data.tokenizer import looks_like_hub_name
-    from megatron_biglm.data.tokenizer_check import TokenizerMismatch, checkpoint_tokenizer
-
     if looks_like_hub_name(cfg.data.tokenizer):
         return
     try:
@@ -125,10 +126,6 @@ def refuse_foreign_resume(cfg) -> None:
     pretraining run, would be resumed as if it were this fine-tune: its step, its consumed
     samples and its schedule, on the fine-tune's data. Refused before anything is built, naming
     `finetune.init_from`, which takes that checkpoint's weights."""
-    from pathlib import Path
-
-    from megatron_biglm.checkpoint.dirs import is_weights_only, read_train_state_file
-    from megatron_biglm.checkpoint.run_checkpoint import locate
 
     load = cfg.checkpoint.load
     if load in ("auto", "none"):
@@ -146,8 +143,6 @@ def refuse_foreign_resume(cfg) -> None:
 def plan_finetune(cfg: RunConfig) -> FinetunePlan:
     """Everything a fine-tune checks and derives before anything is built, from the config
     its command loaded once; `plan.config` is the config the run trains with."""
-    from megatron_biglm.data.tokenizer import TokenizerLoadError, load_tokenizer
-
     if not isinstance(cfg, RunConfig):
         raise TypeError(f"plan_finetune takes a loaded RunConfig (megatron_biglm.config.load_config), "
                         f"got {type(cfg).__name__}")
@@ -207,15 +202,11 @@ def _no_training_plan(cfg: RunConfig, recipe) -> FinetunePlan:
         raise ConfigError("finetune.train_examples=0 scores the start point without training: set "
                           "finetune.init_from=CHECKPOINT (the model to score)")
     if not recipe.scores_zero_shot:
-        from megatron_biglm.finetune.kinds import KINDS, kind_class
-
         zero_shot = [name for name in KINDS if kind_class(name).scores_zero_shot]
         raise ConfigError(f"finetune.train_examples=0 scores a model zero-shot, which needs a task read off the "
                           f"pretrained model (kind {' or '.join(zero_shot)}); {recipe.task.name} is kind "
                           f"{recipe.task.kind!r}: its head would be untrained. Use finetune.train_examples >= 1")
     if cfg.data.tokenizer:  # scored as saved: a tokenizer the run names must still be the start's own
-        from megatron_biglm.checkpoint.run_checkpoint import locate
-        from megatron_biglm.config.trained_checkpoint import open_checkpoint
 
         start_tokenizer(cfg, open_checkpoint(locate(options.init_from, INIT_KEY), INIT_KEY))
     validator = TaskValidator(recipe, interval=1, steps_per_epoch=1, train_steps=0, run_dir=cfg.run_dir,

@@ -27,6 +27,9 @@ from megatron_biglm.config.resume_settings import allowed_changes, trajectory
 
 from .run_dir import RUN_WRITES, delete_run, run_entries, write_manifest
 from .run_lock import LOCK_FILE
+from megatron_biglm.data.readers import SkipReport, expand_inputs
+from megatron_biglm.finetune.data_files import DATA_FORMATS
+import torch.distributed as dist
 
 #: the run_dir file that says which fine-tune the folder holds
 RUN_FILE = "finetune_run.json"
@@ -35,9 +38,6 @@ RUN_FILE = "finetune_run.json"
 def data_content(data: dict) -> dict:
     """{split: {file: size and digest}} of every local file the run's `finetune.data` names
     (a path, directory, glob or list; hub splits have no local file)."""
-    from megatron_biglm.data.readers import SkipReport, expand_inputs
-    from megatron_biglm.finetune.data_files import DATA_FORMATS
-
     out = {}
     for split in sorted(data):
         if data[split] is None:
@@ -66,8 +66,6 @@ class RunClaim:
         self.run_dir, self.identity, self.entries = Path(run_dir), identity, list(entries)
 
     def on_start(self) -> None:
-        import torch.distributed as dist
-
         if dist.is_initialized() and dist.get_rank() != 0:
             return
         self.run_dir.mkdir(parents=True, exist_ok=True)

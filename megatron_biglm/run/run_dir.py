@@ -18,6 +18,7 @@ import shutil
 from pathlib import Path
 
 from megatron_biglm.config import ConfigError
+from megatron_biglm.data.readers import SkipReport, expand_inputs
 
 #: the run_dir file that lists what the run wrote there
 MANIFEST = "run_manifest.json"
@@ -102,8 +103,6 @@ def _inside(path: Path, folder: Path) -> bool:
 
 def check_inputs_outside(cfg) -> None:
     """Refuse a run_dir that is, or holds, one of the run's inputs, before any is read."""
-    from megatron_biglm.data.readers import SkipReport, expand_inputs
-
     run_dir = Path(cfg.run_dir).expanduser().resolve()
     start = cfg.finetune.init_from
     if start and Path(start).expanduser().resolve() == run_dir:

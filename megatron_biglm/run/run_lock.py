@@ -23,6 +23,7 @@ import socket
 from pathlib import Path
 
 from megatron_biglm.config import ConfigError
+from megatron_biglm.common.disk import DiskError, describe_os_error
 
 #: the file in run_dir that holds the lock and names its holder
 LOCK_FILE = "run.lock"
@@ -76,7 +77,6 @@ def acquire(run_dir) -> tuple[int | None, str | None]:
     process already holds it or is not rank 0. Raises `RunDirBusy` naming the live holder."""
     if _rank() != 0:
         return None, None
-    from megatron_biglm.common.disk import DiskError, describe_os_error
 
     run_dir = Path(run_dir)
     key = str(run_dir.resolve())

@@ -10,6 +10,9 @@ true at 0 steps.
 from __future__ import annotations
 
 from pathlib import Path
+from megatron_biglm.config import save_resolved
+from megatron_biglm.inference.loading import load_megatron_checkpoint, resolve_device
+from megatron_biglm.training.build import resolve_precision
 
 #: the precision training would run at (training.build.resolve_precision) -> the loader's dtype,
 #: so the N = 0 point is scored at the precision the trained cells validate at
@@ -20,10 +23,6 @@ def score_start(plan, claim) -> dict:
     """Load `plan.init_from` and score it on the plan's evaluation splits (`plan.config`: the
     run config); the results dict (what results.json holds), `train` None (nothing was trained).
     `claim` (its `on_start`) records the run in run_dir once the start point has loaded."""
-    from megatron_biglm.config import save_resolved
-    from megatron_biglm.inference.loading import load_megatron_checkpoint, resolve_device
-    from megatron_biglm.training.build import resolve_precision
-
     cfg = plan.config
     device = resolve_device(None)
     loaded = load_megatron_checkpoint(plan.init_from, tokenizer=cfg.data.tokenizer, device=device,

@@ -21,6 +21,40 @@ from pathlib import Path
 
 from megatron_biglm.common import host_memory
 from megatron_biglm.config import RunConfig, derive
+from megatron_biglm.training.callbacks import Callbacks
+from .run_lock import run_dir_lock
+from megatron_biglm.training import distributed
+from megatron_biglm.training.backends import select_backend
+from megatron_biglm.training.pretrain_recipe import PretrainRecipe
+from megatron_biglm.data.tokenizer import tokenizer_digest
+from megatron_biglm.checkpoint.signature import model_signature
+from megatron_biglm.config import check_batch_arithmetic, check_sequence_fits
+from megatron_biglm.training import build
+from megatron_biglm.checkpoint import dirs as checkpoint_dir
+from megatron_biglm.checkpoint.signature import read_train_state
+from megatron_biglm.checkpoint.verify import verify_checkpoint
+from megatron_biglm.config.finetune_section import INIT_KEY
+from megatron_biglm.training.backends import check_resume
+from megatron_biglm.training import loop
+from megatron_biglm.training.backends import BuildSpec
+from megatron_biglm.training.loop_state import restore_state
+from megatron_biglm.training.nonfinite import NonFiniteGuard
+from megatron_biglm.training.schedule import build_scheduler
+from megatron_biglm.config import save_resolved
+from megatron_biglm.training.metrics import MetricsLogger
+from megatron_biglm.checkpoint.files import RunFiles
+from megatron_biglm.checkpoint.space import check_room, checkpoint_bytes, save_errors
+from megatron_biglm.data.pretrain_data import make_loader
+from megatron_biglm.model.shape import shape_of
+from megatron_biglm.training.flops import default_peak_tflops
+from megatron_biglm.training.loop_state import checkpoint_state
+from megatron_biglm.training.signals import GracefulStop
+from megatron_biglm.checkpoint.dirs import StartPoint
+from megatron_biglm.checkpoint.run_checkpoint import locate
+from megatron_biglm.inference.megatron_adapter import megatron_adapter_for
+from megatron_biglm.evaluation.training_hook import ZeroShotTrainingHook
+from megatron_biglm.config import ConfigError
+from functools import partial
 
 log = logging.getLogger("megatron_biglm.run.train")
 
@@ -60,10 +94,6 @@ def train(cfg: RunConfig, *, recipe=None, callbacks=(), init_from=None) -> Train
     a run without checkpoints of its own starts from, with a fresh optimizer and schedule
     (fine-tuning); once the run has saved, `checkpoint.load` (auto) resumes those instead.
     """
-    from megatron_biglm.training.callbacks import Callbacks
-
-    from .run_lock import run_dir_lock
-
     if not isinstance(cfg, RunConfig):
         raise TypeError(f"train() takes a loaded RunConfig (megatron_biglm.config.load_config), got {type(cfg).__name__}")
     callbacks = Callbacks(callbacks)  # a callback with no event is refused before anything is built
@@ -72,10 +102,6 @@ def train(cfg: RunConfig, *, recipe=None, callbacks=(), init_from=None) -> Train
 
 
 def _train(cfg: RunConfig, recipe, callbacks, init_from) -> TrainResult:
-    from megatron_biglm.training import distributed
-    from megatron_biglm.training.backends import select_backend
-    from megatron_biglm.training.pretrain_recipe import PretrainRecipe
-
     cfg = _pin_tokenizer(cfg)
     recipe = recipe if recipe is not None else PretrainRecipe()
     backend = select_backend(cfg.training.backend)
@@ -98,8 +124,6 @@ def _pin_tokenizer(cfg: RunConfig) -> RunConfig:
     """The tokenizer directory is saved absolute (in the run's config.yaml and every
     checkpoint), so the checkpoints find it from anywhere, with the digest of its files
     (`data.tokenizer_sha256`), so a tokenizer changed since is refused where it is loaded."""
-    from megatron_biglm.data.tokenizer import tokenizer_digest
-
     path = Path(cfg.data.tokenizer).expanduser() if cfg.data.tokenizer else None
     if path is None or not path.is_dir():
         return cfg
@@ -138,10 +162,6 @@ class _Parts:
 
 def _prepare(cfg, info, recipe) -> _Run:
     """Batch arithmetic, precision, the kernel report, the model config and the recipe's data."""
-    from megatron_biglm.checkpoint.signature import model_signature
-    from megatron_biglm.config import check_batch_arithmetic, check_sequence_fits
-    from megatron_biglm.training import build
-
     num_micro = check_batch_arithmetic(cfg, info.dp)
     precision = build.resolve_precision(cfg.training)
     mc = cfg.model.resolved
@@ -156,12 +176,6 @@ def _prepare(cfg, info, recipe) -> _Run:
 def _choose_start(cfg, info, backend, run: _Run, init_from) -> _Start:
     """Resume this run, start from another checkpoint's weights, or start fresh. Every rank
     checks (shared filesystem), so a refusal stops all ranks and none hangs."""
-    from megatron_biglm.checkpoint import dirs as checkpoint_dir
-    from megatron_biglm.checkpoint.signature import read_train_state
-    from megatron_biglm.checkpoint.verify import verify_checkpoint
-    from megatron_biglm.config.finetune_section import INIT_KEY
-    from megatron_biglm.training.backends import check_resume
-
     start = checkpoint_dir.choose_start(cfg.checkpoint_dir, cfg.checkpoint.load)
     key = checkpoint_dir.LOAD_KEY  # the config key that named the start, for the refusals
     if start.path is None and init_from is not None and cfg.checkpoint.load == "auto":
@@ -180,12 +194,6 @@ def _choose_start(cfg, info, backend, run: _Run, init_from) -> _Start:
 
 def _build(cfg, backend, run: _Run, start: _Start, recipe) -> _Parts:
     """Model, optimizer, schedule and the non-finite guard; on resume, their saved states."""
-    from megatron_biglm.training import loop
-    from megatron_biglm.training.backends import BuildSpec
-    from megatron_biglm.training.loop_state import restore_state
-    from megatron_biglm.training.nonfinite import NonFiniteGuard
-    from megatron_biglm.training.schedule import build_scheduler
-
     spec = BuildSpec(run.model_config, run.precision, run.num_micro, cfg.training, cfg.optimizer,
                      reinit_mismatched_heads=cfg.finetune.reinit_mismatched_heads)
     model_chunks, optimizer = backend.build(spec, init_weights=start.init, provider=recipe.model_provider)
@@ -200,9 +208,6 @@ def _build(cfg, backend, run: _Run, start: _Start, recipe) -> _Parts:
 
 def _announce(cfg, info, backend, run: _Run, start: _Start, parts: _Parts):
     """Open the metrics; on the logging rank save the resolved config and say how the run starts."""
-    from megatron_biglm.config import save_resolved
-    from megatron_biglm.training.metrics import MetricsLogger
-
     metrics = MetricsLogger(cfg.run_dir, enabled=info.is_logger, total_steps=cfg.schedule.train_steps,
                             tensorboard=cfg.logging.tensorboard, wandb=cfg.logging.wandb,
                             wandb_project=cfg.logging.wandb_project, progress=cfg.logging.progress,
@@ -226,15 +231,6 @@ def _loop(cfg, info, backend, run: _Run, parts: _Parts, metrics, recipe, callbac
     """The data iterators, the checkpoint writer and the callbacks, handed to the one loop.
     Every checkpoint seals the resolved config and the recipe's own records (a fine-tune's
     task_head.json) with its shards."""
-    from megatron_biglm.checkpoint.files import RunFiles
-    from megatron_biglm.checkpoint.space import check_room, checkpoint_bytes, save_errors
-    from megatron_biglm.data.pretrain_data import make_loader
-    from megatron_biglm.model.shape import shape_of
-    from megatron_biglm.training import loop
-    from megatron_biglm.training.flops import default_peak_tflops
-    from megatron_biglm.training.loop_state import checkpoint_state
-    from megatron_biglm.training.signals import GracefulStop
-
     data, mbs = run.data, cfg.training.micro_batch_size
     collate = {"collate_fn": data.collate_fn} if data.collate_fn is not None else {}
 
@@ -257,8 +253,6 @@ def _loop(cfg, info, backend, run: _Run, parts: _Parts, metrics, recipe, callbac
         callbacks.save(st, path)
         return path
 
-    from megatron_biglm.training.callbacks import Callbacks
-
     callbacks = Callbacks([*callbacks, *_configured_callbacks(cfg, data.tokenizer, recipe)])
     with GracefulStop() as stop:
         comps = loop.Components(
@@ -276,8 +270,6 @@ def _loop(cfg, info, backend, run: _Run, parts: _Parts, metrics, recipe, callbac
 
 def _finish(cfg, info, parts: _Parts, state, start: _Start) -> TrainResult:
     """The summary; a run that reached its last step leaves `train_done.json` beside it."""
-    from megatron_biglm.checkpoint import dirs as checkpoint_dir
-
     latest = checkpoint_dir.complete_checkpoints(cfg.checkpoint_dir)
     result = TrainResult(
         iteration=state.iteration, consumed_samples=state.consumed_samples, last_loss=state.last_loss,
@@ -293,10 +285,6 @@ def _finish(cfg, info, parts: _Parts, state, start: _Start) -> TrainResult:
 def _initial_weights(init_from):
     """The start point of a run that takes only the model weights of `init_from` (any
     megatron-biglm checkpoint folder, checkpoint root or run directory)."""
-    from megatron_biglm.checkpoint.dirs import StartPoint
-    from megatron_biglm.checkpoint.run_checkpoint import locate
-    from megatron_biglm.config.finetune_section import INIT_KEY
-
     return StartPoint(locate(init_from, INIT_KEY), weights_only=True)
 
 
@@ -306,11 +294,6 @@ def _configured_callbacks(cfg, tokenizer, recipe) -> list:
     z = cfg.zero_shot_eval
     if not z.enabled:
         return []
-    from functools import partial
-
-    from megatron_biglm.inference.megatron_adapter import megatron_adapter_for
-    from megatron_biglm.evaluation.training_hook import ZeroShotTrainingHook
-    from megatron_biglm.config import ConfigError
 
     if tokenizer is None:
         raise ConfigError(f"zero_shot_eval needs a tokenizer, and the {recipe.name} recipe gives none")

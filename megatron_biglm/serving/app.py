@@ -38,6 +38,7 @@ from .scheduler import BlockScheduler, Cancelled, QueueFull, RequestTimeout, Shu
 from .schema import (BadRequest, CompletionRequest, DetokenizeRequest, EmbeddingRequest, TokenizeRequest,
                      parse)
 from .scoring import score_prompts
+import base64
 
 RETRY_AFTER_S = 1
 _DISCONNECT_POLL_S = 0.25
@@ -327,8 +328,6 @@ def build_app(service: CompletionService, scheduler: BlockScheduler, metrics: Se
 def _encode_vector(vector, encoding_format: str):
     """A float32 vector as a JSON list, or as base64 of its little-endian bytes (the format the
     `openai` client asks for by default)."""
-    import base64
-
     values = vector.numpy().astype("<f4")
     return values.tolist() if encoding_format == "float" else base64.b64encode(values.tobytes()).decode()
 

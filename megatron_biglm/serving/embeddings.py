@@ -19,6 +19,11 @@ from pathlib import Path
 from typing import Protocol
 
 import torch
+from megatron_biglm.checkpoint.task_head import EmbedderRecord
+from megatron_biglm.config.trained_checkpoint import open_checkpoint
+from megatron_biglm.finetune.retrieval.embed import EmbeddingOptions
+from megatron_biglm.finetune.retrieval.embed import embed_tokens, tokenize
+from megatron_biglm.inference.megatron_adapter import MegatronMaskedLMAdapter
 
 
 class Embedder(Protocol):
@@ -38,7 +43,7 @@ class Embedder(Protocol):
 
 class SentenceTransformersEmbedder:
     def __init__(self, path, device: str):
-        from sentence_transformers import SentenceTransformer
+        from sentence_transformers import SentenceTransformer  # lazy: optional (retrieval extra)
 
         self.model = SentenceTransformer(str(path), device=device)
         self.prompts = dict(self.model.prompts or {})
@@ -58,10 +63,6 @@ class CheckpointEmbedder:
     """Our embedding code over the served checkpoint's own model (one copy in memory)."""
 
     def __init__(self, path, model, tokenizer):
-        from megatron_biglm.checkpoint.task_head import EmbedderRecord
-        from megatron_biglm.config.trained_checkpoint import open_checkpoint
-        from megatron_biglm.finetune.retrieval.embed import EmbeddingOptions
-
         checkpoint = open_checkpoint(path)
         record, _ = checkpoint.task_head()
         trained = record if isinstance(record, EmbedderRecord) else EmbedderRecord()
@@ -78,8 +79,6 @@ class CheckpointEmbedder:
 
     @torch.no_grad()
     def embed(self, texts: list[str], input_type: str | None) -> torch.Tensor:
-        from megatron_biglm.finetune.retrieval.embed import embed_tokens, tokenize
-
         prefix = self.prompts[input_type] if input_type else ""
         ids, lengths = tokenize(self.tokenizer, [prefix + t for t in texts], self.options.max_length)
         return embed_tokens(self.model, ids, lengths, self.options).cpu()
@@ -89,8 +88,6 @@ def load_embedder(path, adapter, tokenizer) -> Embedder | None:
     """The embedder of the served `path` (its `adapter` and `tokenizer` as loaded for
     generation), or None when the model is neither an ST directory nor a megatron checkpoint
     (a plain HF export has no pooling to embed with)."""
-    from megatron_biglm.inference.megatron_adapter import MegatronMaskedLMAdapter
-
     if (Path(path) / "modules.json").is_file():
         return SentenceTransformersEmbedder(path, str(adapter.device))
     if isinstance(adapter, MegatronMaskedLMAdapter):

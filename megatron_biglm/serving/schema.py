@@ -35,6 +35,7 @@ from typing import Literal, Optional, Union
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from megatron_biglm.evaluation.scoring import RULES
+import json
 
 RemaskName = Literal["low_confidence", "random", "none"]
 RuleName = Literal[tuple(RULES)]  # type: ignore[valid-type]
@@ -116,8 +117,6 @@ class DetokenizeRequest(StrictBody):
 
 def parse(model: type[BaseModel], body: bytes):
     """The validated request, or BadRequest naming the field (bad JSON names no field)."""
-    import json
-
     try:
         data = json.loads(body or b"null")
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:

@@ -19,6 +19,15 @@ from megatron.core.optimizer import OptimizerConfig as MegatronOptimizerConfig
 from megatron.core.optimizer import get_megatron_optimizer
 
 from megatron_biglm.config import ConfigError, DataConfig, OptimizerConfig, TrainingConfig
+from megatron_biglm.model.config import resolve_dtype
+from megatron_biglm.model.kernels import kernel_report
+from megatron_biglm.model import model_provider
+from megatron_biglm.training.finalize_grads import finalize_model_grads_per_token
+from megatron_biglm.data.indexed_tools import CorruptDatasetError, check_dataset
+from megatron_biglm.data.blend import parse_blend
+from megatron_biglm.data.pretrain_data import build_pretrain_datasets
+from megatron_biglm.data.token_ids import TokenIds
+from megatron_biglm.data.tokenizer import load_tokenizer
 
 
 def resolve_precision(training: TrainingConfig) -> str:
@@ -37,9 +46,6 @@ def resolve_precision(training: TrainingConfig) -> str:
 def kernels(mc, precision: str):
     """The kernel report (model/kernels.py) for the model config `mc` at `precision` on this
     machine; ConfigError when it names a kernel that is not installed, saying what to pip install."""
-    from megatron_biglm.model.config import resolve_dtype
-    from megatron_biglm.model.kernels import kernel_report
-
     return kernel_report(mc.attention_backend, resolve_dtype(precision), float(mc.attention_dropout),
                          mc.attention_compile, mc.transformer_impl)
 
@@ -54,8 +60,6 @@ def build_module(mc, precision: str, recompute: str, provider=None, random_init:
     the checkpoint lacks is not left so: the heads a fine-tune adds initialise themselves, and
     the loader (checkpoint/weights_only.py) refuses a checkpoint that leaves any other tensor
     unfilled."""
-    from megatron_biglm.model import model_provider
-
     extra = {"calculate_per_token_loss": True, "perform_initialization": random_init}
     if recompute == "full":
         extra.update(recompute_granularity="full", recompute_method="uniform", recompute_num_layers=1)
@@ -78,8 +82,6 @@ def build_model(mc, precision: str, ddp: DistributedDataParallelConfig, recomput
                 random_init: bool = True):
     """This rank's model chunk wrapped in megatron DDP with the settings `ddp`
     (ddp_settings.ddp_config; one chunk: no virtual pipeline); the rest as in build_module."""
-    from megatron_biglm.training.finalize_grads import finalize_model_grads_per_token
-
     module, tcfg = build_module(mc, precision, recompute, provider, random_init)
     model = DistributedDataParallel(config=tcfg, ddp_config=ddp, module=module)
     model.broadcast_params()
@@ -120,7 +122,6 @@ def check_vocab(token_ids, mc, prefixes) -> None:
         raise ConfigError(
             f"tokenizer vocab {token_ids.vocab_size} is larger than model.vocab_size={mc.vocab_size}; "
             f"set model.vocab_size={token_ids.vocab_size} (or use the tokenizer the model was sized for)")
-    from megatron_biglm.data.indexed_tools import CorruptDatasetError, check_dataset
     for prefix in prefixes:
         # Header, version, .idx-vs-.bin sizes and ids-vs-tokenizer, before megatron-core opens
         # the files: a truncated .bin would otherwise fail deep inside its reader.
@@ -135,11 +136,6 @@ def build_data(d: DataConfig, objective, mc, *, train_samples: int, valid_sample
     """Pretraining's tokenizer and datasets from the `data:` section, for the resolved objective
     (`ObjectiveConfig`) and model config `mc`: `train_samples` and `valid_samples` samples, the
     annealing blend from `anneal_start_sample` on (None: no annealing)."""
-    from megatron_biglm.data.blend import parse_blend
-    from megatron_biglm.data.pretrain_data import build_pretrain_datasets
-    from megatron_biglm.data.token_ids import TokenIds
-    from megatron_biglm.data.tokenizer import load_tokenizer
-
     if not d.tokenizer:
         raise ConfigError("data.tokenizer is not set: give the tokenizer directory the data was preprocessed with")
     if not d.blend:

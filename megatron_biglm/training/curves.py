@@ -36,9 +36,9 @@ def plot_runs(runs: dict, out_png, title: str | None = None, reference_lines: di
     """Draw {label: run_path} onto one PNG; return its path. `reference_lines` {label: loss}
     adds dashed horizontal lines to every panel (e.g. the corpus's unigram entropy, the
     loss of a model that ignores context)."""
-    import matplotlib
+    import matplotlib  # lazy: optional (dev extra, plots only)
     matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # lazy: optional (dev extra, plots only)
 
     loaded = {label: load_run(path) for label, path in runs.items()}
     if not any(r["train"] or r["valid"] for r in loaded.values()):

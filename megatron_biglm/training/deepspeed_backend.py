@@ -29,6 +29,12 @@ import torch.distributed as dist
 
 from megatron_biglm.config import ConfigError, OptimizerConfig, TrainingConfig
 from megatron_biglm.training.backend_protocol import Backend, BuildSpec, load_initial_weights
+from megatron_biglm.training.deepspeed_checkpoint import load_checkpoint, save_checkpoint
+from megatron_biglm.training import distributed
+from megatron_biglm.training.build import build_module
+from megatron_biglm.training.recipe import add_report, report_width, split_report
+from megatron_biglm.training.step import StepResult, StepStats, make_forward_step
+from megatron_biglm.training.step import make_forward_step
 
 INSTALL_HINT = ("pip install 'megatron-biglm[deepspeed]' (CPU machines: DS_BUILD_OPS=0 pip install "
                 "-c constraints-cpu.txt 'megatron-biglm[deepspeed]')")
@@ -39,7 +45,7 @@ def import_deepspeed():
     if not torch.cuda.is_available():
         os.environ.setdefault("DS_ACCELERATOR", "cpu")  # read at import: never probe for CUDA
     try:
-        import deepspeed
+        import deepspeed  # lazy: optional (deepspeed extra)
     except ImportError as exc:
         raise ConfigError(f"training.backend=deepspeed needs the deepspeed package ({exc}); "
                           f"{INSTALL_HINT}, or use training.backend=megatron") from None
@@ -48,8 +54,6 @@ def import_deepspeed():
 
 
 def deepspeed_backend() -> Backend:
-    from megatron_biglm.training.deepspeed_checkpoint import load_checkpoint, save_checkpoint
-
     import_deepspeed()
     return Backend("deepspeed", build_engine, train_step, evaluate, save_checkpoint, load_checkpoint,
                    reshardable=False, shutdown=shutdown)
@@ -59,9 +63,7 @@ def shutdown(info) -> None:
     """Destroy the process group through deepspeed when this run created it: deepspeed caches
     groups cloned from the world, and only its own teardown drops them, so a later run in the
     same process (tests, notebooks) does not meet a dead group."""
-    from megatron_biglm.training import distributed
-
-    import deepspeed.comm
+    import deepspeed.comm  # lazy: optional (deepspeed extra)
     if info.created_group and deepspeed.comm.is_initialized():
         deepspeed.comm.destroy_process_group()
     distributed.shutdown(info)
@@ -111,8 +113,6 @@ def build_engine(spec: BuildSpec, init_weights=None, provider=None):
     """([engine], engine.optimizer): the model from the shared builder wrapped by deepspeed.
     `init_weights` (a checkpoint) is loaded into the bare module first: deepspeed.initialize
     takes ZeRO's fp32 master copy (and, at stage 3, the partitions) from the module."""
-    from megatron_biglm.training.build import build_module
-
     deepspeed = import_deepspeed()
     if not dist.is_initialized() or dist.get_world_size() == 1:
         os.environ.setdefault("LOCAL_RANK", "0")  # deepspeed insists; a plain `python` run has no launcher
@@ -138,9 +138,6 @@ def _all_reduce(tensor: torch.Tensor) -> torch.Tensor:
 def train_step(model_chunks, optimizer, scheduler, guard, data_iterator, *,  # noqa: ARG001 - shared signature
                num_microbatches, seq_length, micro_batch_size, device, recipe, iteration):
     """One optimizer step over the global batch (same contract as step.train_step)."""
-    from megatron_biglm.training.recipe import add_report, report_width, split_report
-    from megatron_biglm.training.step import StepResult, StepStats, make_forward_step
-
     engine = model_chunks[0]
     stats = StepStats()
     forward_step = make_forward_step(device, recipe, stats)
@@ -176,9 +173,6 @@ def evaluate(model_chunks, data_iterator, *, iters, num_microbatches, seq_length
              micro_batch_size, device, recipe) -> dict:
     """Per-token validation loss and the recipe's metrics over `iters` global batches
     (same contract as step.evaluate)."""
-    from megatron_biglm.training.recipe import add_report, report_width, split_report
-    from megatron_biglm.training.step import make_forward_step
-
     engine = model_chunks[0]
     forward_step = make_forward_step(device, recipe)
     total = torch.zeros(report_width(recipe), dtype=torch.float64, device=device)

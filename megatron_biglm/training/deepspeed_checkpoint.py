@@ -23,6 +23,8 @@ from pathlib import Path
 from megatron_biglm.checkpoint.dirs import CheckpointError, refuse_weights_only
 from megatron_biglm.checkpoint.files import RunFiles, begin_checkpoint, restore_rng, seal_checkpoint, world_size
 from megatron_biglm.training.schedule import resume_scheduler
+from megatron_biglm.common.mcore_internals import in_process_save_strategy
+from megatron.core import dist_checkpointing
 
 CHECKPOINT_SUBDIR, CHECKPOINT_TAG = "deepspeed", "state"
 
@@ -42,14 +44,11 @@ def save_checkpoint(root: Path, iteration: int, model_chunks, optimizer, schedul
 def save_model_weights(engine, folder: Path) -> None:
     """The model alone as a megatron torch_dist checkpoint (collective; ZeRO-3 gathers the
     partitioned parameters for the duration of the save)."""
-    from megatron.core import dist_checkpointing
-
-    from megatron_biglm.common.mcore_internals import in_process_save_strategy
 
     module = engine.module
     gathered = contextlib.nullcontext()
     if engine.zero_optimization_stage() == 3:
-        import deepspeed
+        import deepspeed  # lazy: optional (deepspeed extra)
         gathered = deepspeed.zero.GatheredParameters(list(module.parameters()), modifier_rank=None)
     with gathered:
         dist_checkpointing.save({"model": module.sharded_state_dict()}, str(folder),

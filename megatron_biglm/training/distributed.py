@@ -16,6 +16,7 @@ from megatron.core import parallel_state, tensor_parallel
 
 from megatron_biglm.common import process_groups
 from megatron_biglm.config import ConfigError, ParallelismConfig
+from megatron_biglm import patches
 
 
 @dataclass
@@ -41,7 +42,6 @@ def init_distributed(parallelism: ParallelismConfig, seed: int) -> DistInfo:
     says, and the seeds (`training.seed`)."""
     use_cuda = torch.cuda.is_available()
     if not use_cuda:
-        from megatron_biglm import patches
         patches.apply_cpu()
     created = process_groups.init_default_group()
     rank, world = dist.get_rank(), dist.get_world_size()

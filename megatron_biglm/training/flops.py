@@ -22,6 +22,7 @@ from __future__ import annotations
 from typing import Iterable, Optional
 
 from megatron_biglm.model.shape import BiGLMShape
+import torch
 
 # Dense bf16 peak per device (TFLOP/s), for the default MFU denominator, by a part of the
 # device's full name: the longest part that matches wins, so "NVIDIA H100 PCIe" is 756 (the
@@ -85,7 +86,6 @@ def expected_pair_fraction(alpha: float) -> float:
 def default_peak_tflops() -> Optional[float]:
     """Peak bf16 TFLOP/s of this device if it is a known GPU, else None (MFU not reported)."""
     try:
-        import torch
         if not torch.cuda.is_available():
             return None
         name = torch.cuda.get_device_name()

@@ -42,6 +42,7 @@ from megatron_biglm.training.loop_state import LoopState  # noqa: F401 - re-expo
 from megatron_biglm.training.prefetch import Prefetched
 from megatron_biglm.training.recipe import Recipe, split_report
 from megatron_biglm.training.step import evaluate, train_step
+import psutil
 
 
 @dataclass
@@ -86,7 +87,6 @@ def _memory() -> dict:
     if torch.cuda.is_available():
         return {"mem_alloc_gb": torch.cuda.max_memory_allocated() / 2**30}
     try:
-        import psutil
         return {"mem_rss_gb": psutil.Process().memory_info().rss / 2**30}
     except ImportError:  # pragma: no cover
         return {}

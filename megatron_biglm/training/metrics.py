@@ -14,6 +14,8 @@ import os
 import sys
 import time
 from pathlib import Path
+from tqdm.auto import tqdm
+import warnings
 
 
 def interactive(mode: str = "auto") -> bool:
@@ -46,17 +48,16 @@ class MetricsLogger:
         self._file = open(self.path, "a", encoding="utf-8")
         if tensorboard:
             try:
-                from torch.utils.tensorboard import SummaryWriter
+                from torch.utils.tensorboard import SummaryWriter  # lazy: optional (tensorboard, dev extra)
                 self._tb = SummaryWriter(str(self.run_dir / "tensorboard"))
             except ImportError:
                 self.notes.append("tensorboard not installed: TensorBoard logging off "
                                   "(pip install tensorboard, or set logging.tensorboard=false)")
         if wandb:
-            import wandb as _wandb  # an explicit opt-in: fail loudly if missing
+            import wandb as _wandb  # lazy: optional (an explicit opt-in: fails loudly if missing)
             self._wandb = _wandb.init(project=wandb_project, dir=str(self.run_dir), config=config,
                                       resume="allow", name=self.run_dir.name)
         if interactive(progress):
-            from tqdm.auto import tqdm
             self._bar = tqdm(total=total_steps, initial=start_step, dynamic_ncols=True, desc="train")
 
     def log(self, record: dict) -> None:
@@ -127,6 +128,5 @@ def read_metrics(path) -> list[dict]:
             except json.JSONDecodeError:
                 bad += 1
     if bad:
-        import warnings
         warnings.warn(f"{path}: skipped {bad} unparseable line(s)")
     return out

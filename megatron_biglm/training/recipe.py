@@ -41,6 +41,7 @@ from dataclasses import dataclass
 from typing import Callable, Optional
 
 import torch
+from megatron_biglm.model import model_provider
 
 LOSS_KEY = "lm loss"
 
@@ -71,8 +72,6 @@ class Recipe:
 
     def model_provider(self, pre_process: bool, post_process: bool, config, transformer_config):
         """This rank's bare model chunk (both backends wrap it); `config` is the BiGLMModelConfig."""
-        from megatron_biglm.model import model_provider
-
         return model_provider(pre_process=pre_process, post_process=post_process, config=config,
                               transformer_config=transformer_config)
 

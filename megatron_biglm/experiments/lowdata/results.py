@@ -93,10 +93,10 @@ def write_ipr_table(table, csv_path, markdown_path) -> None:
 
 def plot_task(task: str, by_paradigm: dict, path, metric: str = "score") -> None:
     """Mean ± std (over seeds) of each paradigm's score against N (symlog x: N = 0 shows)."""
-    import matplotlib
+    import matplotlib  # lazy: optional (dev extra, plots only)
 
     matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # lazy: optional (dev extra, plots only)
 
     fig, ax = plt.subplots(figsize=(5, 3.5))
     for paradigm, seeds in sorted(by_paradigm.items()):

@@ -17,12 +17,11 @@ from typing import Callable, Mapping
 
 from .grid import Grid
 from .results import append_result, curves, finished, ipr_table, plot_task, read_results, write_ipr_table
+from megatron_biglm.finetune.tasks.prompts import get_task
 
 
 def task_metric(task: str) -> str:
     try:
-        from megatron_biglm.finetune.tasks.prompts import get_task
-
         return get_task(task).select
     except ValueError:
         return "score"

@@ -19,6 +19,7 @@ import importlib
 
 from .base import FinetuneRecipe
 from .protocol import REQUIRED, TaskKind, unwritten
+from megatron_biglm.common.config_fields import did_you_mean
 
 KINDS: dict[str, str] = {
     "verbalizer": "megatron_biglm.finetune.kinds.verbalizer:VerbalizerRecipe",
@@ -43,8 +44,6 @@ def kind_class(kind: str) -> type:
     target = KINDS.get(kind)
     if target is None:
         if not (isinstance(kind, str) and kind.count(":") == 1):
-            from megatron_biglm.common.config_fields import did_you_mean
-
             raise ValueError(f"unknown task kind {kind!r}{did_you_mean([str(kind)], list(KINDS))}; the kinds are "
                              f"{', '.join(KINDS)}, or a 'module:Class' of your own")
         target = kind

@@ -49,6 +49,12 @@ from ..epochs import EpochSamples
 from ..epochs import steps_per_epoch as epoch_steps
 from ..metrics import task_scores
 from ..row_report import RowReport
+from megatron_biglm.config import ConfigError
+from megatron_biglm.common.config_fields import build_dataclass
+from ..columns import labelled_schema
+from megatron_biglm.config.finetune_section import FinetuneConfig
+from megatron_biglm.checkpoint.task_head import TASK_HEAD_FILE, task_head_text
+from ..metrics.probe import label_probe
 
 
 def draw_examples(examples: Sequence, n: int, seed: int) -> list:
@@ -56,8 +62,6 @@ def draw_examples(examples: Sequence, n: int, seed: int) -> list:
     permutation seeded by `seed`, so a seed's smaller draws are subsets of its larger ones
     (a low-data curve over N adds examples instead of swapping them)."""
     if n > len(examples):
-        from megatron_biglm.config import ConfigError
-
         raise ConfigError(f"finetune.train_examples={n} but the training split has only {len(examples)} usable "
                           f"examples; ask for at most {len(examples)}")
     keep = np.random.default_rng(seed).permutation(len(examples))[:n]
@@ -88,8 +92,6 @@ class NoOptions:
 def typed_options(cls, options, kind: str):
     """`finetune.options` as the kind's `Options` dataclass (unknown keys and bad values raise
     ConfigError naming `finetune.options.KEY` and the valid keys)."""
-    from megatron_biglm.common.config_fields import build_dataclass
-
     return build_dataclass(cls, dict(options or {}), "finetune.options",
                            headline=f"unknown option {{first!r}} for task kind {kind!r}")
 
@@ -109,8 +111,6 @@ class FinetuneRecipe(Recipe):
     def declared_schema(cls, spec, problem: str, common: dict, where: str):
         """The columns a declaration of this kind names (a `DatasetSchema`; `common`: its name and
         hub keys). By default: the text `fields` and a label column; none without `reads_columns`."""
-        from ..columns import labelled_schema
-
         if not cls.reads_columns:
             return DatasetSchema(text_fields=(), label_field=None, **common)
         return labelled_schema(spec, problem, common, where)
@@ -128,8 +128,6 @@ class FinetuneRecipe(Recipe):
             raise ValueError(f"task {task.name}: kind {task.kind!r} takes no prompt")
 
     def __init__(self, task, tokenizer, options):
-        from megatron_biglm.config.finetune_section import FinetuneConfig
-
         if not isinstance(options, FinetuneConfig):
             raise TypeError(f"a fine-tuning recipe takes the run config's finetune section "
                             f"(config.finetune_section.FinetuneConfig), got {type(options).__name__}; "
@@ -166,8 +164,6 @@ class FinetuneRecipe(Recipe):
         return [self.select_split] + [s for s in self.task.eval_splits if s != self.select_split]
 
     def rows(self, split: str, *, require_labels: bool = True) -> tuple[list[dict], RowReport]:
-        from megatron_biglm.config import ConfigError
-
         files = self.options.data.get(split)
         if not files and not self.options.hub:
             raise ConfigError(f"task {self.task.name}: no data for split {split!r}; set finetune.data.{split}="
@@ -223,7 +219,6 @@ class FinetuneRecipe(Recipe):
         were dropped (the first of each reason, with file and line) and what the task reads."""
         if examples:
             return
-        from megatron_biglm.config import ConfigError
 
         schema = self.schema
         wants = [*schema.required, *([schema.label_field] if schema.label_field else [])]
@@ -254,8 +249,6 @@ class FinetuneRecipe(Recipe):
 
     def checkpoint_files(self) -> dict[str, str]:
         """Every checkpoint of the fine-tune seals its task-head record (`task_head.json`)."""
-        from megatron_biglm.checkpoint.task_head import TASK_HEAD_FILE, task_head_text
-
         record = self.task_head()
         return {} if record is None else {TASK_HEAD_FILE: task_head_text(record)}
 
@@ -332,6 +325,4 @@ class LabelRecipe(FinetuneRecipe):
                            classes=list(range(self.num_classes)))
 
     def metric_probe(self):
-        from ..metrics.probe import label_probe
-
         return label_probe(self.num_classes)

@@ -48,6 +48,15 @@ from ..retrieval.embed import EmbeddingOptions, pool, tokenize
 from ..retrieval.pairs import read_pairs
 from ..row_report import RowReport
 from .base import FinetuneRecipe
+from ..row_report import EMPTY_FIELD
+from megatron_biglm.config import ConfigError
+from ..retrieval.beir import BeirFormatError, load_beir
+from megatron_biglm.data.tokenizer import load_tokenizer
+from ..retrieval.beir import METRICS, evaluate_beir
+from ..retrieval.encoders import OurEncoder
+from torch.distributed.nn.functional import all_gather
+from pathlib import Path
+from megatron.core import parallel_state
 
 
 @dataclass
@@ -67,7 +76,6 @@ def gather_with_grad(x: torch.Tensor, group=None) -> tuple[torch.Tensor, int]:
     Every rank must hold the same n. Without a group of more than one rank: (x, 0)."""
     if not dist.is_initialized() or dist.get_world_size(group) == 1:
         return x, 0
-    from torch.distributed.nn.functional import all_gather
 
     parts = all_gather(x.contiguous(), group=group)
     return torch.cat(parts, dim=0), dist.get_rank(group) * x.shape[0]
@@ -113,9 +121,6 @@ def collate_pairs(samples, *, tokenizer, options: EmbeddingOptions) -> dict:
 def _folder_report(folder, data) -> RowReport:
     """A BEIR folder's queries as rows (those with empty text dropped, with their lines) and its
     documents with empty text, also dropped: what validation leaves out, counted."""
-    from pathlib import Path
-
-    from ..row_report import EMPTY_FIELD
 
     report = RowReport.all_kept(len(data.queries) + len(data.empty_query_lines))
     for line in data.empty_query_lines:
@@ -154,10 +159,6 @@ class ContrastiveRecipe(FinetuneRecipe):
     # ---- data -------------------------------------------------------------------------
     def prepare(self, config) -> None:
         """The training pairs (dropped rows counted) and every evaluation folder, checked."""
-        from megatron_biglm.config import ConfigError
-
-        from ..retrieval.beir import BeirFormatError, load_beir
-
         self.use_split = False
         files = self.options.data.get(self.task.train_split)
         if self.options.train_examples != 0:  # 0: score the start point only
@@ -184,8 +185,6 @@ class ContrastiveRecipe(FinetuneRecipe):
 
     def build_data(self, config, model_config, dp_size: int) -> RecipeData:  # noqa: ARG002
         if self.tokenizer is None:
-            from megatron_biglm.data.tokenizer import load_tokenizer
-
             self.tokenizer = load_tokenizer(config.data.tokenizer)
         if not self.train_examples:
             self.prepare(config)
@@ -206,8 +205,6 @@ class ContrastiveRecipe(FinetuneRecipe):
         return (queries, passages), partial(self._loss, q_len, p_len)
 
     def _loss(self, q_len, p_len, hidden):
-        from megatron.core import parallel_state
-
         queries, passages = (pool(h, n, self.embedding) for h, n in zip(hidden, (q_len, p_len)))
         group = parallel_state.get_data_parallel_group() if parallel_state.model_parallel_is_initialized() else None
         loss, correct = info_nce_sum(queries, passages, temperature=self.opts.temperature, group=group)
@@ -226,8 +223,6 @@ class ContrastiveRecipe(FinetuneRecipe):
     # ---- validation -------------------------------------------------------------------
     @torch.no_grad()
     def evaluate_split(self, model, name: str, examples: list, device) -> dict[str, float]:  # noqa: ARG002
-        from ..retrieval.beir import METRICS, evaluate_beir
-        from ..retrieval.encoders import OurEncoder
 
         scores = evaluate_beir(OurEncoder(model, self.tokenizer, self.embedding), examples[0],
                                split=self.opts.split, progress=False, duplicate_ids=self._duplicate_ids)

@@ -44,6 +44,8 @@ from ..data_files import get_schema
 from ..metrics import task_scores
 from ..row_report import SOURCE_TOO_LONG, RowReport
 from .base import LabelRecipe, accuracy_loss, gold_labels
+from megatron_biglm.config import ConfigError
+from ..metrics.probe import label_probe, label_set_probe, number_probe
 
 
 @dataclass
@@ -123,8 +125,6 @@ class HeadClassificationRecipe(LabelRecipe):
             self.num_labels = len(schema.label_names)
         names = self.opts.label_names
         if names is not None and (not all(isinstance(n, str) and n for n in names) or len(set(names)) != len(names)):
-            from megatron_biglm.config import ConfigError
-
             raise ConfigError(f"finetune.options.label_names must be distinct non-empty strings, got {names}: "
                               "quote them (YAML reads yes/no/true/false unquoted as booleans)")
         if len(self.label_names) != self.num_labels:
@@ -134,8 +134,6 @@ class HeadClassificationRecipe(LabelRecipe):
         try:
             task_head(self.opts.head)
         except ValueError as exc:
-            from megatron_biglm.config import ConfigError
-
             raise ConfigError(f"finetune.options.head: {exc}") from None
         self.pad_id = TokenIds.from_tokenizer(tokenizer).pad_id
         self.encoder = HeadEncoder(tokenizer, schema.text_fields, options.max_length)
@@ -207,8 +205,6 @@ class HeadClassificationRecipe(LabelRecipe):
                            classes=list(range(self.num_labels)))
 
     def metric_probe(self):
-        from ..metrics.probe import label_probe, label_set_probe, number_probe
-
         if self.problem_type == "regression":
             return number_probe()
         if self.problem_type == "multi_label_classification":

@@ -29,6 +29,8 @@ from megatron_biglm.training.recipe import RecipeData
 from ..instruct.dataset import InstructionData, InstructionSamples
 from ..row_report import RowReport
 from .base import FinetuneRecipe
+from megatron_biglm.config import ConfigError
+from megatron_biglm.data.tokenizer import load_tokenizer
 
 
 @dataclass
@@ -58,8 +60,6 @@ class InstructRecipe(FinetuneRecipe):
         return [s for s in super().eval_split_names() if self.options.data.get(s) is not None]
 
     def prepare(self, config) -> None:
-        from megatron_biglm.config import ConfigError
-
         source = self.options.data.get(self.task.train_split)
         if source is None:
             raise ConfigError(f"finetune.data.{self.task.train_split}: the instruct kind trains on a dataset "
@@ -81,8 +81,6 @@ class InstructRecipe(FinetuneRecipe):
     def build_data(self, config, model_config, dp_size: int) -> RecipeData:  # noqa: ARG002
         if self.data is None:
             if self.tokenizer is None:
-                from megatron_biglm.data.tokenizer import load_tokenizer
-
                 source = _data(self.options.data[self.task.train_split])
                 self.tokenizer = load_tokenizer(config.data.tokenizer or source.meta.get("tokenizer"))
             self.prepare(config)

@@ -66,6 +66,10 @@ from ..data_files import DatasetSchema, get_schema
 from ..metrics import task_scores
 from ..row_report import EMPTY_TARGET, SOURCE_TOO_LONG, RowReport
 from .base import FinetuneRecipe
+from megatron_biglm.generation import GenerationConfig
+from megatron_biglm.generation import MaskPredictGenerator
+from megatron_biglm.inference.megatron_adapter import megatron_adapter_for
+from ..metrics.probe import text_probe
 
 # Mask-Predict as the paper decodes (Ghazvininejad et al.: T = 10, length beam 5)
 DECODING_DEFAULTS = {"steps": 10, "length_beam": 5}
@@ -227,8 +231,6 @@ class Seq2SeqRecipe(FinetuneRecipe):
         self.pad_id = int(ids.pad_id)
 
     def _decoding_config(self, overrides: dict):
-        from megatron_biglm.generation import GenerationConfig
-
         if not isinstance(overrides, dict):
             raise ValueError(f"finetune.options.generation must be a mapping of Mask-Predict options "
                              f"(e.g. {{steps: 10, length_beam: 5}}), got {overrides!r}")
@@ -325,8 +327,6 @@ class Seq2SeqRecipe(FinetuneRecipe):
     @torch.no_grad()
     def decode(self, adapter, examples: Sequence[Seq2SeqExample]) -> list[str]:
         """Mask-Predict outputs (text) for the examples' sources."""
-        from megatron_biglm.generation import MaskPredictGenerator
-
         generator = MaskPredictGenerator(adapter, self.tokenizer)
         sources = [e.input_ids[1:e.split] for e in examples]  # the generator adds BOS
         outputs = generator.generate_ids(sources, self.decoding, batch_size=self.options.eval_batch_size)
@@ -335,8 +335,6 @@ class Seq2SeqRecipe(FinetuneRecipe):
     @torch.no_grad()
     def length_accuracy(self, adapter, examples: Sequence[Seq2SeqExample]) -> float:
         """How often the length head's top length is the target length."""
-        from megatron_biglm.inference.engine import pad
-
         hits, size = 0, self.options.eval_batch_size
         for start in range(0, len(examples), size):
             chunk = examples[start:start + size]
@@ -347,8 +345,6 @@ class Seq2SeqRecipe(FinetuneRecipe):
 
     def evaluate_split(self, model, name: str, examples: list, device) -> dict[str, float]:  # noqa: ARG002
         """The task's metrics on Mask-Predict outputs, plus exact match and the length head's accuracy."""
-        from megatron_biglm.inference.megatron_adapter import megatron_adapter_for
-
         if self.eval_limit is not None and len(examples) > int(self.eval_limit):
             print(f"[seq2seq] {name}: decoding the first {int(self.eval_limit)} of {len(examples)} "
                   f"examples (finetune.options.eval_limit)", flush=True)
@@ -368,6 +364,4 @@ class Seq2SeqRecipe(FinetuneRecipe):
         return scores
 
     def metric_probe(self):
-        from ..metrics.probe import text_probe
-
         return text_probe()

@@ -34,6 +34,7 @@ from ..row_report import RowReport
 from ..squad_answers import squad_predictions
 from ..squad_windows import SquadEncoder
 from .base import FinetuneRecipe
+from ..metrics.probe import answer_probe
 
 #: a declaration's column keys -> the SQuAD role each names (and its default column)
 COLUMN_KEYS = {"context_field": "context", "question_field": "question", "answers_field": "answers"}
@@ -150,8 +151,6 @@ class SpanQARecipe(FinetuneRecipe):
         return task_scores(self.task.metrics, predictions, references)
 
     def metric_probe(self):
-        from ..metrics.probe import answer_probe
-
         return answer_probe()
 
 

@@ -51,6 +51,7 @@ from ..row_report import SOURCE_TOO_LONG, RowReport
 from ..columns import TaskDeclarationError, as_list
 from ..text_fit import fit_template, template_fields
 from .base import LabelRecipe, accuracy_loss, gold_labels
+from megatron_biglm.config import ConfigError
 
 MASK_PLACEHOLDER = "<mask>"
 IGNORE_INDEX = -100
@@ -273,8 +274,6 @@ class VerbalizerRecipe(LabelRecipe):
             raise ValueError(f"task {task.name}: kind 'verbalizer' needs a prompt (a VerbalizerPrompt)")
 
     def __init__(self, task, tokenizer, options):
-        from megatron_biglm.config import ConfigError
-
         super().__init__(task, tokenizer, options)
         opts = self.opts
         if (opts.template is None) != (opts.label_words is None):

@@ -3,6 +3,7 @@ because its labels are skewed), multi-label F1 and subset accuracy, Pearson and 
 from __future__ import annotations
 
 from typing import Hashable, Sequence
+import numpy as np
 
 
 def accuracy(predictions: Sequence[Hashable], labels: Sequence[Hashable]) -> float:
@@ -65,7 +66,6 @@ def subset_accuracy(predictions: Sequence[tuple], labels: Sequence[tuple]) -> fl
 def pearson(predictions: Sequence[float], targets: Sequence[float]) -> float:
     """Pearson's r (0 when either side is constant: no linear relation can be read)."""
     _same_length(predictions, targets)
-    import numpy as np
 
     x, y = np.asarray(predictions, float), np.asarray(targets, float)
     x, y = x - x.mean(), y - y.mean()

@@ -14,6 +14,7 @@ Each reference argument is one reference per prediction (a string) or several (a
 from __future__ import annotations
 
 from typing import Sequence, Union
+from .wordnet import wordnet_reader
 
 Reference = Union[str, Sequence[str]]
 
@@ -32,7 +33,7 @@ def _as_lists(predictions: Sequence[str], references: Sequence[Reference]) -> li
 def rouge(predictions: Sequence[str], references: Sequence[Reference],
           types: Sequence[str] = ("rouge1", "rouge2", "rougeL"), use_stemmer: bool = True) -> dict:
     """Mean F-measure per ROUGE type; with several references an example takes the best."""
-    from rouge_score import rouge_scorer
+    from rouge_score import rouge_scorer  # lazy: optional (eval extra)
 
     refs = _as_lists(predictions, references)
     scorer = rouge_scorer.RougeScorer(list(types), use_stemmer=use_stemmer)
@@ -46,7 +47,7 @@ def rouge(predictions: Sequence[str], references: Sequence[Reference],
 def bleu(predictions: Sequence[str], references: Sequence[Reference], max_order: int = 4) -> float:
     """Corpus BLEU in [0, 1] (sacrebleu's score / 100). Examples may have different numbers
     of references (sacrebleu pads the missing streams with None)."""
-    from sacrebleu.metrics import BLEU
+    from sacrebleu.metrics import BLEU  # lazy: optional (eval extra)
 
     refs = _as_lists(predictions, references)
     width = max(len(r) for r in refs)
@@ -57,12 +58,10 @@ def bleu(predictions: Sequence[str], references: Sequence[Reference], max_order:
 def meteor(predictions: Sequence[str], references: Sequence[Reference], *, wordnet=None) -> float:
     """Mean sentence METEOR. `wordnet` defaults to `wordnet.wordnet_reader()`, which
     raises WordNetUnavailable (naming the apt-get fix) when no WordNet exists."""
-    from nltk.translate.meteor_score import meteor_score
+    from nltk.translate.meteor_score import meteor_score  # lazy: optional (eval extra)
 
     refs = _as_lists(predictions, references)
     if wordnet is None:
-        from .wordnet import wordnet_reader
-
         wordnet = wordnet_reader()
     total = sum(meteor_score([g.split() for g in golds], pred.split(), wordnet=wordnet)
                 for pred, golds in zip(predictions, refs))

@@ -21,6 +21,7 @@ from __future__ import annotations
 import os
 import shutil
 from pathlib import Path
+import warnings
 
 DEBIAN_WORDNET = Path("/usr/share/wordnet")
 INSTALL_HINT = ("apt-get install -y --no-install-recommends wordnet-base wordnet-sense-index, "
@@ -84,10 +85,8 @@ def build_wordnet_dir(nltk_data_root: Path | None = None, source: Path = DEBIAN_
 
 
 def reader_at(corpus_dir: Path):
-    import warnings
-
-    import nltk
-    from nltk.corpus.reader.wordnet import WordNetCorpusReader
+    import nltk  # lazy: optional (eval extra)
+    from nltk.corpus.reader.wordnet import WordNetCorpusReader  # lazy: optional (eval extra)
 
     data_root = str(Path(corpus_dir).resolve().parent.parent)
     if data_root not in nltk.data.path:
@@ -111,10 +110,10 @@ def wordnet_reader(*, build: bool = True):
     if (cached / "lexnames").is_file():
         return reader_at(cached)
     try:  # a WordNet nltk itself finds (nltk.download, a folder or zip on its data path)
-        import nltk
+        import nltk  # lazy: optional (eval extra)
 
         nltk.data.find("corpora/wordnet")
-        from nltk.corpus import wordnet
+        from nltk.corpus import wordnet  # lazy: optional (eval extra)
 
         wordnet.ensure_loaded()
         return wordnet

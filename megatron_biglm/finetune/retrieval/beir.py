@@ -243,7 +243,7 @@ def exact_search(query_emb: torch.Tensor, doc_emb: torch.Tensor, query_ids, doc_
 
 def score_run(qrels: dict, run: dict) -> dict:
     """nDCG@10, Recall@100 and MRR@10 (means over the qrels' queries) by pytrec_eval."""
-    import pytrec_eval
+    import pytrec_eval  # lazy: optional (retrieval extra)
 
     full = pytrec_eval.RelevanceEvaluator(qrels, {"ndcg_cut.10", "recall.100"}).evaluate(run)
     top10 = {q: dict(sorted(docs.items(), key=lambda kv: (-kv[1], kv[0]))[:10]) for q, docs in run.items()}

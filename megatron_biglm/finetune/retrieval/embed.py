@@ -15,6 +15,7 @@ import torch
 from megatron_biglm.checkpoint.task_head import DEFAULT_PROMPTS
 from megatron_biglm.export.sentence_transformers_dir import our_pooling
 from megatron_biglm.model.pooling import pool_hidden
+from tqdm.auto import tqdm
 
 
 @dataclass
@@ -63,8 +64,6 @@ def embed_tokens(model, input_ids: torch.Tensor, valid_lengths: torch.Tensor,
 def encode(model, tokenizer, texts: Sequence[str], options: EmbeddingOptions, *, side: str = "passage",
            batch_size: int = 32, progress: bool = False) -> torch.Tensor:
     """Embeddings [n, h] (fp32, CPU) of `texts`, each prefixed with `options.prompts[side]`."""
-    from tqdm.auto import tqdm
-
     prefix = options.prompts[side]
     out = []
     starts = range(0, len(texts), batch_size)

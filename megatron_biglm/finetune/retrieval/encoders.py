@@ -12,6 +12,7 @@ from pathlib import Path
 import torch
 
 from .embed import EmbeddingOptions, encode
+from megatron_biglm.inference.loading import is_megatron_checkpoint, load_megatron_checkpoint
 
 
 def _identity(path) -> str:
@@ -43,7 +44,7 @@ class SentenceTransformerEncoder:
     """A sentence-transformers directory; its prompts "query"/"passage" are used when present."""
 
     def __init__(self, path, device: str = "cpu"):
-        from sentence_transformers import SentenceTransformer
+        from sentence_transformers import SentenceTransformer  # lazy: optional (retrieval extra)
 
         self.model = SentenceTransformer(str(path), device=device)
         self.identity = _identity(path)
@@ -63,8 +64,6 @@ class SentenceTransformerEncoder:
 
 def load_encoder(path, *, pooling: str = "mean", normalize: bool = True, max_length: int = 512):
     """An ST directory (modules.json) or one of our checkpoints (run dir / checkpoint dir)."""
-    from megatron_biglm.inference.loading import is_megatron_checkpoint, load_megatron_checkpoint
-
     path = Path(os.path.expanduser(str(path)))
     if (path / "modules.json").is_file():
         return SentenceTransformerEncoder(path)

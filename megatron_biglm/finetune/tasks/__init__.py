@@ -9,23 +9,11 @@ itself, so `kinds/` never reads this package.
 | a task declared as data (`finetune.task: {kind: ..., fields: ...}`) | `declaration` |
 | the built-in tasks (MNLI, SuperGLUE x5, SQuAD, XSUM, MSQG) as declarations, and prompts | `prompts` |
 | (re-exported) SQuAD windows / offsets, n-best answers | `finetune/squad_windows`, `finetune/squad_answers` |
-
-The built-in tasks are declarations, read by their kinds' classes, so `TASKS`, `DECLARATIONS`,
-`PROMPTS` and `get_task` are loaded on first use.
 """
 from ..squad_answers import SpanCandidate, nbest_spans, squad_predictions
 from ..squad_windows import NO_ANSWER_POSITION, SquadEncoder, SquadWindow, window_bounds
 from .task import Task
-
-_FROM_PROMPTS = ("DECLARATIONS", "PROMPTS", "TASKS", "get_task")
-
-
-def __getattr__(name: str):
-    if name in _FROM_PROMPTS:
-        from . import prompts
-
-        return getattr(prompts, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+from .prompts import DECLARATIONS, PROMPTS, TASKS, get_task
 
 
 __all__ = ["DECLARATIONS", "NO_ANSWER_POSITION", "PROMPTS", "SpanCandidate", "SquadEncoder", "SquadWindow",

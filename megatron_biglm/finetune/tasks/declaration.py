@@ -55,6 +55,9 @@ from ..data_files import DatasetSchema, get_schema, raw_split
 from ..kinds.label_inference import infer_labels, needs_labels
 from ..columns import TaskDeclarationError, as_list
 from .task import Task, check_metric_name
+from ..kinds import KINDS, kind_class
+from megatron_biglm.common.config_fields import unknown_key_error
+from ..metrics.task_scores import score_keys
 
 #: the declaration keys of every kind (a kind adds its own: `declaration_keys`)
 COMMON_KEYS = ("name", "kind", "dataset", "fields", "label_field", "labels", "problem_type", "label_separator",
@@ -66,7 +69,6 @@ def declare_task(spec: Mapping, where: str = "finetune.task") -> Task:
     the task until `with_labels` fills them from the training split."""
     if not isinstance(spec, Mapping):
         raise TaskDeclarationError(f"{where} must be a task name or a mapping, got {spec!r}")
-    from ..kinds import KINDS, kind_class
 
     kind = spec.get("kind")
     try:
@@ -81,7 +83,6 @@ def declare_task(spec: Mapping, where: str = "finetune.task") -> Task:
         if owners:
             key, owner = next(iter(owners.items()))
             raise TaskDeclarationError(f"{where}: {key} belongs to kind {owner}, not {kind!r}")
-        from megatron_biglm.common.config_fields import unknown_key_error
 
         raise unknown_key_error(where, unknown, valid, error=TaskDeclarationError,
                                 headline="unknown task key {first!r}")
@@ -131,6 +132,4 @@ def _schema(spec, kind_cls, problem: str, name: str, where: str) -> DatasetSchem
 
 def _score_keys(metrics: Sequence[str]) -> list[str]:
     """The keys the metrics put into the scores (what `select` may name)."""
-    from ..metrics.task_scores import score_keys
-
     return score_keys(metrics)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import Any
+from ..kinds import kind_class
 
 METRIC_NAMES = ("accuracy", "macro_f1", "squad", "rouge", "bleu", "meteor", "pearson", "spearman", "mse",
                 "micro_f1", "subset_accuracy", "retrieval", "loss")
@@ -40,8 +41,6 @@ class Task:
     columns: dict = field(default_factory=dict, hash=False, compare=False)  # span: role -> column
 
     def __post_init__(self):
-        from ..kinds import kind_class
-
         try:
             kind = kind_class(self.kind)
         except ValueError as exc:

@@ -27,7 +27,7 @@ def flash_attn_available() -> bool:
 def flash_attn_functions():
     """(flash_attn_func, flash_attn_varlen_func), or ImportError saying how to get them."""
     try:
-        from flash_attn import flash_attn_func, flash_attn_varlen_func
+        from flash_attn import flash_attn_func, flash_attn_varlen_func  # lazy: optional (gpu extra)
     except ImportError as exc:
         raise ImportError(FLASH_MISSING) from exc
     return flash_attn_func, flash_attn_varlen_func

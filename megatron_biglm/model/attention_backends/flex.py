@@ -12,6 +12,7 @@ import torch
 from megatron_biglm.model.attention_masks import flex_split_block_mask
 
 from .protocol import DeriveOptions
+from torch.nn.attention.flex_attention import flex_attention
 
 NO_CPU_BACKWARD = ("attention_backend 'flex' trains on CUDA only: torch has no FlexAttention backward on "
                    "CPU; use sdpa (or auto) to train here, flex on CPU is for evaluation")
@@ -20,8 +21,6 @@ NO_CPU_BACKWARD = ("attention_backend 'flex' trains on CUDA only: torch has no F
 @functools.lru_cache(maxsize=2)
 def flex_attention_fn(compiled: bool):
     """FlexAttention, compiled (fused kernel, no s x s scores) or eager (materialises scores)."""
-    from torch.nn.attention.flex_attention import flex_attention
-
     return torch.compile(flex_attention, dynamic=False) if compiled else flex_attention
 
 

@@ -24,7 +24,7 @@ def torch_varlen_available() -> bool:
     if not torch.cuda.is_available():
         return False
     try:
-        from torch.nn.attention.varlen import varlen_attn  # noqa: F401
+        from torch.nn.attention.varlen import varlen_attn  # lazy: optional (newer torch only); noqa: F401
     except ImportError:
         return False
     return True
@@ -35,7 +35,7 @@ def torch_varlen_fn(q, k, v, cu_q, cu_k, max_q: int, max_k: int, softmax_scale=N
     passed through where this torch's `varlen_attn` takes `enable_gqa`, else K/V heads are
     repeated."""
     try:
-        from torch.nn.attention.varlen import varlen_attn
+        from torch.nn.attention.varlen import varlen_attn  # lazy: optional (newer torch only)
     except ImportError as exc:
         raise ImportError(TORCH_VARLEN_MISSING) from exc
     if causal:

@@ -11,6 +11,8 @@ from __future__ import annotations
 import torch
 
 from megatron_biglm.objective.split_rule import checked_split, visible
+from torch.nn.attention.flex_attention import BlockMask
+from torch.nn.attention.flex_attention import create_block_mask
 
 #: How :func:`flex_split_block_mask` builds the BlockMask.
 FLEX_BUILD_METHODS = ("analytic", "create")
@@ -48,8 +50,6 @@ def _analytic_split_block_mask(split, valid, seq_len, q_bs, kv_bs, mask_mod):
     The q-major lists (backward) come from the same small grid, transposed: torch's
     ``from_kv_blocks`` rebuilds that grid with a scatter that alone costs ~20 ms at s = 8192.
     """
-    from torch.nn.attention.flex_attention import BlockMask
-
     device = split.device
     nq, nk = -(-seq_len // q_bs), -(-seq_len // kv_bs)
     split, valid = split.view(-1, 1, 1, 1), valid.view(-1, 1, 1, 1)  # [b, H=1, nq, nk]
@@ -111,7 +111,6 @@ def flex_split_block_mask(
 
     if method == "analytic":
         return _analytic_split_block_mask(split_d, valid_d, seq_len, q_bs, kv_bs, split_mask_mod)
-    from torch.nn.attention.flex_attention import create_block_mask
 
     return create_block_mask(
         split_mask_mod,
