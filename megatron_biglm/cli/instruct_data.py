@@ -1,6 +1,6 @@
 """Instruction data from the command line (training: `python -m megatron_biglm.cli.instruct_tune`).
 
-    # FLAN / xP3 jsonl -> tokenized dataset (English, targets of at most 3 tokens: seed 001)
+    # FLAN / xP3 jsonl -> tokenized dataset (English, targets of at most 3 tokens: “Scaling Effects of Instruction Tuning”)
     python -m megatron_biglm.cli.instruct_data build --input 'xp3/*.jsonl' --tokenizer TOK \
         --out data/instruct --max-length 256 --max-target-tokens 3 --language en
 """
@@ -37,7 +37,7 @@ def main(argv=None) -> int:
     b.add_argument("--out", required=True)
     b.add_argument("--template", default="default", help="a template name, or its fields as JSON")
     b.add_argument("--max-length", type=int, default=512)
-    b.add_argument("--max-target-tokens", type=int, default=None, help="seed 001: 3")
+    b.add_argument("--max-target-tokens", type=int, default=None, help="“Scaling Effects of Instruction Tuning”: 3")
     b.add_argument("--language", nargs="*", default=["en"], help="kept languages (none: no filter)")
     b.add_argument("--strict", action="store_true", help="stop at the first bad row")
     args = parser.parse_args(argv)

@@ -1,7 +1,7 @@
-"""Instruction-tune a model (seed 001 §3.1): an alias of the fine-tuning entry for the
+"""Instruction-tune a model (“Scaling Effects of Instruction Tuning” §3.1): an alias of the fine-tuning entry for the
 `instruct` task kind.
 
-    python -m megatron_biglm.cli.instruct_tune --config examples/configs/instruct/seed001.yaml \
+    python -m megatron_biglm.cli.instruct_tune --config examples/configs/instruct/scaling_effects.yaml \
         --data data/instruct [--valid-data data/instruct_valid] [--epochs 1] [key=value ...]
 
 is `python -m megatron_biglm.cli.finetune` with `finetune.task={kind: instruct}`,

@@ -1,4 +1,4 @@
-"""The low-data sweep (seed 001 §4.3) as one resumable command:
+"""The low-data sweep (“Scaling Effects of Instruction Tuning” §4.3) as one resumable command:
 
     python -m megatron_biglm.cli.lowdata --config examples/configs/finetune/lowdata.yaml \
         --base-checkpoint runs/biglm_136m --instruct-checkpoint runs/instruct_136m \
@@ -26,21 +26,21 @@ import sys
 
 def main(argv=None) -> int:
     from megatron_biglm.experiments.lowdata import PARADIGMS, Grid, load_runner, run_sweep
-    from megatron_biglm.experiments.lowdata.cells import SEED001_LR, SEED001_STEPS, FinetuneCells
-    from megatron_biglm.experiments.lowdata.grid import SEED001_NS, SEED001_SEEDS, SEED001_TASKS
+    from megatron_biglm.experiments.lowdata.cells import LOWDATA_LR, LOWDATA_STEPS, FinetuneCells
+    from megatron_biglm.experiments.lowdata.grid import LOWDATA_NS, LOWDATA_SEEDS, LOWDATA_TASKS
 
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", required=True)
-    parser.add_argument("--tasks", nargs="+", default=list(SEED001_TASKS))
+    parser.add_argument("--tasks", nargs="+", default=list(LOWDATA_TASKS))
     parser.add_argument("--paradigms", nargs="+", default=list(PARADIGMS), choices=PARADIGMS)
-    parser.add_argument("--ns", nargs="+", type=int, default=list(SEED001_NS))
-    parser.add_argument("--seeds", nargs="+", type=int, default=list(SEED001_SEEDS))
+    parser.add_argument("--ns", nargs="+", type=int, default=list(LOWDATA_NS))
+    parser.add_argument("--seeds", nargs="+", type=int, default=list(LOWDATA_SEEDS))
     parser.add_argument("--config", help="the fine-tuning run config every cell starts from (model, batch, ...)")
     parser.add_argument("--base-checkpoint", help="start point of the head and prompted paradigms")
     parser.add_argument("--instruct-checkpoint", help="start point of the instruct paradigm")
     parser.add_argument("--data", help="a folder with <task>/<split>.jsonl (super_glue schema) per task")
-    parser.add_argument("--steps", type=int, default=SEED001_STEPS, help="training steps per cell (seed 001: > 300)")
-    parser.add_argument("--lr", type=float, default=SEED001_LR)
+    parser.add_argument("--steps", type=int, default=LOWDATA_STEPS, help="training steps per cell (“Scaling Effects of Instruction Tuning”: > 300)")
+    parser.add_argument("--lr", type=float, default=LOWDATA_LR)
     parser.add_argument("--keep-checkpoints", action="store_true", help="keep each finished cell's checkpoints")
     parser.add_argument("--runner", action="append", default=[], metavar="PARADIGM=MODULE:CALLABLE")
     parser.add_argument("overrides", nargs="*", help="section.key=value overrides for every cell")
@@ -66,8 +66,8 @@ def main(argv=None) -> int:
             parser.error(f"paradigms {fine_tuned} need {' and '.join(missing)}")
         if args.steps < 1:
             parser.error(f"--steps must be >= 1, got {args.steps}")
-        if args.steps < SEED001_STEPS:
-            print(f"note: --steps {args.steps} is below seed 001's >= {SEED001_STEPS} steps", flush=True)
+        if args.steps < LOWDATA_STEPS:
+            print(f"note: --steps {args.steps} is below “Scaling Effects of Instruction Tuning”'s >= {LOWDATA_STEPS} steps", flush=True)
         cells = FinetuneCells(args.config, args.data, args.out, args.base_checkpoint,
                               args.instruct_checkpoint, steps=args.steps, lr=args.lr, overrides=args.overrides,
                               keep_checkpoints=args.keep_checkpoints)

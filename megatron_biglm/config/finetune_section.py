@@ -35,7 +35,7 @@ own record, never one that is or holds `init_from` or a pretraining checkpoint
 (`run/run_claim.py`). A head `init_from` stores with another shape (a fine-tuned 2-label
 head, and a 3-label task) is refused; `reinit_mismatched_heads: true` starts it fresh instead.
 
-Low data (seed 001 §4.3): `train_examples: N` trains on N examples drawn from the usable
+Low data (“Scaling Effects of Instruction Tuning” §4.3): `train_examples: N` trains on N examples drawn from the usable
 training examples with `data.seed` (reported in results.json's `data`; more than there are is
 an error, not a silent cap); `N = 0` trains nothing and scores `init_from` as it is on the
 evaluation splits (zero-shot; a kind that scores a pretrained model as it is). `min_steps` lifts the schedule to at least

@@ -1,4 +1,4 @@
-"""Instruction-tuning masking (seed 001 §3.1): one chat-formatted sample -> masked-LM inputs.
+"""Instruction-tuning masking (“Scaling Effects of Instruction Tuning” §3.1): one chat-formatted sample -> masked-LM inputs.
 
 Every position has a role: TEMPLATE (the chat template's literal tokens and the special
 tokens BOS/EOS), INPUT (the instruction and its input text) or TARGET (the answer). Then:
@@ -10,7 +10,7 @@ tokens BOS/EOS), INPUT (the instruction and its input text) or TARGET (the answe
   * the loss covers all masked positions (input and target).
 
 Masked positions become ``<mask>`` (no 80/10/10: the target must be predicted from nothing,
-and seed 001 follows plain MLM masking). The target is one contiguous run. The ``biglm``
+and “Scaling Effects of Instruction Tuning” follows plain MLM masking). The target is one contiguous run. The ``biglm``
 variant sets the attention ``split`` at the target start, so input rows never see a target
 key (``split_rule.visible``); ``mlm`` / ``no_attn`` give split 0 (full attention).
 Pure numpy; randomness from ``rng`` only, so a generator seeded by (seed, sample index)

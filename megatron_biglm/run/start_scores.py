@@ -1,4 +1,4 @@
-"""Score a start point without training it (`finetune.train_examples=0`): seed 001's N = 0
+"""Score a start point without training it (`finetune.train_examples=0`): “Scaling Effects of Instruction Tuning”'s N = 0
 point of the prompted and instruction-tuned curves (the prompt read zero-shot).
 
 Training zero steps through the loop is no run (the schedule needs a step, and the loop's

@@ -150,7 +150,7 @@ def test_label_tokens_follow_the_space_before_the_mask():
 
 def test_configured_prompts():
     assert set(PROMPTS) == {"mnli", "boolq", "cb", "copa", "rte", "wic"}
-    assert PROMPTS["cb"].label_words == ("yes", "no", "maybe")   # seed 001's CB label set
+    assert PROMPTS["cb"].label_words == ("yes", "no", "maybe")   # “Scaling Effects of Instruction Tuning”'s CB label set
     assert TASKS["cb"].select == "macro_f1" and TASKS["rte"].select == "accuracy"
     assert TASKS["mnli"].eval_splits == ("validation_matched", "validation_mismatched")
     assert TASKS["copa_head"].kind == "head" and TASKS["copa"].prompt.fields == (

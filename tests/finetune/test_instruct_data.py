@@ -1,4 +1,4 @@
-"""Instruction data: both jsonl schemas, seed 001's filters with every drop counted, the chat
+"""Instruction data: both jsonl schemas, “Scaling Effects of Instruction Tuning”'s filters with every drop counted, the chat
 template's tokens tagged so the masker never touches them, .npy round trip, and samples that
 are a pure function of the global index (so consumed_samples resumes them)."""
 from __future__ import annotations
@@ -133,7 +133,7 @@ def test_instruct_tune_entry_point_trains_a_few_steps(tokenizer, rows_file, tmp_
                  "model.vocab_size": len(tokenizer), "training.micro_batch_size": 2, "training.global_batch_size": 2,
                  "training.precision": "fp32", "logging.tensorboard": False, "logging.progress": "plain",
                  "logging.log_interval": 1}
-    assert main(["--config", "examples/configs/instruct/seed001.yaml", "--data", str(tmp_path / "ds"),
+    assert main(["--config", "examples/configs/instruct/scaling_effects.yaml", "--data", str(tmp_path / "ds"),
                  "--epochs", "1.5"] + [f"{k}={v}" for k, v in overrides.items()]) == 0
     out = capsys.readouterr().out
     assert "5 training examples / global batch 2 = 3 steps per epoch (rounded up) x 1.5 epochs = 5 steps" in out

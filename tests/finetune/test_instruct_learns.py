@@ -1,5 +1,5 @@
 """Instruction tuning works: a tiny model instruction-tuned with the
-seed 001 objective (InstructRecipe, through the common loop) on synthetic template tasks of
+“Scaling Effects of Instruction Tuning” objective (InstructRecipe, through the common loop) on synthetic template tasks of
 several families answers a HELD-OUT template task zero-shot well above chance; the same
 model before instruction tuning stays at chance. The held-out task ("repeat the last word")
 combines an instruction verb and a selector seen only apart (tests/instruct_synthetic.py).

@@ -1,4 +1,4 @@
-"""Seed 001 §3.1 masking over many draws: ~15 % of the eligible input tokens, never a
+"""“Scaling Effects of Instruction Tuning” §3.1 masking over many draws: ~15 % of the eligible input tokens, never a
 template or special token, every target token; in the biglm variant no input row attends a
 target key (checked through the split rule and the dense mask the CPU backend uses)."""
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Seed 001's low-data study: head vs prompted vs instruction-tuned-then-prompted over
+"""“Scaling Effects of Instruction Tuning”'s low-data study: head vs prompted vs instruction-tuned-then-prompted over
 N ∈ {0, 8, ..., 128} training examples and seeds, with the IPR table.
 
 | concept | module |

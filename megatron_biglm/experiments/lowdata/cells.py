@@ -8,7 +8,7 @@
 | instruct | `<task>` (the same prompt) | the instruction-tuned checkpoint |
 
 Each cell trains on N examples drawn with the cell's seed (`finetune.train_examples=N`,
-`data.seed` and `training.seed` = the seed) for `steps` steps (seed 001 §4.3: lr 1e-5 and
+`data.seed` and `training.seed` = the seed) for `steps` steps (“Scaling Effects of Instruction Tuning” §4.3: lr 1e-5 and
 > 300 steps, so the default 300; one epoch when that is longer), validating once, at the end.
 The score is that validation's select metric (CB macro-F1, else accuracy) on the select
 split: with 8 training examples, picking the best of several validations would report the
@@ -17,7 +17,7 @@ validation set's choice, not what N examples taught. N = 0 trains nothing
 
 Files: `data/<task>/<split>.jsonl` (the super_glue schema) becomes `finetune.data.<split>` for
 every split there; the run directory is `out/cells/<task>/<paradigm>/n<N>_seed<seed>`. A
-finished cell's checkpoints are deleted unless `keep_checkpoints` (seed 001's grid is 1,260
+finished cell's checkpoints are deleted unless `keep_checkpoints` (“Scaling Effects of Instruction Tuning”'s grid is 1,260
 fine-tunes); an interrupted cell keeps them, and a rerun of the sweep resumes it.
 """
 from __future__ import annotations
@@ -31,8 +31,8 @@ from megatron_biglm.run import finetune
 
 from .grid import Cell
 
-SEED001_STEPS = 300
-SEED001_LR = 1e-5
+LOWDATA_STEPS = 300
+LOWDATA_LR = 1e-5
 
 
 def task_files(data_dir, task: str, n: int) -> dict[str, str]:
@@ -56,8 +56,8 @@ class FinetuneCells:
     out_dir: str
     base_checkpoint: str | None = None
     instruct_checkpoint: str | None = None
-    steps: int = SEED001_STEPS
-    lr: float = SEED001_LR
+    steps: int = LOWDATA_STEPS
+    lr: float = LOWDATA_LR
     overrides: list = field(default_factory=list)
     keep_checkpoints: bool = False
 

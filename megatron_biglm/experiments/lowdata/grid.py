@@ -1,4 +1,4 @@
-"""The grid of seed 001's low-data study (§4.3, Table 2, Figure 3): tasks × paradigms × N × seeds.
+"""The grid of “Scaling Effects of Instruction Tuning”'s low-data study (§4.3, Table 2, Figure 3): tasks × paradigms × N × seeds.
 
 Paradigms: `head` (classification-head fine-tuning), `prompted` (the base model fine-tuned
 on the fixed prompt and verbalizer), `instruct` (the instruction-tuned model, same prompt).
@@ -11,9 +11,9 @@ from dataclasses import dataclass
 
 PARADIGMS = ("head", "prompted", "instruct")
 ZERO_SHOT = ("prompted", "instruct")
-SEED001_TASKS = ("boolq", "cb", "copa", "rte", "wic")
-SEED001_NS = (0, 8, 16, 32, 64, 128)
-SEED001_SEEDS = (0, 1, 2)
+LOWDATA_TASKS = ("boolq", "cb", "copa", "rte", "wic")
+LOWDATA_NS = (0, 8, 16, 32, 64, 128)
+LOWDATA_SEEDS = (0, 1, 2)
 
 
 @dataclass(frozen=True)
@@ -30,10 +30,10 @@ class Cell:
 
 @dataclass(frozen=True)
 class Grid:
-    tasks: tuple = SEED001_TASKS
+    tasks: tuple = LOWDATA_TASKS
     paradigms: tuple = PARADIGMS
-    ns: tuple = SEED001_NS
-    seeds: tuple = SEED001_SEEDS
+    ns: tuple = LOWDATA_NS
+    seeds: tuple = LOWDATA_SEEDS
 
     def __post_init__(self):
         unknown = [p for p in self.paradigms if p not in PARADIGMS]

@@ -1,7 +1,7 @@
 """The sweep's results file (CSV, one row per finished cell, appended as cells finish) and
 what is drawn from it: mean ± std curves per paradigm (a PNG per task) and the IPR table.
 
-IPR pairs (seed 001 Table 2 is instruct vs prompted): `instruct/prompted` over N incl. 0,
+IPR pairs (“Scaling Effects of Instruction Tuning” Table 2 is instruct vs prompted): `instruct/prompted` over N incl. 0,
 `prompted/head` and `instruct/head` over the head's Ns (N > 0); see `metrics.ipr` for the
 N = 0 rule. Per task: the mean ± std over seeds of the per-seed IPR, in percent. A pair whose curves share
 fewer than two N values has no integral and is left out of the table.

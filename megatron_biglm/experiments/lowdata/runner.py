@@ -4,7 +4,7 @@ A paradigm's cell runner is any callable `runner(cell) -> score` (a fraction; th
 metric: accuracy, CB macro-F1): `cells.FinetuneCells` runs each cell as a fine-tune (head:
 the head recipe; prompted / instruct: the verbalizer recipe from the base or the
 instruction-tuned checkpoint, N training examples drawn with the cell's seed, lr 1e-5,
->= 300 steps as seed 001 §4.3 says); a test passes closed-form curves. A finished cell is
+>= 300 steps as “Scaling Effects of Instruction Tuning” §4.3 says); a test passes closed-form curves. A finished cell is
 appended to `results.csv` at once; a rerun skips every cell already there, so an interrupted
 sweep continues where it stopped.
 """

@@ -8,7 +8,7 @@ through an inference adapter (HF export or megatron checkpoint) with that split;
 prediction is the argmax over labels of `label_scores` (sum of the label tokens' log-probs
 at the slots), exactly the recipe's rule.
 
-Tasks: the five SuperGLUE tasks with prompts, BoolQ, CB, COPA, RTE and WiC (seed 001's
+Tasks: the five SuperGLUE tasks with prompts, BoolQ, CB, COPA, RTE and WiC (“Scaling Effects of Instruction Tuning”'s
 subset; MultiRC, ReCoRD and WSC have none). Metric per task: accuracy, CB macro-F1 over its
 three classes (SuperGLUE's convention). The average is the unweighted mean of the per-task
 metrics over the tasks that have data; the output says which ran.

@@ -10,7 +10,7 @@ piece is tokenised on its own and every token is tagged with its role
 literals and special tokens are never masked, whatever the tokenizer does with them. The same
 encoder lays out prompts for prompted classification (`encode_prompt`): the target is
 replaced by `<mask>` slots, so fine-tuning and evaluation see exactly the instruction-tuning
-layout (seed 001 §3.2: "a prompt following the template introduced during instruction tuning").
+layout (“Scaling Effects of Instruction Tuning” §3.2: "a prompt following the template introduced during instruction tuning").
 
 Too long for `max_length`: the input text is cut at its end first, then the instruction;
 each cut is counted by the caller (`Encoded.truncated`). The target is never cut.

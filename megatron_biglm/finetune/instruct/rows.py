@@ -1,10 +1,10 @@
-"""Instruction rows from FLAN / xP3-style jsonl or parquet, filtered as seed 001 §3.1 does.
+"""Instruction rows from FLAN / xP3-style jsonl or parquet, filtered as “Scaling Effects of Instruction Tuning” §3.1 does.
 
 Two schemas are read (per row, whichever it has):
   * FLAN / xP3: `inputs` (the whole prompt) and `targets`;
   * Alpaca / natural_instructions (`experiments.bigbench_data.instruction_rows`): `instruction`, an
     optional `input`, and `output`.
-Filters (seed 001: "only samples where the target consists of at most three tokens", "the
+Filters (“Scaling Effects of Instruction Tuning”: "only samples where the target consists of at most three tokens", "the
 English split"): `languages` keeps rows whose `language` / `lang` field names one of them
 (case-insensitive; `en` also keeps `en-US`); rows without such a field are kept and counted
 as `no_language_field`. `max_target_tokens` (k) drops rows whose target tokenises to more

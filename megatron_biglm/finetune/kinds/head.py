@@ -1,4 +1,4 @@
-"""The head kind (seed 001's baseline): pooled encoder states -> a classification head.
+"""The head kind (“Scaling Effects of Instruction Tuning”'s baseline): pooled encoder states -> a classification head.
 
 An example is `[BOS] text_1 [EOS] text_2 [EOS]` (`HeadEncoder` below), right-padded
 to the batch's longest row; no target suffix, so `split` is 0 (full bidirectional attention over

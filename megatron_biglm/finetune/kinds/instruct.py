@@ -1,4 +1,4 @@
-"""The instruct kind: masked-LM instruction tuning (seed 001 §3.1) through the one training loop.
+"""The instruct kind: masked-LM instruction tuning (“Scaling Effects of Instruction Tuning” §3.1) through the one training loop.
 
 Data: an `InstructionData` (built by `python -m megatron_biglm.cli.instruct_data build`),
 viewed as `InstructionSamples`: train_steps × global_batch_size samples by global index

@@ -1,4 +1,4 @@
-"""The verbalizer kind: prompted classification (the paper's MNLI setting, seed 001's prompted
+"""The verbalizer kind: prompted classification (the paper's MNLI setting, “Scaling Effects of Instruction Tuning”'s prompted
 paradigm). The masked-LM head predicts the label word at the `<mask>` slot(s) of a prompt, so
 the pretrained model already answers: this kind scores zero-shot.
 

@@ -7,7 +7,7 @@ tables), so best-checkpoint selection compares like with like.
 | SQuAD EM / F1 | `squad` | official v1.1 normalisation, max over gold answers |
 | ROUGE-1/2/L, BLEU-n, METEOR | `generation` | `rouge-score` (Porter stemming), `sacrebleu` corpus BLEU, nltk METEOR with offline WordNet (`wordnet`: Debian's WordNet laid out for nltk) |
 | a task's metrics as one flat dict | `task_scores` | keys a `Task.select` can name |
-| IPR (seed 001) | `ipr` | ∫f/∫g − 1, trapezoid over the Ns both curves have |
+| IPR (“Scaling Effects of Instruction Tuning”) | `ipr` | ∫f/∫g − 1, trapezoid over the Ns both curves have |
 | Genset BLEU-2 / Distinct-2 | `generation` | sacrebleu BLEU (order 2), corpus-level distinct bigrams |
 """
 from .classification import accuracy, macro_f1

@@ -1,4 +1,4 @@
-"""The Integral Performance Ratio of seed 001 (§4.2): IPR(f, g) = ∫f / ∫g − 1.
+"""The Integral Performance Ratio of “Scaling Effects of Instruction Tuning” (§4.2): IPR(f, g) = ∫f / ∫g − 1.
 
 f and g are performance curves over the number of training examples N (e.g. accuracy at
 N ∈ {0, 8, 16, 32, 64, 128}); each integral is the trapezoid rule over N on a LINEAR axis,
@@ -6,7 +6,7 @@ between the sampled points (no extrapolation).
 
 N = 0: the prompted and instruction-tuned paradigms have a zero-shot point, head fine-tuning
 has none (an untrained head is no model). Each IPR integrates over the Ns BOTH curves have
-(the intersection of their grids), so instruction-tuned vs prompted (seed 001's Table 2)
+(the intersection of their grids), so instruction-tuned vs prompted (“Scaling Effects of Instruction Tuning”'s Table 2)
 includes N = 0, and anything vs head fine-tuning starts at the head's smallest N. The range
 used is returned, so a table can say which it was. IPR > 0: f is better on average.
 """
@@ -46,7 +46,7 @@ def ipr(f: Mapping[float, float], g: Mapping[float, float]) -> tuple[float, list
 
 def ipr_over_seeds(f_runs: Sequence[Mapping[float, float]], g_runs: Sequence[Mapping[float, float]]) -> dict:
     """IPR per seed (runs paired by position: seed i of f with seed i of g), its mean and
-    sample standard deviation (seed 001 Table 2 reports mean ± std), and the IPR of the
+    sample standard deviation (“Scaling Effects of Instruction Tuning” Table 2 reports mean ± std), and the IPR of the
     seed-mean curves."""
     if len(f_runs) != len(g_runs) or not f_runs:
         raise ValueError(f"pair the seeds: {len(f_runs)} runs of f, {len(g_runs)} of g")

@@ -1,6 +1,6 @@
 """The fine-tuning tasks and those of the encoder instruction-tuning spec, with their prompts.
 
-Seed 001 fixes the verbalizer, not the prompt text: label words "yes"/"no", plus "maybe" for
+“Scaling Effects of Instruction Tuning” fixes the verbalizer, not the prompt text: label words "yes"/"no", plus "maybe" for
 CB (its §3.2/§4.4); one fixed prompt per task across all paradigms. The templates below are
 ours, written in that spirit (yes/no questions ending in "Answer: <mask>"); MNLI uses the
 RTE-style template with True/False/Neither. Label word i verbalises the data set's label index i
