@@ -5,7 +5,7 @@ Commands are `python -m megatron_biglm.cli.NAME` (also under torchrun), the cons
 in inline code. A flag counts when the command's own `--help` (its subcommand's, for
 `convert to-hf` and the like) shows it; `--help` runs in-process for `cli/` modules. Each
 command block carries a marker saying whether the slow README test runs it
-(tests/readme_blocks.py has the format), and the markers are checked here.
+(tests/fixtures/readme_blocks.py has the format), and the markers are checked here.
 """
 from __future__ import annotations
 

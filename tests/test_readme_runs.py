@@ -6,7 +6,7 @@ The workspace is what a user has after the quickstart, made small: `python -m
 megatron_biglm.cli.quickstart` itself on 8 plays with 40 pretraining steps (tokenizer, indexed
 data, a resumed pretraining run, its HF export: the same stages and folders as the full run, in
 about 25 s), plus copies of `examples/`, `launch/` and `tools/`. The marker's `inputs:` are written first
-(tests/readme_inputs.py); its `replace:` lines shrink the run (steps, vocabulary, placeholders
+(tests/fixtures/readme_inputs.py); its `replace:` lines shrink the run (steps, vocabulary, placeholders
 such as `runs/biglm_136m` -> the quickstart's run), its `skip:` lines leave out what needs
 SLURM or a download. Blocks marked `not run` say why in the README.
 

@@ -28,7 +28,7 @@ TRAIN_STEPS = 4
 
 
 def _torchrun(target: str, nproc: int, **kwargs) -> list:
-    sys.path.insert(0, str(REPO / "tests"))
+    sys.path.insert(0, str(REPO / "tests" / "fixtures"))
     from torchrun_util import run_function
 
     res = run_function(f"tests/export/test_convert_parity.py:{target}", nproc=nproc, kwargs=kwargs, timeout=240)

@@ -408,7 +408,7 @@ def biglm_tp2_merge_worker(seed: int) -> dict:
 
 
 def _torchrun(target: str, nproc: int, **kwargs) -> list:
-    sys.path.insert(0, str(REPO / "tests"))
+    sys.path.insert(0, str(REPO / "tests" / "fixtures"))
     from torchrun_util import run_function
 
     res = run_function(f"tests/export/test_hf_model.py:{target}", nproc=nproc, kwargs=kwargs, timeout=300)

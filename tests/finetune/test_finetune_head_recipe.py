@@ -1,5 +1,5 @@
 """Head classification through `python -m megatron_biglm.cli.finetune`'s main(): a tiny model
-learns the synthetic "does the premise contain `cat`?" task (tests/finetune_entry_fixtures.py,
+learns the synthetic "does the premise contain `cat`?" task (tests/fixtures/finetune_entry_fixtures.py,
 balanced: chance 50 %) with the `classification` head on mean-pooled states, and the trained
 model exports as HF EuroBertForSequenceClassification that predicts the same, under the same
 label names (RTE's entailment / not_entailment), in a fresh process. A head that pooled

@@ -2,7 +2,7 @@
 “Scaling Effects of Instruction Tuning” objective (InstructRecipe, through the common loop) on synthetic template tasks of
 several families answers a HELD-OUT template task zero-shot well above chance; the same
 model before instruction tuning stays at chance. The held-out task ("repeat the last word")
-combines an instruction verb and a selector seen only apart (tests/instruct_synthetic.py).
+combines an instruction verb and a selector seen only apart (tests/fixtures/instruct_synthetic.py).
 
 The answer is read as a prompt in the instruction template: the target is one `<mask>` slot
 (split at it, as the biglm variant trains; this mlm-trained model read with split 0 scores

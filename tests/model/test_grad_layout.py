@@ -6,7 +6,7 @@ from __future__ import annotations
 import torch
 
 from megatron_biglm.model.grad_layout import contiguous_grad
-from tests.model_fixtures import build_model, init_megatron, random_batch, tiny_config
+from model_fixtures import build_model, init_megatron, random_batch, tiny_config
 
 
 def test_contiguous_grad_keeps_values_and_hands_on_contiguous_memory():

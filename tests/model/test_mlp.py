@@ -11,7 +11,7 @@ from megatron.core.tensor_parallel import ColumnParallelLinear, RowParallelLinea
 from megatron.core.transformer.mlp import MLP, MLPSubmodules
 
 from megatron_biglm.model.mlp import BiGLMMLP, swiglu
-from tests.model_fixtures import init_megatron, tiny_config
+from model_fixtures import init_megatron, tiny_config
 
 
 def test_swiglu_equals_chunk_silu_mul_in_value_and_gradient():

@@ -77,9 +77,9 @@ def _train_steps(tp: int) -> dict:
 
 
 def worker(tp: int) -> dict:
-    """torchrun entry (tests/torchrun_util.py)."""
+    """torchrun entry (tests/fixtures/torchrun_util.py)."""
     import sys
-    sys.path.insert(0, "tests")
+    sys.path.insert(0, "tests/fixtures")
     return _train_steps(tp)
 
 

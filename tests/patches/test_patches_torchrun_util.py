@@ -1,4 +1,4 @@
-"""Self-test of tests/torchrun_util.py: real gloo ranks, results, failures, timeouts."""
+"""Self-test of tests/fixtures/torchrun_util.py: real gloo ranks, results, failures, timeouts."""
 from __future__ import annotations
 
 import time

@@ -47,7 +47,7 @@ def test_tp2_cells_within_5_percent():
 
     cells = [(seq, mbs, 2, rc, be, pr, predicted_rows(seq)) for seq, mbs, rc, be, pr in GRID
              if seq == 128 and mbs == 3]
-    res = run_function("tests/planner_measure.py:activation_grid_worker", nproc=2, kwargs={"cells": cells},
+    res = run_function("tests/fixtures/planner_measure.py:activation_grid_worker", nproc=2, kwargs={"cells": cells},
                        timeout=170).check()
     errors = {}
     for rank, rows in res.results.items():

@@ -38,7 +38,7 @@ def test_static_memory_one_process(distopt, precision):
 def test_static_memory_two_ranks(tp, pp):
     """Two gloo ranks: TP 2, PP 2 or DP 2; every case on both ranks."""
     cases = [(tp, pp, d, p) for d, p in CASES]
-    res = run_function("tests/planner_measure.py:static_grid_worker", nproc=2, kwargs={"cases": cases},
+    res = run_function("tests/fixtures/planner_measure.py:static_grid_worker", nproc=2, kwargs={"cases": cases},
                        timeout=170).check()
     dp = 2 // (tp * pp)
     for rank, rows in res.results.items():
