@@ -6,15 +6,12 @@ import torch
 
 from megatron_biglm.model.attention_masks import dense_split_mask
 
+from .protocol import AttentionBackend
 
-class LocalBackend:
+
+class LocalBackend(AttentionBackend):
     name = "local"
-    dtypes = None
-    supports_dropout = True
     megatron_native = True
-
-    def unavailable(self, *, training: bool = True) -> None:  # noqa: ARG002 - the Protocol's signature
-        return None
 
     def derive(self, split, options) -> torch.Tensor:
         return dense_split_mask(split.to(options.device), split.seq_len)

@@ -42,21 +42,25 @@ class AttentionBackend(Protocol):
     runs instead, unless `megatron_native`. `core` is the calling `BiGLMCoreAttention`:
     `core.softmax_scale`, `core.attention_dropout_p()` (0 outside training), and
     `core.unfused(...)`, megatron's own `DotProductAttention.forward`.
+
+    A backend class may subclass this Protocol for its defaults: any dtype, dropout supported,
+    not megatron's own, available everywhere.
     """
 
     #: the name a config gives (`model.attention_backend`)
     name: str
     #: the compute dtypes it runs in; None: any
-    dtypes: Optional[tuple]
+    dtypes: Optional[tuple] = None
     #: whether it applies attention dropout
-    supports_dropout: bool
+    supports_dropout: bool = True
     #: megatron's own unfused attention: it masks full attention itself and forks megatron's
     #: RNG for dropout itself (the others run inside that fork)
-    megatron_native: bool
+    megatron_native: bool = False
 
     def unavailable(self, *, training: bool = True) -> Optional[str]:
         """None when it runs on this machine (and trains, with `training`), else why not and
         what to install or choose instead."""
+        return None
 
     def derive(self, split: CheckedSplit, options: DeriveOptions) -> Any:
         """Its representation of the split rule, built on the host from the checked host split

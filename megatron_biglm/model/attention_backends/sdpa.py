@@ -7,7 +7,7 @@ import torch.nn.functional as F
 
 from megatron_biglm.model.attention_masks import dense_visible_mask
 
-from .protocol import DeriveOptions
+from .protocol import AttentionBackend, DeriveOptions
 
 
 def sdpa_attention(core, query, key, value, mask) -> torch.Tensor:
@@ -18,14 +18,8 @@ def sdpa_attention(core, query, key, value, mask) -> torch.Tensor:
     return out.permute(2, 0, 1, 3)  # [s, b, h, d]
 
 
-class SdpaBackend:
+class SdpaBackend(AttentionBackend):
     name = "sdpa"
-    dtypes = None
-    supports_dropout = True
-    megatron_native = False
-
-    def unavailable(self, *, training: bool = True) -> None:  # noqa: ARG002 - the Protocol's signature
-        return None
 
     def derive(self, split, options: DeriveOptions) -> torch.Tensor:
         return dense_visible_mask(split.to(options.device), split.seq_len)

@@ -9,15 +9,11 @@ import torch.nn.functional as F
 
 from megatron_biglm.model.attention_masks import SplitGroups, grouped_split_sdpa, split_groups
 
+from .protocol import AttentionBackend
 
-class SdpaSplitBackend:
+
+class SdpaSplitBackend(AttentionBackend):
     name = "sdpa_split"
-    dtypes = None
-    supports_dropout = True
-    megatron_native = False
-
-    def unavailable(self, *, training: bool = True) -> None:  # noqa: ARG002 - the Protocol's signature
-        return None
 
     def derive(self, split, options) -> SplitGroups:  # noqa: ARG002
         return split_groups(split, split.seq_len)  # from the host tensors: no device sync
