@@ -18,7 +18,7 @@ import torch
 from no_cuda import torch_no_cuda_errors
 
 REPO = Path(__file__).resolve().parents[2]
-SCENARIOS = REPO / "tests" / "patches_cpu_scenarios.py"
+SCENARIOS = REPO / "tests" / "fixtures" / "patches_cpu_scenarios.py"
 NO_CUDA = "no CUDA"  # the installed torch build's own error for a CUDA call (no_cuda.py)
 
 pytestmark = pytest.mark.skipif(torch.cuda.is_available(), reason="CPU-shim tests")
