@@ -96,7 +96,8 @@ class _LastTables:
         self.last = None  # (freqs, version, mscale, dtype, tables)
 
     def get(self, freqs: torch.Tensor, mscale: float, dtype: torch.dtype):
-        if torch.is_inference_mode_enabled() or freqs.is_inference() or torch.compiler.is_compiling():
+        # is_compiling first: dynamo cannot trace the inference-mode queries
+        if torch.compiler.is_compiling() or torch.is_inference_mode_enabled() or freqs.is_inference():
             return _tables(freqs, mscale, dtype)
         last, version = self.last, freqs._version
         if last is not None and last[0] is freqs and last[1] == version and last[2] == mscale and last[3] == dtype:
