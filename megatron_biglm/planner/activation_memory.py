@@ -5,7 +5,7 @@ groups and FFN per TP rank):
 - each RMSNorm (it computes in fp32): its input and the normalised rows in fp32, and one rstd
   per token (2·T·h·4 + 4·T);
 - the QKV projection's input (T·h·e); the rotated q and k and the QKV output that v views
-  (T·(2·n_q + 3·n_kv)·d·e); RoPE's cos/sin tables (6·s·d·e);
+  (T·(2·n_q + 3·n_kv)·d·e);
 - attention: its output and one fp32 log-sum-exp per query and head (T·n_q·d·e + 4·T·n_q); the
   `sdpa` backend also keeps its dense [b, 1, s, s] masks ((1 + TP)·b·s²·e, measured, shared by the layers, and
   not kept when the attention is recomputed; the split kernels keep none, no s×s);
@@ -13,7 +13,9 @@ groups and FFN per TP rank):
 - the MLP: fc1's input (T·h·e), SwiGLU's [gate; up] and activation, fc2's input (4·T·f·e).
 
 Selective recompute drops what the core attention keeps and recomputes it; full recompute keeps
-each layer's input only (and one fp32 RoPE table they share). The first stage adds the token ids; the last adds the final norm and the
+each layer's input only (and one fp32 RoPE table they share); otherwise the layers share one set
+of RoPE tables (cos and two signed sines, 3·s·d·e: built once per angle tensor, `patches/rope_one_pass.py`).
+The first stage adds the token ids; the last adds the final norm and the
 fused loss over the predicted rows (their gathered hidden states, targets, log-sum-exp; one
 `[chunk, vocab]` fp32 block lives only inside a chunk and is not kept; under TP the
 vocabulary-parallel loss keeps each row's fp32 softmax shard). Sequence parallelism
@@ -51,13 +53,12 @@ def layer_bytes(w: Workload, layout: Layout, micro_batch: int) -> int:
     norms = 2 * norm_bytes(T // (t if layout.sequence_parallel else 1), h)
     qkv_in = T * h * e
     qk_rot = T * (2 * nq + 3 * nkv) * d * e
-    rope = 6 * s * d * e
     core = T * nq * d * e + 4 * T * nq
     if layout.recompute == "selective":
         core = 0
     proj_in = T * nq * d * e
     mlp = T * h * e + 4 * T * f * e
-    return norms + qkv_in + qk_rot + rope + core + proj_in + mlp
+    return norms + qkv_in + qk_rot + core + proj_in + mlp
 
 
 def norm_bytes(tokens: int, h: int) -> int:
@@ -72,6 +73,8 @@ def stage_bytes(w: Workload, layout: Layout, stage: int, micro_batch: int, predi
     total = layout_layers(w, layout) * layer_bytes(w, layout, micro_batch)
     if layout.recompute == "full":
         total += w.seq_length * mc.head_dim * 4  # the RoPE table every checkpointed layer shares
+    else:
+        total += 3 * w.seq_length * mc.head_dim * e  # the RoPE tables the layers share (cos, two signed sines)
     if w.attention_backend not in SPLIT_KERNELS and layout.recompute == "none":
         # sdpa's dense masks, shared by the layers: 2 copies at TP 1, 3 at TP 2, as measured on CPU
         total += (1 + layout.tp) * micro_batch * w.seq_length ** 2 * e
