@@ -18,7 +18,7 @@ import tempfile
 from pathlib import Path
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from megatron_biglm.data.readers import iter_records
@@ -197,6 +197,7 @@ label_values = st.one_of(st.integers(-20, 20), st.floats(-5, 5).map(lambda f: ro
 
 @FUZZ
 @given(labels=st.lists(label_values, min_size=1, max_size=12), fmt=st.sampled_from(["jsonl", "csv"]))
+@example(labels=[[]], fmt="csv")  # a header-only csv
 def test_an_inferred_label_round_trips_file_id_name(labels, fmt):
     folder = _folder()
     rows = [{"text": f"row {i}", "label": v} for i, v in enumerate(labels)]
