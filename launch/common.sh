@@ -15,6 +15,8 @@
 #   EXTRA_ARGS    more key=value overrides        DRY_RUN=1   print the resolved environment and command
 #   ENTRY         the module torchrun runs (megatron_biglm.cli.train; launch/finetune.sh: megatron_biglm.cli.finetune)
 # Extra key=value arguments given to the script are appended as overrides too.
+# The config reads variables of its own (the paper presets: DATA_ROOT, the indexed binaries, and
+# BIGLM_TOKENIZER); they reach biglm-plan and torchrun as set, so even DRY_RUN needs them set.
 # DRY_RUN prints where each of TP, PP, MBS and GBS came from (the environment or the config).
 # Before launching it prints the kernel report (megatron_biglm.cli.kernels) and stops
 # if the config names a kernel that is not installed.
