@@ -14,12 +14,9 @@ import re
 import sys
 import threading
 from dataclasses import dataclass
-from torch._dynamo.callback import on_compile_start
-from torch._dynamo.utils import counters
 
 _LOCK = threading.Lock()
 _COUNTS = {"compiles": 0, "recompiles": 0}
-_WATCHING = False
 
 
 @dataclass(frozen=True)
@@ -49,14 +46,14 @@ class CompileCounts:
 
 
 def watch_compiles() -> None:
-    """Start counting dynamo's compiles and recompiles (idempotent; imports dynamo)."""
-    global _WATCHING
-    with _LOCK:
-        if _WATCHING:
-            return
+    """Start counting dynamo's compiles and recompiles (idempotent; imports dynamo). Checked
+    against dynamo's own list of callbacks: `torch._dynamo.reset()` empties it."""
+    from torch._dynamo.callback import callback_handler, on_compile_start  # lazy: start-up (dynamo only where layers compile)
 
+    with _LOCK:
+        if _on_compile_start in callback_handler.start_callbacks:
+            return
         on_compile_start(_on_compile_start)
-        _WATCHING = True
 
 
 def _on_compile_start(args) -> None:
@@ -73,6 +70,7 @@ def compile_counts() -> CompileCounts:
     """The counts so far in this process (all zero when dynamo was never imported)."""
     if "torch._dynamo" not in sys.modules:
         return CompileCounts()
+    from torch._dynamo.utils import counters  # lazy: start-up (dynamo only where layers compile)
 
     breaks = tuple(sorted((str(r), int(n)) for r, n in counters["graph_break"].items()))
     with _LOCK:
