@@ -214,15 +214,6 @@ class LabelColumn:
     present: bool
 
 
-def label_values(inputs, field: str, report: RowReport | None = None, *,
-                 skip_unreadable: bool = False) -> LabelColumn:
-    """The values of `field` in local files: what a task that does not list its labels infers
-    them from (`kinds/label_inference.py`)."""
-    report = report if report is not None else RowReport()
-    return label_column(file_objects(inputs, report, what="fine-tuning data", skip_unreadable=skip_unreadable),
-                        field)
-
-
 def label_column(raw_rows: Iterable[Row], field: str) -> LabelColumn:
     """The `LabelColumn` of `field` in rows already read (`raw_split`)."""
     values, columns, present = [], {}, False
