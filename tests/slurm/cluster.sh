@@ -157,7 +157,9 @@ up() {
   mkdir -p "$DIR" 2>/dev/null || die "cannot create $DIR (set BIGLM_SLURM_DIR to a folder of your own)"
   install_packages
   [[ $(id -u) == 0 ]] || die "the test cluster's daemons run as root: run 'sudo bash $0 up'"
-  rm -rf "$DIR/ctld" "$DIR/spool" "$DIR/nodes"
+  # a cleared controller numbers jobs from 1 again: an earlier cluster's jobcomp records would
+  # carry the new jobs' ids, so they go with its state
+  rm -rf "$DIR/ctld" "$DIR/spool" "$DIR/nodes" "$DIR/jobcomp.log"
   mkdir -p "$DIR/ctld" "$DIR/spool"
   write_conf 0
   start_munge
