@@ -45,7 +45,8 @@ from .core_attention import kv_ports_attached
 from .grad_layout import contiguous_grad
 from .kv_cache import KVCacheForward
 from .kv_pool import PoolForward
-from .layer_compile import compile_layers, compile_layers_on, mark_dynamic_inputs, mark_dynamic_ports, standard_strides
+from .layer_compile import (apply_compile_settings, compile_layers, compile_layers_on, mark_dynamic_inputs,
+                            mark_dynamic_ports, standard_strides)
 from .layer_spec import biglm_block_spec, resolve_transformer_impl
 from .heads import build_head
 
@@ -134,6 +135,8 @@ class BiGLMModel(GPTModel):
                 device=device,
                 compile_flex=resolve_compile(self.attention_compile, device),
             )
+        if self.layers_compiled:
+            apply_compile_settings()
         if self.layers_compiled and decoder_input is not None:
             decoder_input = standard_strides(decoder_input)
             mark_dynamic_inputs(decoder_input, rotary_pos_emb, attn_params)

@@ -125,8 +125,6 @@ class PoolForward:
         self.valid = None if valid is None else [int(n) for n in valid]
         self.base = [pool.lengths[s] for s in self.slots]
         self.in_place = len(set(self.slots)) == len(self.slots)
-        first = self.slots[0]
-        self._view = self.in_place and self.slots == list(range(first, first + len(self.slots)))
 
     @property
     def past(self):
@@ -145,17 +143,16 @@ class PoolForward:
         if not self.in_place:
             width = max(self.base) if self.base else 0
             shared = len(set(self.slots)) == 1  # one slot read by every row: read once and broadcast
-            return SlotPlan(gather=True, first=self.slots[0], rows=b, end=width,
-                            index=None if shared else on_device(self.slots, device))
+            return SlotPlan(gather=True, first=self.slots[0], rows=b, end=width, broadcast=shared,
+                            index=on_device(self.slots[:1] if shared else self.slots, device))
         end = max(self.base) + q
         if end > self.pool.capacity:
             raise ValueError(f"a slot would hold {end} positions; the pool's capacity is {self.pool.capacity}")
-        # an index put at (position, slot) pairs, even where one slice would do: a slice start is
-        # a host int a compiled layer would specialise on (0 for a fresh slot, then any other)
-        plan = SlotPlan(first=self.slots[0], rows=b, end=end, write_at=self._scatter_index(q, device))
-        if not self._view:
-            plan.index = on_device(self.slots, device)
-        return plan
+        # an index put at (position, slot) pairs and a read by slot index, even where one slice
+        # would do: a slice start is a host int a compiled layer would specialise on (0, 1 and
+        # any other), and a server meets every slot, so each would be a compile of its own
+        return SlotPlan(first=self.slots[0], rows=b, end=end, write_at=self._scatter_index(q, device),
+                        index=on_device(self.slots, device))
 
     def _scatter_index(self, q: int, device):
         base = on_device(self.base, device)
@@ -241,24 +238,25 @@ class SlotPlan:
     and guards on nothing that changes per call but shapes and sizes.
 
     - `gather`: the rows' slots are not distinct; read each row's first `end` cached positions
-      (slot `first` broadcast when `index` is None, else the slots `index`) and append the new keys.
-    - otherwise write the new keys at the `write_at` (positions, slots) index pairs, then read the first `end` positions of slots
-      `first .. first + rows - 1` (a view) or of the slots `index`.
+      from the slots `index` (one slot broadcast to every row when `broadcast`) and append the
+      new keys.
+    - otherwise write the new keys at the `write_at` (positions, slots) index pairs, then read the
+      first `end` positions of the slots `index`, or of slots `first .. first + rows - 1` (a
+      view) where no index is given (the fixed-shape forward: one graph per first slot anyway).
     """
 
-    def __init__(self, *, first: int, rows: int, end: int, gather: bool = False,
+    def __init__(self, *, first: int, rows: int, end: int, gather: bool = False, broadcast: bool = False,
                  index: torch.Tensor | None = None,
                  write_at: tuple[torch.Tensor, torch.Tensor] | None = None):
-        self.first, self.rows, self.end, self.gather = first, rows, end, gather
+        self.first, self.rows, self.end, self.gather, self.broadcast = first, rows, end, gather, broadcast
         self.index, self.write_at = index, write_at
 
     def apply(self, buf: torch.Tensor, new: torch.Tensor) -> torch.Tensor:
         """Write `new [q, b, ng, d]` into `buf` as planned; the keys (or values) to attend to."""
         if self.gather:
-            if self.index is None:
-                cached = buf[:self.end, self.first:self.first + 1].expand(-1, self.rows, -1, -1)
-            else:
-                cached = buf[:self.end].index_select(1, self.index)
+            cached = buf[:self.end].index_select(1, self.index)
+            if self.broadcast:
+                cached = cached.expand(-1, new.shape[1], -1, -1)
             return torch.cat([cached, new], dim=0)
         buf.index_put_(self.write_at, new)
         if self.index is None:

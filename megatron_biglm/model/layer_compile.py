@@ -11,8 +11,9 @@ recompiling per call:
 - the sequence and batch sizes of the layers' inputs are marked dynamic (`mark_dynamic_inputs`),
   so a fresh batch shape or split reuses the graph instead of compiling a new one (sizes 0
   and 1 still get a graph of their own, as dynamo specialises them);
-- ints read off a module (a port's slot offsets and key count) are not specialised, so they
-  become dynamic like the sizes;
+- ints read off a module (a port's key count) are not specialised, so they become dynamic
+  like the sizes; dynamo's settings for this are made in every thread that runs the layers
+  (`apply_compile_settings`: torch keeps them per thread, and a server decodes in a worker);
 - the hidden states come with standard strides (`standard_strides`), the sizes of a cached
   forward's ports are marked dynamic too (`mark_dynamic_ports`); sizes 0 and 1 (a one-row
   batch, a one-key cache) still get graphs of their own, as dynamo specialises them;
@@ -46,14 +47,26 @@ def compile_layers_on(setting: "bool | str") -> bool:
 def compile_layers(layers: Iterable[torch.nn.Module]) -> None:
     """Compile each layer in place (same module, parameters and state dict keys), one graph each."""
     watch_compiles()
-    # A cached forward's port sits on each layer's core attention; its host ints (slot offsets,
-    # the key count) change per call. Dynamo specialises ints read off a module unless told
-    # otherwise, which would compile once per key count.
-    torch._dynamo.config.allow_unspec_int_on_nn_module = True
-    if torch._dynamo.config.recompile_limit < RECOMPILE_LIMIT:
-        torch._dynamo.config.recompile_limit = RECOMPILE_LIMIT
+    apply_compile_settings()
     for layer in layers:
         layer.compile(fullgraph=True)
+
+
+def apply_compile_settings() -> None:
+    """Dynamo's settings for the compiled layers, in the calling thread; called before every
+    forward through them. torch keeps a user's config settings per thread (a context
+    variable), so a model compiled in one thread and run in another (the server's worker
+    thread) must set them there too.
+
+    - A cached forward's port sits on each layer's core attention; its host ints (slot offsets,
+      the key count) change per call. Dynamo specialises ints read off a module unless told
+      otherwise, which would compile once per key count.
+    - The recompile limit is raised to `RECOMPILE_LIMIT`."""
+    config = torch._dynamo.config
+    if not config.allow_unspec_int_on_nn_module:
+        config.allow_unspec_int_on_nn_module = True
+    if config.recompile_limit < RECOMPILE_LIMIT:
+        config.recompile_limit = RECOMPILE_LIMIT
 
 
 def standard_strides(hidden: torch.Tensor) -> torch.Tensor:
