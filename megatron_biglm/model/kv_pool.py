@@ -15,10 +15,10 @@ by the model. Here each request owns a slot of per-layer buffers `[capacity, slo
 - requests join (`allocate`) and leave (`release`) between blocks; a request that forks (two
   continuations of one prompt) gets a copy of its slot (`copy_slots`).
 
-When the rows of a forward are slots `i, i+1, ..., i+b-1` in order the buffers are read as a
-view; otherwise (rows out of order, or one slot read by several rows, whose in-place writes
-would collide) the slots are gathered and this forward's keys appended, as the growing cache
-does. The valid lengths live on the host, so building a step reads nothing from the device.
+When the rows of a forward are distinct slots, their keys are written in place and the slots
+read back by index (not as a slice: a compiled layer would specialise on the slice's start);
+otherwise (one slot read by several rows, whose in-place writes would collide) the slots are
+gathered and this forward's keys appended, as the growing cache does. The valid lengths live on the host, so building a step reads nothing from the device.
 Exactness: same keys, same positions, same visible set as the growing cache (tests compare
 them token for token).
 """
