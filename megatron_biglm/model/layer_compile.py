@@ -17,9 +17,11 @@ recompiling per call:
 - the hidden states come with standard strides (`standard_strides`), the sizes of a cached
   forward's ports are marked dynamic too (`mark_dynamic_ports`); sizes 0 and 1 (a one-row
   batch, a one-key cache) still get graphs of their own, as dynamo specialises them;
-- the per-function recompile limit is raised to `RECOMPILE_LIMIT`: the few variants a model
-  legitimately has (training, a fresh prefix, the cached paths of the slot pool) must never
-  reach it, or dynamo falls back to eager for the rest of the process.
+- the per-function recompile limit is raised to `RECOMPILE_LIMIT`: every layer shares one
+  code object, and the variants a model legitimately has must never reach it, or (with
+  `fullgraph=True`) the next forward fails. They are bounded: at most 7 paths (training, a
+  fresh prefix, recording a prefix, reading one, the pool's in-place, gathered and broadcast
+  reads) times a mask or none, times a batch of 1 or more, times one row or more: 56.
 
 The megatron-core call that used to break the graph is patched by name
 (`patches/row_linear_tp_group.py`); SwiGLU's backward has a compile-friendly form (`mlp.py`).
@@ -35,7 +37,7 @@ import torch._dynamo
 from torch._dynamo import maybe_mark_dynamic
 
 #: dynamo's recompile limit per function while layers are compiled (its default is 8).
-RECOMPILE_LIMIT = 16
+RECOMPILE_LIMIT = 64
 
 
 def compile_layers_on(setting: "bool | str") -> bool:
