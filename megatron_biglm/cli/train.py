@@ -19,14 +19,13 @@ from megatron_biglm.cli import run_command
 from megatron_biglm.run import TrainResult  # noqa: F401 - what `train` returns
 
 
-def train(config_or_path, overrides=(), callbacks=(), recipe=None, init_from=None) -> "TrainResult":
+def train(config_or_path, overrides=(), callbacks=(), recipe=None) -> "TrainResult":
     """The command as a function: load the config (a YAML path, a dict or None, then
     `key=value` overrides) once and run it (`megatron_biglm.run.train`)."""
     from megatron_biglm.config import load_config
     from megatron_biglm.run import train as run_train
 
-    return run_train(load_config(config_or_path, list(overrides)), recipe=recipe, callbacks=callbacks,
-                     init_from=init_from)
+    return run_train(load_config(config_or_path, list(overrides)), recipe=recipe, callbacks=callbacks)
 
 
 def main(argv=None) -> int:

@@ -30,8 +30,7 @@ def finetune(cfg: RunConfig, *, callbacks=()) -> dict:
             print(f"finetune: {note}", flush=True)
         if plan.train_steps == 0:
             return score_start(plan, claim)
-        result = train(plan.config, recipe=plan.recipe, callbacks=[claim, plan.validator, *callbacks],
-                       init_from=plan.init_from)
+        result = train(plan.config, recipe=plan.recipe, callbacks=[claim, plan.validator, *callbacks])
         out = plan.validator.results()
         out["train"] = result.__dict__
         return out

@@ -42,7 +42,6 @@ class FinetunePlan:
     validator: TaskValidator
     steps_per_epoch: int
     train_steps: int
-    init_from: str | None
     notes: list[str] = field(default_factory=list)
 
 
@@ -190,7 +189,7 @@ def plan_finetune(cfg: RunConfig) -> FinetunePlan:
     notes.append(f"{len(recipe.train_examples)} training examples / global batch {gbs} = "
                  f"{recipe.steps_per_epoch(gbs)} steps per epoch (rounded up) x {options.epochs} epochs{lifted} = "
                  f"{steps} steps; validation every {interval} steps")
-    return FinetunePlan(cfg, recipe, validator, recipe.steps_per_epoch(gbs), steps, options.init_from, notes)
+    return FinetunePlan(cfg, recipe, validator, recipe.steps_per_epoch(gbs), steps, notes)
 
 
 def _no_training_plan(cfg: RunConfig, recipe) -> FinetunePlan:
@@ -214,4 +213,4 @@ def _no_training_plan(cfg: RunConfig, recipe) -> FinetunePlan:
     notes = [f"{name}: {line}" for name, line in recipe.row_summaries().items()]
     notes.append(f"finetune.train_examples=0: no training; {options.init_from} is scored as it is "
                  f"on {', '.join(recipe.eval_split_names())}")
-    return FinetunePlan(cfg, recipe, validator, 0, 0, options.init_from, notes)
+    return FinetunePlan(cfg, recipe, validator, 0, 0, notes)

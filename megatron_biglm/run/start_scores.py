@@ -20,12 +20,12 @@ _DTYPE = {"fp32": "float32", "bf16": "bfloat16"}
 
 
 def score_start(plan, claim) -> dict:
-    """Load `plan.init_from` and score it on the plan's evaluation splits (`plan.config`: the
+    """Load the run's `finetune.init_from` and score it on the plan's evaluation splits (`plan.config`: the
     run config); the results dict (what results.json holds), `train` None (nothing was trained).
     `claim` (its `on_start`) records the run in run_dir once the start point has loaded."""
     cfg = plan.config
     device = resolve_device(None)
-    loaded = load_megatron_checkpoint(plan.init_from, tokenizer=cfg.data.tokenizer, device=device,
+    loaded = load_megatron_checkpoint(cfg.finetune.init_from, tokenizer=cfg.data.tokenizer, device=device,
                                       dtype=_DTYPE[resolve_precision(cfg.training)], verify=cfg.checkpoint.verify)
     for note in loaded.notes:
         print(f"finetune: {note}", flush=True)

@@ -1,4 +1,4 @@
-"""The run driver: `train(cfg, recipe=..., callbacks=..., init_from=...)` runs (or resumes) one
+"""The run driver: `train(cfg, recipe=..., callbacks=...)` runs (or resumes) one
 training run of a loaded `RunConfig` through its named phases (prepare, choose the start,
 build, announce, loop, finish), holding the run directory's lock (`run_lock.py`) for its life. Pretraining (`cli/train.py`) and every fine-tune
 (`run/finetune.py`) are this function with another recipe; the config is loaded once, by
@@ -82,7 +82,7 @@ def _iterate_forever_guard(loader, what: str):
     raise RuntimeError(f"{what} ran out of samples; this is a bug in the sample budget")
 
 
-def train(cfg: RunConfig, *, recipe=None, callbacks=(), init_from=None) -> TrainResult:
+def train(cfg: RunConfig, *, recipe=None, callbacks=()) -> TrainResult:
     """Run (or resume) training as `cfg` says; return a summary on every rank.
 
     `recipe`: what is trained (datasets, forward/loss, metrics; training/recipe.py); None is
@@ -90,18 +90,18 @@ def train(cfg: RunConfig, *, recipe=None, callbacks=(), init_from=None) -> Train
     or objects implementing the loop's events (training/callbacks.py: `on_start`, `on_step`, `on_save`,
     `on_log`, `on_evaluate`), checked before anything is built; the config's `zero_shot_eval`
     adds one.
-    `init_from`: a checkpoint of any kind (a pretraining run, an HF import) whose model weights
-    a run without checkpoints of its own starts from, with a fresh optimizer and schedule
-    (fine-tuning); once the run has saved, `checkpoint.load` (auto) resumes those instead.
+    A fine-tune's `finetune.init_from`: a checkpoint of any kind (a pretraining run, an HF
+    import) whose model weights a run without checkpoints of its own starts from, with a fresh
+    optimizer and schedule; once the run has saved, `checkpoint.load` (auto) resumes those instead.
     """
     if not isinstance(cfg, RunConfig):
         raise TypeError(f"train() takes a loaded RunConfig (megatron_biglm.config.load_config), got {type(cfg).__name__}")
     callbacks = Callbacks(callbacks)  # a callback with no event is refused before anything is built
     with run_dir_lock(cfg.run_dir):  # one run per run_dir, held for the run's life (run_lock.py)
-        return _train(cfg, recipe, callbacks, init_from)
+        return _train(cfg, recipe, callbacks)
 
 
-def _train(cfg: RunConfig, recipe, callbacks, init_from) -> TrainResult:
+def _train(cfg: RunConfig, recipe, callbacks) -> TrainResult:
     cfg = _pin_tokenizer(cfg)
     recipe = recipe if recipe is not None else PretrainRecipe()
     backend = select_backend(cfg.training.backend)
@@ -110,7 +110,7 @@ def _train(cfg: RunConfig, recipe, callbacks, init_from) -> TrainResult:
         host_memory.keep_freed_memory()  # a CPU step's tensors live in host memory: reuse it
     try:
         run = _prepare(cfg, info, recipe)
-        start = _choose_start(cfg, info, backend, run, init_from)
+        start = _choose_start(cfg, info, backend, run)
         parts = _build(cfg, backend, run, start, recipe)
         callbacks.start()  # every check has passed; nothing is written to run_dir before this
         metrics = _announce(cfg, info, backend, run, start, parts)
@@ -173,12 +173,13 @@ def _prepare(cfg, info, recipe) -> _Run:
     return _Run(num_micro, precision, mc, signature, recipe.build_data(cfg, mc, info.dp))
 
 
-def _choose_start(cfg, info, backend, run: _Run, init_from) -> _Start:
+def _choose_start(cfg, info, backend, run: _Run) -> _Start:
     """Resume this run, start from another checkpoint's weights, or start fresh. Every rank
     checks (shared filesystem), so a refusal stops all ranks and none hangs."""
     start = checkpoint_dir.choose_start(cfg.checkpoint_dir, cfg.checkpoint.load)
     key = checkpoint_dir.LOAD_KEY  # the config key that named the start, for the refusals
-    if start.path is None and init_from is not None and cfg.checkpoint.load == "auto":
+    init_from = cfg.finetune.init_from if cfg.finetune.enabled else None
+    if start.path is None and init_from and cfg.checkpoint.load == "auto":
         start, key = _initial_weights(init_from), INIT_KEY
     init_path = start.path if start.weights_only else None  # weights only: a start, not a resume
     load_path = None if start.weights_only else start.path
