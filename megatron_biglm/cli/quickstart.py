@@ -32,6 +32,7 @@ measured to end well below that line (0.9 nats); the previous ones (vocab 8192, 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import logging
 import shutil
@@ -84,7 +85,7 @@ def stage_preprocess(out: Path, corpus: Path, tok_dir: Path, workers: int) -> di
 def stage_pretrain(out: Path, tok_dir: Path, data_prefix: Path, steps: int, vocab_size: int) -> dict:
     """Train in two calls — stop at half, resume from the saved checkpoint — as a
     preempted cluster job would; the loss must fall across the whole run."""
-    from megatron_biglm.config import load_config
+    from megatron_biglm.config import derive, load_config
     from megatron_biglm.run import train
 
     run_dir = out / "pretrain"
@@ -95,10 +96,13 @@ def stage_pretrain(out: Path, tok_dir: Path, data_prefix: Path, steps: int, voca
     else:
         log.info("pretrain: resuming the run a %s stopped at step %s", started["signal"], started["step"])
         marker.unlink()
-    config = TINY_CPU_CONFIG
-    overrides = [f"data.tokenizer={tok_dir}", f"data.blend=['{data_prefix}']", f"run_dir={run_dir}",
-                 f"model.vocab_size={vocab_size}", f"schedule.train_steps={steps}",
-                 f"schedule.warmup_steps={max(1, steps // 20)}", "logging.tensorboard=false"]
+    base = load_config(TINY_CPU_CONFIG)
+    replace = dataclasses.replace
+    config = derive(base, run_dir=str(run_dir),
+                    data=replace(base.data, tokenizer=str(tok_dir), blend=[str(data_prefix)]),
+                    model=base.model.with_values(vocab_size=vocab_size),
+                    schedule=replace(base.schedule, train_steps=steps, warmup_steps=max(1, steps // 20)),
+                    logging=replace(base.logging, tensorboard=False))
     val_loss_start = None if started is None else started["val_loss_start"]
 
     def stopped(signal_name: str, step) -> Stopped:
@@ -107,10 +111,10 @@ def stage_pretrain(out: Path, tok_dir: Path, data_prefix: Path, steps: int, voca
                                       "val_loss_start": val_loss_start}) + "\n")
         return Stopped(signal_name)
 
-    def call(extra: list[str]):
+    def call(run_config):
         nonlocal val_loss_start
         try:
-            result = train(load_config(config, overrides + extra))
+            result = train(run_config)
         except Stopped as stop:  # before the trainer took the signal over: nothing new was saved
             raise stopped(str(stop), "its last checkpoint") from None
         if val_loss_start is None:
@@ -119,9 +123,9 @@ def stage_pretrain(out: Path, tok_dir: Path, data_prefix: Path, steps: int, voca
             raise stopped(result.stopped_by, result.iteration)
         return result
 
-    first = call([f"training.exit_after_steps={steps // 2}"])
+    first = call(derive(config, training=dataclasses.replace(config.training, exit_after_steps=steps // 2)))
     log.info("pretrain: stopped at step %d, checkpoint %s", first.iteration, first.checkpoint)
-    second = call([])
+    second = call(config)
     if second.resumed_from is None:
         raise RuntimeError("the second pretraining call did not resume from the first one's checkpoint")
     log.info("pretrain: resumed from %s, finished at step %d", second.resumed_from, second.iteration)
