@@ -71,32 +71,33 @@ def test_zero_examples_plan_no_training_and_need_a_prompted_start_point(task, tm
                                                         "finetune.task": "rte_head"})
 
 
-def test_cell_overrides_per_paradigm(tmp_path):
+def test_cell_config_per_paradigm(tmp_path):
     data = tmp_path / "data" / "rte"
     data.mkdir(parents=True)
     (data / "validation.jsonl").write_text("")
-    cells = FinetuneCells("base.yaml", str(tmp_path / "data"), str(tmp_path / "out"),
-                          "ckpt/base", "ckpt/instruct", steps=300, overrides=["model.preset=tiny"])
+    command_line = ["model.preset=tiny", "optimizer.lr=0.5", "optimizer.min_lr=0"]
+    cells = FinetuneCells(None, str(tmp_path / "data"), str(tmp_path / "out"),
+                          "ckpt/base", "ckpt/instruct", steps=300, overrides=command_line)
 
-    def over(paradigm, n, seed=2):
-        return dict(o.split("=", 1) for o in cells.cell_overrides(Cell("rte", paradigm, n, seed)))
+    def config(paradigm, n, seed=2):
+        return cells.cell_config(Cell("rte", paradigm, n, seed))
 
-    zero = over("instruct", 0)
-    assert (zero["finetune.task"], zero["finetune.init_from"], zero["finetune.train_examples"]) == \
-        ("rte", "ckpt/instruct", "0")
-    assert "optimizer.lr" not in zero and zero["model.preset"] == "tiny"
+    zero = config("instruct", 0)
+    assert (zero.finetune.task, zero.finetune.init_from, zero.finetune.train_examples) == ("rte", "ckpt/instruct", 0)
+    assert zero.optimizer.lr == 0.5 and zero.model.to_dict()["preset"] == "tiny"  # the command line's, kept
     with pytest.raises(FileNotFoundError, match="train.jsonl"):
-        over("prompted", 8)
+        config("prompted", 8)
     (data / "train.jsonl").write_text("")
-    head, prompted = over("head", 8), over("prompted", 8)
-    assert (head["finetune.task"], head["finetune.init_from"]) == ("rte_head", "ckpt/base")
-    assert (prompted["finetune.task"], prompted["finetune.init_from"]) == ("rte", "ckpt/base")
-    assert prompted["optimizer.lr"] == "1e-05" and prompted["finetune.min_steps"] == "300"
-    assert (prompted["data.seed"], prompted["training.seed"], prompted["finetune.epochs"]) == ("2", "2", "1")
-    assert prompted["finetune.data.train"] == str(data / "train.jsonl")
-    assert Path(prompted["run_dir"]) == tmp_path / "out" / "cells" / "rte" / "prompted" / "n8_seed2"
+    head, prompted = config("head", 8), config("prompted", 8)
+    assert (head.finetune.task, head.finetune.init_from) == ("rte_head", "ckpt/base")
+    assert (prompted.finetune.task, prompted.finetune.init_from) == ("rte", "ckpt/base")
+    assert prompted.optimizer.lr == 1e-5 and prompted.finetune.min_steps == 300
+    assert (prompted.data.seed, prompted.training.seed, prompted.finetune.epochs) == (2, 2, 1)
+    assert prompted.finetune.data == {"train": str(data / "train.jsonl"), "validation": str(data / "validation.jsonl")}
+    assert Path(prompted.run_dir) == tmp_path / "out" / "cells" / "rte" / "prompted" / "n8_seed2"
+    assert Path(prompted.checkpoint.dir) == Path(prompted.run_dir) / "checkpoints"
     with pytest.raises(ValueError, match="no N = 0"):
-        over("head", 0)
+        config("head", 0)
 
 
 @pytest.mark.parametrize("args, message", [

@@ -22,11 +22,12 @@ fine-tunes); an interrupted cell keeps them, and a rerun of the sweep resumes it
 """
 from __future__ import annotations
 
+import dataclasses
 import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from megatron_biglm.config import load_config
+from megatron_biglm.config import RunConfig, derive, load_config
 from megatron_biglm.run import finetune
 
 from .grid import Cell
@@ -50,7 +51,7 @@ def task_files(data_dir, task: str, n: int) -> dict[str, str]:
 @dataclass
 class FinetuneCells:
     """`cells(cell) -> score`: one fine-tune per cell (see the module doc); `overrides` (the
-    sweep's command line) go before the cell's own keys."""
+    sweep's command line) go before the cell's own settings, which are set typed on top."""
     config: str | None
     data_dir: str
     out_dir: str
@@ -71,24 +72,27 @@ class FinetuneCells:
     def run_dir(self, cell: Cell) -> Path:
         return Path(self.out_dir) / "cells" / cell.task / cell.paradigm / f"n{cell.n}_seed{cell.seed}"
 
-    def cell_overrides(self, cell: Cell) -> list[str]:
+    def cell_config(self, cell: Cell) -> RunConfig:
+        """The cell's run config: the sweep's config and command line, then the cell's settings."""
         if cell.paradigm == "head" and cell.n == 0:
             raise ValueError("head fine-tuning has no N = 0 cell (an untrained head is no model)")
         run = self.run_dir(cell)
-        over = {
-            "run_dir": run, "checkpoint.dir": run / "checkpoints", "checkpoint.load": "auto",
-            "finetune.task": f"{cell.task}_head" if cell.paradigm == "head" else cell.task,
-            "finetune.init_from": self.start_point(cell.paradigm),
-            "finetune.train_examples": cell.n, "data.seed": cell.seed, "training.seed": cell.seed,
-            **{f"finetune.data.{split}": path for split, path in task_files(self.data_dir, cell.task, cell.n).items()},
-        }
+        files = task_files(self.data_dir, cell.task, cell.n)
+        base = load_config(self.config, list(self.overrides))
+        replace = dataclasses.replace
+        tuned = replace(base.finetune, task=f"{cell.task}_head" if cell.paradigm == "head" else cell.task,
+                        init_from=self.start_point(cell.paradigm), train_examples=cell.n,
+                        data={**base.finetune.data, **files})
+        optimizer = base.optimizer
         if cell.n > 0:
-            over.update({"optimizer.lr": self.lr, "finetune.epochs": 1, "finetune.min_steps": self.steps,
-                         "finetune.validate_every_steps": self.steps})
-        return list(self.overrides) + [f"{k}={v}" for k, v in over.items()]
+            tuned = replace(tuned, epochs=1, min_steps=self.steps, validate_every_steps=self.steps)
+            optimizer = replace(optimizer, lr=self.lr)
+        return derive(base, run_dir=str(run), finetune=tuned, optimizer=optimizer,
+                      checkpoint=replace(base.checkpoint, dir=str(run / "checkpoints"), load="auto"),
+                      data=replace(base.data, seed=cell.seed), training=replace(base.training, seed=cell.seed))
 
     def __call__(self, cell: Cell) -> float:
-        results = finetune(load_config(self.config, self.cell_overrides(cell)))
+        results = finetune(self.cell_config(cell))
         if not results["finished"] or not results["validations"]:
             raise RuntimeError(f"cell {cell.key} stopped before its last validation (see {self.run_dir(cell)}); "
                                f"rerun the sweep to resume it")
