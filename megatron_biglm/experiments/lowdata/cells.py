@@ -1,5 +1,5 @@
 """The real cell runners of the low-data sweep: every cell is one run of the fine-tuning driver
-(`run.finetune`) on the sweep's base config with the cell's keys, loaded once per cell:
+(`run.finetune`) on the sweep's base config, loaded once per cell, with the cell's settings derived on top:
 
 | paradigm | task | start point (`finetune.init_from`) |
 |---|---|---|
