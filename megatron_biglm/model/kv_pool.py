@@ -18,7 +18,8 @@ by the model. Here each request owns a slot of per-layer buffers `[capacity, slo
 When the rows of a forward are distinct slots, their keys are written in place and the slots
 read back by index (not as a slice: a compiled layer would specialise on the slice's start);
 otherwise (one slot read by several rows, whose in-place writes would collide) the slots are
-gathered and this forward's keys appended, as the growing cache does. The valid lengths live on the host, so building a step reads nothing from the device.
+gathered and this forward's keys appended, as the growing cache does. The valid lengths live
+on the host, so building a step reads nothing from the device.
 Exactness: same keys, same positions, same visible set as the growing cache (tests compare
 them token for token).
 """
