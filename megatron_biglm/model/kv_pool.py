@@ -140,11 +140,10 @@ class PoolForward:
 
     def _plan(self, q: int) -> "SlotPlan":
         device = self.pool.device
-        b = len(self.slots)
         if not self.in_place:
             width = max(self.base) if self.base else 0
             shared = len(set(self.slots)) == 1  # one slot read by every row: read once and broadcast
-            return SlotPlan(gather=True, first=self.slots[0], rows=b, end=width, broadcast=shared,
+            return SlotPlan(end=width, gather=True, broadcast=shared,
                             index=on_device(self.slots[:1] if shared else self.slots, device))
         end = max(self.base) + q
         if end > self.pool.capacity:
@@ -152,8 +151,7 @@ class PoolForward:
         # an index put at (position, slot) pairs and a read by slot index, even where one slice
         # would do: a slice start is a host int a compiled layer would specialise on (0, 1 and
         # any other), and a server meets every slot, so each would be a compile of its own
-        return SlotPlan(first=self.slots[0], rows=b, end=end, write_at=self._scatter_index(q, device),
-                        index=on_device(self.slots, device))
+        return SlotPlan(end=end, write_at=self._scatter_index(q, device), index=on_device(self.slots, device))
 
     def _scatter_index(self, q: int, device):
         base = on_device(self.base, device)
@@ -216,7 +214,7 @@ class FixedShapePoolForward(PoolForward):
         kbuf = self.pool.keys[0]
         pos = self.base_t[None, :] + torch.arange(q, device=kbuf.device)[:, None]          # [q, b]
         cols = torch.arange(self.first, self.first + self.rows, device=kbuf.device)[None, :].expand(q, -1)
-        plan = SlotPlan(first=self.first, rows=self.rows, end=self.keys_bound, write_at=(pos, cols))
+        plan = SlotPlan(end=self.keys_bound, write_at=(pos, cols), view=(self.first, self.rows))
         return [SlotPort(self.pool.keys[i], self.pool.values[i], plan) for i in range(num_layers)]
 
     def positions(self, q: int) -> torch.Tensor:
@@ -242,15 +240,18 @@ class SlotPlan:
       from the slots `index` (one slot broadcast to every row when `broadcast`) and append the
       new keys.
     - otherwise write the new keys at the `write_at` (positions, slots) index pairs, then read the
-      first `end` positions of the slots `index`, or of slots `first .. first + rows - 1` (a
-      view) where no index is given (the fixed-shape forward: one graph per first slot anyway).
+      first `end` positions of the slots `index`, or, given `view=(first, rows)` instead, of
+      slots `first .. first + rows - 1` as a view (the fixed-shape forward: one graph per first
+      slot anyway).
     """
 
-    def __init__(self, *, first: int, rows: int, end: int, gather: bool = False, broadcast: bool = False,
-                 index: torch.Tensor | None = None,
+    def __init__(self, *, end: int, gather: bool = False, broadcast: bool = False,
+                 index: torch.Tensor | None = None, view: tuple[int, int] | None = None,
                  write_at: tuple[torch.Tensor, torch.Tensor] | None = None):
-        self.first, self.rows, self.end, self.gather, self.broadcast = first, rows, end, gather, broadcast
-        self.index, self.write_at = index, write_at
+        if (index is None) == (view is None):
+            raise ValueError("a slot plan reads its slots either by `index` or as a `view`, one of the two")
+        self.end, self.gather, self.broadcast = end, gather, broadcast
+        self.index, self.view, self.write_at = index, view, write_at
 
     def apply(self, buf: torch.Tensor, new: torch.Tensor) -> torch.Tensor:
         """Write `new [q, b, ng, d]` into `buf` as planned; the keys (or values) to attend to."""
@@ -260,8 +261,9 @@ class SlotPlan:
                 cached = cached.expand(-1, new.shape[1], -1, -1)
             return torch.cat([cached, new], dim=0)
         buf.index_put_(self.write_at, new)
-        if self.index is None:
-            return buf[:self.end, self.first:self.first + self.rows]
+        if self.view is not None:
+            first, rows = self.view
+            return buf[:self.end, first:first + rows]
         return buf[:self.end].index_select(1, self.index)
 
 
