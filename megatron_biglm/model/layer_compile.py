@@ -60,8 +60,8 @@ def apply_compile_settings() -> None:
     variable), so a model compiled in one thread and run in another (the server's worker
     thread) must set them there too.
 
-    - A cached forward's port sits on each layer's core attention; its host ints (slot offsets,
-      the key count) change per call. Dynamo specialises ints read off a module unless told
+    - A cached forward's port sits on each layer's core attention; its host int (the key count)
+      changes per call. Dynamo specialises ints read off a module unless told
       otherwise, which would compile once per key count.
     - The recompile limit is raised to `RECOMPILE_LIMIT`."""
     config = torch._dynamo.config
