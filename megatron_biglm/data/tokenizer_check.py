@@ -10,9 +10,8 @@ from __future__ import annotations
 
 from pathlib import Path
 from typing import List, Tuple
-from .tokenizer import tokenizer_digest
+
 from .tokenizer import load_tokenizer, tokenizer_digest
-from .tokenizer import load_tokenizer
 
 SPECIAL_ROLES = ("mask", "pad", "bos", "eos")
 

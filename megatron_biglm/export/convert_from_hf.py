@@ -53,7 +53,6 @@ from .weight_table import WEIGHT_TABLE, head_rows
 from .weight_mapping import (ConversionReport, detect_norm_naming, hf_tensor_shapes, hf_to_megatron,
                              megatron_tensor_shapes)
 from megatron_biglm.model import BiGLMModelConfig, ModelConfigError, load_preset, preset_names
-from megatron_biglm.model import ModelConfigError
 from megatron_biglm.checkpoint.files import begin_checkpoint, seal_when_written
 from megatron_biglm.model import model_provider
 from megatron_biglm.common import process_groups

@@ -27,8 +27,7 @@ from megatron_biglm.model.shape import SHAPE_SETTINGS
 from megatron_biglm.checkpoint.run_checkpoint import locate
 from megatron_biglm.config.trained_checkpoint import open_checkpoint
 from megatron_biglm.data.tokenizer import looks_like_hub_name
-from megatron_biglm.data.tokenizer_check import TokenizerMismatch, check_trained_digest
-from megatron_biglm.data.tokenizer_check import TokenizerMismatch, checkpoint_tokenizer
+from megatron_biglm.data.tokenizer_check import TokenizerMismatch, check_trained_digest, checkpoint_tokenizer
 from megatron_biglm.checkpoint.dirs import is_weights_only, read_train_state_file
 from megatron_biglm.data.tokenizer import TokenizerLoadError, load_tokenizer
 from megatron_biglm.finetune.kinds import KINDS, kind_class

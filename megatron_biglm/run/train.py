@@ -17,44 +17,37 @@ import itertools
 import json
 import logging
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
-from megatron_biglm.common import host_memory
-from megatron_biglm.config import RunConfig, derive
-from megatron_biglm.training.callbacks import Callbacks
-from .run_lock import run_dir_lock
-from megatron_biglm.training import distributed
-from megatron_biglm.training.backends import select_backend
-from megatron_biglm.training.pretrain_recipe import PretrainRecipe
-from megatron_biglm.data.tokenizer import tokenizer_digest
-from megatron_biglm.checkpoint.signature import model_signature
-from megatron_biglm.config import check_batch_arithmetic, check_sequence_fits
-from megatron_biglm.training import build
 from megatron_biglm.checkpoint import dirs as checkpoint_dir
-from megatron_biglm.checkpoint.signature import read_train_state
-from megatron_biglm.checkpoint.verify import verify_checkpoint
-from megatron_biglm.config.finetune_section import INIT_KEY
-from megatron_biglm.training.backends import check_resume
-from megatron_biglm.training import loop
-from megatron_biglm.training.backends import BuildSpec
-from megatron_biglm.training.loop_state import restore_state
-from megatron_biglm.training.nonfinite import NonFiniteGuard
-from megatron_biglm.training.schedule import build_scheduler
-from megatron_biglm.config import save_resolved
-from megatron_biglm.training.metrics import MetricsLogger
-from megatron_biglm.checkpoint.files import RunFiles
-from megatron_biglm.checkpoint.space import check_room, checkpoint_bytes, save_errors
-from megatron_biglm.data.pretrain_data import make_loader
-from megatron_biglm.model.shape import shape_of
-from megatron_biglm.training.flops import default_peak_tflops
-from megatron_biglm.training.loop_state import checkpoint_state
-from megatron_biglm.training.signals import GracefulStop
 from megatron_biglm.checkpoint.dirs import StartPoint
+from megatron_biglm.checkpoint.files import RunFiles
 from megatron_biglm.checkpoint.run_checkpoint import locate
-from megatron_biglm.inference.megatron_adapter import megatron_adapter_for
+from megatron_biglm.checkpoint.signature import model_signature, read_train_state
+from megatron_biglm.checkpoint.space import check_room, checkpoint_bytes, save_errors
+from megatron_biglm.checkpoint.verify import verify_checkpoint
+from megatron_biglm.common import host_memory
+from megatron_biglm.config import (ConfigError, RunConfig, check_batch_arithmetic, check_sequence_fits, derive,
+                                   save_resolved)
+from megatron_biglm.config.finetune_section import INIT_KEY
+from megatron_biglm.data.pretrain_data import make_loader
+from megatron_biglm.data.tokenizer import tokenizer_digest
 from megatron_biglm.evaluation.training_hook import ZeroShotTrainingHook
-from megatron_biglm.config import ConfigError
-from functools import partial
+from megatron_biglm.inference.megatron_adapter import megatron_adapter_for
+from megatron_biglm.model.shape import shape_of
+from megatron_biglm.training import build, distributed, loop
+from megatron_biglm.training.backends import BuildSpec, check_resume, select_backend
+from megatron_biglm.training.callbacks import Callbacks
+from megatron_biglm.training.flops import default_peak_tflops
+from megatron_biglm.training.loop_state import checkpoint_state, restore_state
+from megatron_biglm.training.metrics import MetricsLogger
+from megatron_biglm.training.nonfinite import NonFiniteGuard
+from megatron_biglm.training.pretrain_recipe import PretrainRecipe
+from megatron_biglm.training.schedule import build_scheduler
+from megatron_biglm.training.signals import GracefulStop
+
+from .run_lock import run_dir_lock
 
 log = logging.getLogger("megatron_biglm.run.train")
 

@@ -34,7 +34,6 @@ from megatron_biglm.training import distributed
 from megatron_biglm.training.build import build_module
 from megatron_biglm.training.recipe import add_report, report_width, split_report
 from megatron_biglm.training.step import StepResult, StepStats, make_forward_step
-from megatron_biglm.training.step import make_forward_step
 
 INSTALL_HINT = ("pip install 'megatron-biglm[deepspeed]' (CPU machines: DS_BUILD_OPS=0 pip install "
                 "-c constraints-cpu.txt 'megatron-biglm[deepspeed]')")
