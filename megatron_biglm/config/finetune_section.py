@@ -46,7 +46,7 @@ run validates once, at the end (unless `validate_every_steps` is set), not every
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Literal, Optional
+from typing import Any, Literal, Optional, Union
 
 from megatron_biglm.common.config_fields import ConfigError
 
@@ -104,10 +104,24 @@ def migrate_moved_keys(section: dict, where: str) -> dict:
     return section
 
 
+def split_files_problem(split: str, files) -> str | None:
+    """What is wrong with one split's value under `finetune.data`, or None: a path, directory or
+    glob, or a non-empty list of them; null leaves the split to the hub (`finetune.hub`)."""
+    if files is None:
+        return None
+    listed = files if isinstance(files, list) else [files]
+    empty = [i for i, f in enumerate(listed) if not isinstance(f, str) or not f.strip()]
+    if listed and not empty:
+        return None
+    where = f"finetune.data.{split}" + (f"[{empty[0]}]" if isinstance(files, list) and empty else "")
+    return (f"{where}={listed[empty[0]] if empty else files!r} names no file: give a path, a directory or a glob, "
+            f"or a list of them (e.g. finetune.data.{split}=data/{split}.jsonl)")
+
+
 @dataclass
 class FinetuneConfig:
     task: Any = None   # a built-in task's name, or a task declaration (finetune/tasks/declaration.py)
-    data: dict = field(default_factory=dict)
+    data: dict[str, Union[str, list[str], None]] = field(default_factory=dict)   # split -> its files (split_files_problem)
     hub: bool = False
     max_length: int = 256
     epochs: float = 3   # fractional epochs round up to whole steps (finetune/epochs.py)
@@ -139,6 +153,10 @@ class FinetuneConfig:
         if not isinstance(self.task, (str, dict)):
             return (f"finetune.task must be a built-in task's name or a task declaration (a mapping with "
                     f"kind, fields, label_field, ...), got {self.task!r}")
+        for split, files in self.data.items():
+            problem = split_files_problem(split, files)
+            if problem:
+                return problem
         if self.epochs <= 0:
             return f"finetune.epochs must be > 0, got {self.epochs}"
         if not 0 <= self.warmup_fraction < 1:
