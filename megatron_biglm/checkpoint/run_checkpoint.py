@@ -20,7 +20,16 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from .dirs import LATEST, LOAD_KEY, MANIFEST, TRAIN_STATE, WEIGHTS_ONLY_KEY, CheckpointError, is_weights_only, resolve_load_path
+from .dirs import (
+    LATEST,
+    LOAD_KEY,
+    MANIFEST,
+    TRAIN_STATE,
+    WEIGHTS_ONLY_KEY,
+    CheckpointError,
+    is_weights_only,
+    resolve_load_path,
+)
 from .files import CONFIG_FILE
 from .signature import SIGNATURE_FILE
 

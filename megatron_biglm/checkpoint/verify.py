@@ -24,10 +24,12 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from .checksums import ChecksumReport, CorruptItem, check_items, dist_items
-from .dirs import LOAD_KEY, CheckpointError, previous_checkpoint, verify as verify_manifest
-from .dist_reader import DistCheckpointReadError
 import torch.distributed as dist
+
+from .checksums import ChecksumReport, CorruptItem, check_items, dist_items
+from .dirs import LOAD_KEY, CheckpointError, previous_checkpoint
+from .dirs import verify as verify_manifest
+from .dist_reader import DistCheckpointReadError
 
 _ZIP_MAGIC = b"PK\x03\x04"
 

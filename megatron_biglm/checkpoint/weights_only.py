@@ -21,14 +21,13 @@ caller's `reinit_mismatched=True`, that head keeps its fresh initialisation too,
 from __future__ import annotations
 
 import torch
+from megatron.core import dist_checkpointing
 
 from .dirs import CheckpointError
 from .dist_reader import stored_keys, stored_shapes
 from .run_checkpoint import SavedCheckpoint, read_checkpoint
 from .signature import normalise_signature, signature_of
 from .verify import verify_checkpoint
-from megatron.core import dist_checkpointing
-
 
 #: the fine-tune option that starts a head of another shape fresh (named in the refusal)
 REINIT_OPTION = "finetune.reinit_mismatched_heads"

@@ -70,14 +70,13 @@ def refusal_types() -> tuple:
     from megatron_biglm.checkpoint.dist_reader import DistCheckpointReadError
     from megatron_biglm.config import ConfigError
     from megatron_biglm.data.tokenizer import TokenizerLoadError
-    from megatron_biglm.model import ModelConfigError
-
+    from megatron_biglm.data.tokenizer_check import TokenizerMismatch
     from megatron_biglm.export.conversion_summary import VerificationError
     from megatron_biglm.export.convert_to_hf import ConversionError
     from megatron_biglm.export.hf_config import UnsupportedArchitecture
     from megatron_biglm.export.hf_files import CheckpointFileError
-    from megatron_biglm.data.tokenizer_check import TokenizerMismatch
     from megatron_biglm.export.weight_mapping import WeightMappingError
+    from megatron_biglm.model import ModelConfigError
 
     return (CheckpointError, CheckpointFileError, DistCheckpointReadError, WeightMappingError,
             UnsupportedArchitecture, TokenizerMismatch, TokenizerLoadError, ConversionError,

@@ -12,10 +12,10 @@ import sys
 
 import yaml
 
+from megatron_biglm.cli import refuse
 from megatron_biglm.model.config import ModelConfigError
 from megatron_biglm.model.param_count import count_params, param_breakdown
 from megatron_biglm.model.presets import load_preset
-from megatron_biglm.cli import refuse
 
 
 def main(argv=None) -> int:

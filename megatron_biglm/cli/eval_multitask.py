@@ -22,14 +22,13 @@ import sys
 from pathlib import Path
 
 from megatron_biglm.checkpoint.dirs import CheckpointError
+from megatron_biglm.cli.generate import BadInput, add_decoding_args, config_from_args
 from megatron_biglm.common.config_flags import parse_flags
 from megatron_biglm.evaluation.mmlu import SMOKE, MMLUDataUnavailable
 from megatron_biglm.evaluation.task_data_check import BadTaskData
-from megatron_biglm.cli.generate import BadInput, add_decoding_args, config_from_args
-from megatron_biglm.generation.config import GenerationConfigError
-
 from megatron_biglm.experiments.multitask.genset import BadGensetData
 from megatron_biglm.experiments.multitask.superglue import BadSuperGLUEData
+from megatron_biglm.generation.config import GenerationConfigError
 
 EXIT_BAD_INPUT = 2
 BAD_INPUT = (BadInput, BadGensetData, BadSuperGLUEData, BadTaskData, MMLUDataUnavailable,
@@ -99,12 +98,11 @@ def run_multitask(args) -> dict:
     """All sections for one model; returns the results dict (with the Table 5 `row`)."""
     from megatron_biglm.evaluation.lm import MaskedLMEvalLM
     from megatron_biglm.evaluation.mmlu import run_mmlu
-    from megatron_biglm.generation import MaskPredictGenerator
-    from megatron_biglm.inference.loading import load_adapter
-
     from megatron_biglm.experiments.multitask.genset import evaluate_genset
     from megatron_biglm.experiments.multitask.superglue import evaluate_superglue
     from megatron_biglm.experiments.multitask.table import format_row
+    from megatron_biglm.generation import MaskPredictGenerator
+    from megatron_biglm.inference.loading import load_adapter
 
     loaded = load_adapter(args.model, device=args.device, dtype=args.dtype,
                           split_attention=args.split_attention)

@@ -14,8 +14,8 @@ import json
 import sys
 from pathlib import Path
 
-from megatron_biglm.finetune.retrieval.beir import METRICS, BeirFormatError, evaluate_beir
 from megatron_biglm.cli import refuse
+from megatron_biglm.finetune.retrieval.beir import METRICS, BeirFormatError, evaluate_beir
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -23,8 +23,16 @@ from pathlib import Path
 from megatron_biglm.cli import refuse
 from megatron_biglm.common.hub import HubUnavailable, hub_access
 from megatron_biglm.evaluation import register_lm_eval_models
-from megatron_biglm.evaluation.tasks import (MissingTaskData, SuiteTask, average, format_table, local_task_manager, resolve_tasks,
-                    suite_scores, write_local_task_yamls)
+from megatron_biglm.evaluation.tasks import (
+    MissingTaskData,
+    SuiteTask,
+    average,
+    format_table,
+    local_task_manager,
+    resolve_tasks,
+    suite_scores,
+    write_local_task_yamls,
+)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -83,11 +91,14 @@ def summarize(results: dict, tasks: list[SuiteTask], skipped: list[str], label: 
 
 def main(argv: list[str] | None = None) -> int:
     from megatron_biglm.checkpoint.dirs import CheckpointError
-
     from megatron_biglm.evaluation.task_data_check import BadTaskData
     from megatron_biglm.evaluation.tasks import check_task_names
-    from megatron_biglm.evaluation.zero_shot_args import (BadArguments, check_limit, check_model_arguments,
-                                                          check_output_file)
+    from megatron_biglm.evaluation.zero_shot_args import (
+        BadArguments,
+        check_limit,
+        check_model_arguments,
+        check_output_file,
+    )
 
     args = build_parser().parse_args(argv)
     try:  # every argument is checked before lm-eval loads the model

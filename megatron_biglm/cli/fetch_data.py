@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
+
 from megatron_biglm.cli import refuse
 
 

@@ -13,7 +13,6 @@ import sys
 
 def _build(args) -> int:
     from megatron_biglm.data.tokenizer import load_tokenizer
-
     from megatron_biglm.finetune.instruct.dataset import build_instruction_data
 
     template = json.loads(args.template) if args.template.strip().startswith("{") else args.template

@@ -15,9 +15,9 @@ from megatron_biglm.cli import refuse
 
 
 def main(argv=None) -> int:
-    import megatron_biglm.evaluation  # noqa: F401 - registers biglm / hf-mlm
     from lm_eval.__main__ import cli_evaluate
 
+    import megatron_biglm.evaluation  # noqa: F401 - registers biglm / hf-mlm
     from megatron_biglm.common.hub import HubUnavailable, hub_access
 
     if argv is not None:

@@ -44,8 +44,8 @@ def main(argv=None) -> int:
     from megatron_biglm.config import ConfigError, load_config
 
     try:
-        from megatron_biglm.planner.gpus import get_gpu
         from megatron_biglm.planner.errors import PlanError
+        from megatron_biglm.planner.gpus import get_gpu
         from megatron_biglm.planner.layout import Layout
         from megatron_biglm.planner.plan import plan_layout
         from megatron_biglm.planner.report import as_json, as_text, search_text

@@ -18,10 +18,8 @@ from __future__ import annotations
 import argparse
 import sys
 
-from megatron_biglm.cli import command_logging
-from megatron_biglm.cli import refuse
+from megatron_biglm.cli import command_logging, refuse
 from megatron_biglm.common.config_fields import did_you_mean
-
 
 HF_TOKENIZER_TYPE = "HuggingFaceTokenizer"
 _CONVERT_HINT = ("save your tokenizer as an HF tokenizer directory (transformers' "

@@ -19,8 +19,7 @@ import argparse
 import json
 import sys
 
-from megatron_biglm.cli import command_logging
-from megatron_biglm.cli import refuse
+from megatron_biglm.cli import command_logging, refuse
 
 
 def parse_args(argv):

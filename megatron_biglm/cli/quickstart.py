@@ -147,7 +147,9 @@ def held_out_documents(corpus: Path) -> list[str]:
     (one sequence per document, as preprocessing writes them): text the model never trained on."""
     import yaml
     from megatron.core.datasets.blended_megatron_dataset_config import (
-        convert_split_vector_to_split_matrix, parse_and_normalize_split)
+        convert_split_vector_to_split_matrix,
+        parse_and_normalize_split,
+    )
 
     from megatron_biglm.data.blend import split_ranges
 

@@ -70,6 +70,7 @@ def main(argv: list[str] | None = None) -> int:
 def _build(args):
     from megatron_biglm.finetune.instruct.chat_template import get_template
     from megatron_biglm.generation.generator import MaskPredictGenerator
+    from megatron_biglm.inference.loading import is_megatron_checkpoint
     from megatron_biglm.inference.protocol import SlotPrefixes
     from megatron_biglm.serving.app import ServerState, build_app
     from megatron_biglm.serving.block_decoder import ExactCacheBlockDecoder
@@ -78,7 +79,6 @@ def _build(args):
     from megatron_biglm.serving.metrics import ServerMetrics
     from megatron_biglm.serving.scheduler import BlockScheduler
     from megatron_biglm.serving.slot_decoder import SlotPoolBlockDecoder
-    from megatron_biglm.inference.loading import is_megatron_checkpoint
 
     load = {} if args.split_attention is None else {"split_attention": args.split_attention}
     # a megatron checkpoint keeps each request's prefix in a slot of a preallocated pool; an HF

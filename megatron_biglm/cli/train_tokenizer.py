@@ -50,8 +50,12 @@ def main(argv=None) -> int:
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     from megatron_biglm.data.readers import BadInputError, SkipReport
     from megatron_biglm.data.text_sample import sample_texts
-    from megatron_biglm.data.tokenizer import (DEFAULT_SPECIAL_TOKENS, load_tokenizer,
-                                               train_bpe_tokenizer, train_bpe_tokenizer_on_texts)
+    from megatron_biglm.data.tokenizer import (
+        DEFAULT_SPECIAL_TOKENS,
+        load_tokenizer,
+        train_bpe_tokenizer,
+        train_bpe_tokenizer_on_texts,
+    )
 
     special = {role: getattr(args, f"{role}_token") for role in DEFAULT_SPECIAL_TOKENS}
     report = SkipReport(strict=args.strict)

@@ -48,7 +48,10 @@ class CompileCounts:
 def watch_compiles() -> None:
     """Start counting dynamo's compiles and recompiles (idempotent; imports dynamo). Checked
     against dynamo's own list of callbacks: `torch._dynamo.reset()` empties it."""
-    from torch._dynamo.callback import callback_handler, on_compile_start  # lazy: start-up (dynamo only where layers compile)
+    from torch._dynamo.callback import (  # lazy: start-up (dynamo only where layers compile)
+        callback_handler,
+        on_compile_start,
+    )
 
     with _LOCK:
         if _on_compile_start in callback_handler.start_callbacks:

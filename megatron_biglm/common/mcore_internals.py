@@ -11,12 +11,12 @@ Supported: megatron-core 0.16.1 (what Python 3.11 resolves) through 0.19.x (Pyth
 """
 from __future__ import annotations
 
+import functools
+import queue
+from dataclasses import fields
 from importlib.metadata import version
 
 import numpy as np
-from dataclasses import fields
-import functools
-import queue
 
 #: The megatron-core releases the test suite runs on (CI: one per supported Python stack).
 TESTED_RELEASES = ("0.16.1", "0.19.2")

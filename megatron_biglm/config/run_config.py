@@ -21,8 +21,8 @@ import yaml
 
 from megatron_biglm.common.config_fields import ConfigError
 
-from .sections import ModelSection, ObjectiveSection
 from .finetune_section import FinetuneConfig
+from .sections import ModelSection, ObjectiveSection
 from .zero_shot_eval import ZeroShotEvalConfig
 
 

@@ -25,6 +25,7 @@ Design:
 from __future__ import annotations
 
 import itertools
+import json
 import logging
 import multiprocessing
 import os
@@ -39,13 +40,12 @@ from pathlib import Path
 from typing import Iterable, Iterator, Sequence
 
 import numpy as np
+from tokenizers import Tokenizer
+from tqdm import tqdm
 
 from megatron_biglm.data.indexed_tools import AtomicIndexedWriter
 from megatron_biglm.data.readers import Record, SkipReport, expand_inputs, records_from_files
 from megatron_biglm.data.tokenizer import dtype_for_vocab, load_tokenizer
-from tokenizers import Tokenizer
-from tqdm import tqdm
-import json
 
 logger = logging.getLogger(__name__)
 

@@ -26,8 +26,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Iterator, Sequence
 
-from .rows import BadInputError  # noqa: F401  (the error of every reader; strict mode raises it)
-from .rows import INVALID_UTF8, SKIP, Position, SkipReport, format_by_suffix, iter_rows, open_binary, read_to_end
+from .rows import (
+    INVALID_UTF8,
+    SKIP,
+    BadInputError,  # noqa: F401  (the error of every reader; strict mode raises it)
+    Position,
+    SkipReport,
+    format_by_suffix,
+    iter_rows,
+    open_binary,
+    read_to_end,
+)
 
 # Skip reasons (the keys of SkipReport.counts), besides the row reader's.
 NOT_AN_OBJECT = "not_an_object"

@@ -33,9 +33,10 @@ import re
 import zlib
 from collections import Counter
 from typing import BinaryIO, Iterator, NamedTuple
-import zstandard
+
 import pyarrow
 import pyarrow.parquet as pq
+import zstandard
 
 # Skip reasons of a row (the keys of SkipReport.counts), and of a file.
 INVALID_UTF8 = "invalid_utf8"

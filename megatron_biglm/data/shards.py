@@ -33,11 +33,10 @@ from pathlib import Path
 from typing import Sequence
 
 from megatron_biglm.common.file_content import file_content, sha256_file
-from megatron_biglm.data.preprocess import output_prefix_for, preprocess
-from megatron_biglm.data.readers import SkipReport, expand_inputs
-from megatron_biglm.data.preprocess import DEFAULT_BATCH_SIZE
-from megatron_biglm.data.tokenizer import load_tokenizer
 from megatron_biglm.data.indexed_tools import merge_datasets
+from megatron_biglm.data.preprocess import DEFAULT_BATCH_SIZE, output_prefix_for, preprocess
+from megatron_biglm.data.readers import SkipReport, expand_inputs
+from megatron_biglm.data.tokenizer import load_tokenizer
 
 logger = logging.getLogger(__name__)
 

@@ -10,18 +10,19 @@ transformers is imported lazily: tokenizer workers and `import megatron_biglm.da
 """
 from __future__ import annotations
 
+import hashlib
+import json
 import logging
 import os
 import re
 from pathlib import Path
 from typing import Iterable, Mapping, Sequence
 
+import numpy as np
+from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
+
 from megatron_biglm.common.file_content import sha256_file
 from megatron_biglm.data.readers import SkipReport, iter_texts
-import numpy as np
-import hashlib
-from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
-import json
 
 logger = logging.getLogger(__name__)
 

@@ -14,14 +14,14 @@ from typing import Any
 
 from lm_eval.api.model import LM
 from lm_eval.utils import get_rolling_token_windows, make_disjoint_window
+from tqdm.auto import tqdm
 
+from megatron_biglm.generation import MaskPredictGenerator
 from megatron_biglm.inference.protocol import MaskedLMAdapter
 
+from .generation_kwargs import generation_config_from_kwargs
 from .runner import score_requests
 from .scoring import ScoreRequest, make_rule
-from megatron_biglm.generation import MaskPredictGenerator
-from .generation_kwargs import generation_config_from_kwargs
-from tqdm.auto import tqdm
 
 log = logging.getLogger(__name__)
 

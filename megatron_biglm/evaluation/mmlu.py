@@ -25,14 +25,13 @@ import json
 import re
 import tempfile
 from dataclasses import dataclass
+from importlib.metadata import version
 from pathlib import Path
 
 import yaml
 
 from .task_data_check import check_task_file
-from .tasks import lm_eval_tasks_dir
-from .tasks import local_task_manager
-from importlib.metadata import version
+from .tasks import lm_eval_tasks_dir, local_task_manager
 
 SMOKE = "lm-eval-smoke"
 _CHOICES = re.compile(r"(.*?)\n\(A\)\s*(.*?)\s*\(B\)\s*(.*?)\s*\(C\)\s*(.*?)\s*\(D\)\s*(.*?)\s*\Z", re.S)

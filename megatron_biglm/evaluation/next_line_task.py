@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Iterable
 
 import yaml
+
 from .tasks import write_local_task_yamls
 
 LABELS = "ABCDEFGH"

@@ -15,8 +15,7 @@ from typing import Sequence
 import torch
 from tqdm.auto import tqdm
 
-from megatron_biglm.inference.engine import (PrefixCache, Row, check_prefix_cache, group_by_prefix,
-                                             pad, run_rows)
+from megatron_biglm.inference.engine import PrefixCache, Row, check_prefix_cache, group_by_prefix, pad, run_rows
 from megatron_biglm.inference.protocol import MaskedLMAdapter
 
 from .scoring import Query, QueryStats, RequestScoring, ScoreRequest, ScoreResult, ScoringRule

@@ -14,6 +14,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from functools import lru_cache
+from importlib.metadata import version
 from pathlib import Path
 from typing import Iterable
 
@@ -23,7 +24,6 @@ from megatron_biglm.common.config_fields import did_you_mean
 
 from .task_data_check import check_task_file
 from .zero_shot_args import BadArguments
-from importlib.metadata import version
 
 
 @dataclass(frozen=True)

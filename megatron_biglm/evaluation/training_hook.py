@@ -25,15 +25,15 @@ from __future__ import annotations
 import tempfile
 from typing import Any, Callable
 
-from megatron_biglm.common.hub import hub_access
-from megatron_biglm.config.zero_shot_eval import ZeroShotEvalConfig
-from megatron_biglm.inference.protocol import MaskedLMAdapter, inference_token_ids
-
-from .tasks import SuiteTask, local_task_manager, resolve_tasks, suite_scores, write_local_task_yamls
-from megatron_biglm.inference.hf_adapter import HFMaskedLMAdapter
-from .lm import MaskedLMEvalLM
 import torch.distributed as dist
 
+from megatron_biglm.common.hub import hub_access
+from megatron_biglm.config.zero_shot_eval import ZeroShotEvalConfig
+from megatron_biglm.inference.hf_adapter import HFMaskedLMAdapter
+from megatron_biglm.inference.protocol import MaskedLMAdapter, inference_token_ids
+
+from .lm import MaskedLMEvalLM
+from .tasks import SuiteTask, local_task_manager, resolve_tasks, suite_scores, write_local_task_yamls
 
 # The settings are the run config's `zero_shot_eval:` section (config/zero_shot_eval.py).
 ZeroShotHookConfig = ZeroShotEvalConfig

@@ -14,6 +14,7 @@ from pathlib import Path
 
 from megatron_biglm.common.config_fields import did_you_mean
 from megatron_biglm.common.output_path import output_file_problem
+
 from .models import HFMaskedLMEvalLM
 from .scoring import RULES
 

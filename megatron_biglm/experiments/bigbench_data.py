@@ -25,8 +25,8 @@ import os
 from pathlib import Path
 from typing import Iterator, Sequence
 
-from megatron_biglm.finetune.row_report import EMPTY_TARGET, MISSING_FIELD, RowReport
 from megatron_biglm.data.sdist_fetch import FALLBACK_PIP, cache_root, fetch_members
+from megatron_biglm.finetune.row_report import EMPTY_TARGET, MISSING_FIELD, RowReport
 
 PACKAGE = "bigbench==1.0.0"
 _TASKS = "bigbench/benchmark_tasks/"

@@ -33,35 +33,39 @@ from types import SimpleNamespace
 from typing import List
 
 import torch
+import torch.distributed as dist
+import yaml
+from megatron.core import dist_checkpointing, parallel_state, tensor_parallel
 
 from megatron_biglm.checkpoint.dirs import WEIGHTS_ONLY_KEY
 from megatron_biglm.checkpoint.dist_reader import DistCheckpointWeights
+from megatron_biglm.checkpoint.files import begin_checkpoint, seal_when_written
 from megatron_biglm.checkpoint.signature import signature_of
 from megatron_biglm.checkpoint.task_head import TASK_HEAD_FILE, HeadRecord, record_from_json, task_head_text
+from megatron_biglm.common import process_groups
+from megatron_biglm.common.mcore_internals import in_process_save_strategy
+from megatron_biglm.config import load_config, save_resolved
+from megatron_biglm.data.tokenizer_check import check_import_tokenizer
+from megatron_biglm.model import BiGLMModelConfig, ModelConfigError, load_preset, model_provider, preset_names
 from megatron_biglm.model.head_model import head_model_provider, head_of_record
 from megatron_biglm.model.heads import HEADS, task_head
 from megatron_biglm.model.shape import config_settings
+from megatron_biglm.model.standalone import init_single_process
 from megatron_biglm.model.task_heads import HF_RECORD_KEY, TaskHead
 
 from .conversion_summary import ConversionSummary, VerificationError, compare_written, with_progress
 from .convert_to_hf import ConversionError, check_new_output
 from .hf_config import UnsupportedArchitecture, architecture_from_hf_config, shape_from_biglm_config
 from .hf_files import CheckpointFileError, HFWeights
-from megatron_biglm.data.tokenizer_check import check_import_tokenizer
 from .tp_shards import split_for_tp
+from .weight_mapping import (
+    ConversionReport,
+    detect_norm_naming,
+    hf_tensor_shapes,
+    hf_to_megatron,
+    megatron_tensor_shapes,
+)
 from .weight_table import WEIGHT_TABLE, head_rows
-from .weight_mapping import (ConversionReport, detect_norm_naming, hf_tensor_shapes, hf_to_megatron,
-                             megatron_tensor_shapes)
-from megatron_biglm.model import BiGLMModelConfig, ModelConfigError, load_preset, preset_names
-from megatron_biglm.checkpoint.files import begin_checkpoint, seal_when_written
-from megatron_biglm.model import model_provider
-from megatron_biglm.common import process_groups
-from megatron_biglm.common.mcore_internals import in_process_save_strategy
-from megatron_biglm.model.standalone import init_single_process
-from megatron_biglm.config import load_config, save_resolved
-import torch.distributed as dist
-from megatron.core import dist_checkpointing, parallel_state, tensor_parallel
-import yaml
 
 logger = logging.getLogger(__name__)
 

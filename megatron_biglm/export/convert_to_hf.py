@@ -25,19 +25,19 @@ import tempfile
 from pathlib import Path
 
 import torch
+from safetensors.torch import save_file
 
 from megatron_biglm.checkpoint.verify import verify_checkpoint
 from megatron_biglm.config.trained_checkpoint import open_checkpoint
+from megatron_biglm.data.tokenizer_check import load_export_tokenizer
 
 from .conversion_summary import ConversionSummary, VerificationError, compare_written, with_progress
-from .hf_config import architecture_from_hf_config, hf_config_from_biglm, shape_from_biglm_config
 from .head_export import export_head
+from .hf_config import architecture_from_hf_config, hf_config_from_biglm, shape_from_biglm_config
 from .hf_files import DEFAULT_MAX_SHARD_BYTES, HFWeights, save_safetensors_stream
 from .model_card import model_card
-from megatron_biglm.data.tokenizer_check import load_export_tokenizer
 from .weight_mapping import ConversionReport, hf_tensor_shapes, megatron_to_hf
 from .weight_table import sidecar_file
-from safetensors.torch import save_file
 
 logger = logging.getLogger(__name__)
 

@@ -17,8 +17,8 @@ from pathlib import Path
 from typing import Dict, Iterable, Iterator, List, Tuple
 
 import torch
-from safetensors.torch import save_file
 from safetensors import safe_open
+from safetensors.torch import save_file
 
 SAFE_WEIGHTS = "model.safetensors"
 SAFE_INDEX = "model.safetensors.index.json"

@@ -19,6 +19,7 @@ from pathlib import Path
 
 from megatron_biglm.checkpoint.task_head import DEFAULT_PROMPTS, EmbedderRecord
 from megatron_biglm.config.trained_checkpoint import open_checkpoint
+
 from .convert_to_hf import to_hf
 
 #: our pooling mode -> sentence-transformers' pooling_mode

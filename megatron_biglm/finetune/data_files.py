@@ -24,13 +24,13 @@ import os
 from dataclasses import dataclass
 from typing import Iterable, Iterator, Mapping
 
+from megatron_biglm.common.config_fields import ConfigError, unknown_key_error
+from megatron_biglm.common.hub import hub_access
 from megatron_biglm.data.readers import NOT_AN_OBJECT, expand_inputs
 from megatron_biglm.data.rows import SKIP, STOP, Row, format_by_suffix, iter_rows
 
 from .labels import _INTEGER, label_order, label_text, names_a_number  # noqa: F401  (the one label rule)
 from .row_report import BAD_ANSWERS, BAD_LABEL, EMPTY_FIELD, EMPTY_TARGET, MISSING_FIELD, UNLABELED, RowReport
-from megatron_biglm.common.hub import hub_access
-from megatron_biglm.common.config_fields import ConfigError, unknown_key_error
 
 
 @dataclass(frozen=True)

@@ -31,6 +31,7 @@ import torch
 
 from megatron_biglm.checkpoint.dirs import MANIFEST, best_checkpoint_name, iteration_name, point_best
 from megatron_biglm.config import ConfigError
+
 from .metrics.task_scores import score_keys, user_metric
 
 RESULTS_FILE = "results.json"

@@ -20,6 +20,7 @@ from typing import Callable, Sequence
 
 import torch
 
+from megatron_biglm.inference.loading import load_adapter
 from megatron_biglm.inference.protocol import BlockCausalLogits, LengthPrediction, MaskedLMAdapter
 
 from .blocks import Candidate, decode_candidates
@@ -27,7 +28,6 @@ from .config import GenerationConfig, GenerationConfigError
 from .length import LengthPredictor, best, candidate_lengths, lengths_around, mean_logprob
 from .output import CanvasStep, GenerationOutput
 from .prompt_ids import PromptIdRange
-from megatron_biglm.inference.loading import load_adapter
 
 
 class MaskPredictGenerator:

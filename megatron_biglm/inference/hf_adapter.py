@@ -18,18 +18,22 @@ HF masked LMs know nothing of BiGLM's split, so what runs is decided by probes a
 from __future__ import annotations
 
 import inspect
+import warnings
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 
 from megatron_biglm.data.token_ids import TokenIds
-from megatron_biglm.model.attention_masks import (additive_mask, block_causal_mask, sequence_mask,
-                                                  suffix_after_prefix_mask)
+from megatron_biglm.model.attention_masks import (
+    additive_mask,
+    block_causal_mask,
+    sequence_mask,
+    suffix_after_prefix_mask,
+)
 from megatron_biglm.model.kv_cache import append_right_padded
 
 from .protocol import MaskedLMAdapter
-import warnings
 
 _CHOICES = ("auto", "on", "off")
 

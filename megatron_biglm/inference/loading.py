@@ -21,26 +21,27 @@ or one passed explicitly (checked against the run's).
 """
 from __future__ import annotations
 
+import logging
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
-from megatron_biglm.data.tokenizer_check import TokenizerMismatch, load_export_tokenizer
+from megatron.core import tensor_parallel
+from safetensors.torch import load_file
+
 from megatron_biglm.checkpoint.verify import verify_checkpoint
 from megatron_biglm.checkpoint.weights_only import load_model_weights
 from megatron_biglm.config.trained_checkpoint import open_checkpoint
+from megatron_biglm.data.tokenizer_check import TokenizerMismatch, load_export_tokenizer
 from megatron_biglm.model import init_single_process, model_provider
 from megatron_biglm.model.head_model import head_model_provider, head_of_record
 from megatron_biglm.model.heads import LengthHead
+
 from .buckets import resolve_length_buckets
-from .megatron_adapter import CACHE_LAYOUTS
-from .megatron_adapter import MegatronMaskedLMAdapter
-from .protocol import inference_token_ids
 from .hf_adapter import HFMaskedLMAdapter
-from megatron.core import tensor_parallel
-import logging
-from safetensors.torch import load_file
+from .megatron_adapter import CACHE_LAYOUTS, MegatronMaskedLMAdapter
+from .protocol import inference_token_ids
 
 #: model-arg dtype -> megatron params dtype ("auto": the checkpoint's stored dtype)
 _PARAMS_DTYPE = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16"}

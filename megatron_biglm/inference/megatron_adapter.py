@@ -29,15 +29,15 @@ from __future__ import annotations
 import weakref
 
 import torch
+from megatron.core import parallel_state
 
 from megatron_biglm.data.token_ids import TokenIds
+from megatron_biglm.model.head_model import BiGLMHeadModel
 from megatron_biglm.model.kv_cache import KVCacheForward, PrefixKV
 from megatron_biglm.model.kv_pool import KVSlotPool, PoolForward
 
 from .protocol import MaskedLMAdapter, inference_token_ids
 from .step_graphs import StepGraphs
-from megatron_biglm.model.head_model import BiGLMHeadModel
-from megatron.core import parallel_state
 
 
 class MegatronMaskedLMAdapter(MaskedLMAdapter):

@@ -43,12 +43,18 @@ from .attention_params import BiGLMAttentionParams, build_attention_params, reso
 from .config import BiGLMModelConfig
 from .core_attention import kv_ports_attached
 from .grad_layout import contiguous_grad
+from .heads import build_head
 from .kv_cache import KVCacheForward
 from .kv_pool import PoolForward
-from .layer_compile import (apply_compile_settings, compile_layers, compile_layers_on, mark_dynamic_inputs,
-                            mark_dynamic_ports, standard_strides)
+from .layer_compile import (
+    apply_compile_settings,
+    compile_layers,
+    compile_layers_on,
+    mark_dynamic_inputs,
+    mark_dynamic_ports,
+    standard_strides,
+)
 from .layer_spec import biglm_block_spec, resolve_transformer_impl
-from .heads import build_head
 
 
 class BiGLMModel(GPTModel):

@@ -24,9 +24,9 @@ from typing import Any, Literal, Mapping, Optional, Union
 import torch
 
 from megatron_biglm.common.config_fields import ConfigError, build_dataclass
+from megatron_biglm.common.mcore_internals import transformer_config_release_defaults
 from megatron_biglm.model.attention_backends import check_backend_name
 from megatron_biglm.model.shape import check_positive_ints, shape_kwargs, shape_of
-from megatron_biglm.common.mcore_internals import transformer_config_release_defaults
 
 #: `attention_compile` values: compile the flex kernel with torch.compile always, never, or
 #: `auto` (on CUDA only; see `attention_params.resolve_compile`).

@@ -16,13 +16,13 @@ from dataclasses import dataclass, field
 from importlib import metadata
 
 import torch
+from megatron.core import optimizer
 
 from megatron_biglm.common.config_fields import ConfigError
 
 from .attention_backends import DeriveOptions, get_backend, resolve_backend
 from .attention_params import resolve_compile
 from .layer_spec import resolve_transformer_impl
-from megatron.core import optimizer
 
 #: Optional accelerated packages: (import name, distribution names to read a version from).
 OPTIONAL_PACKAGES = {

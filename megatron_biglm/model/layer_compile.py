@@ -31,10 +31,10 @@ from __future__ import annotations
 from typing import Iterable, Optional
 
 import torch
-
-from megatron_biglm.common.compile_counts import watch_compiles
 import torch._dynamo
 from torch._dynamo import maybe_mark_dynamic
+
+from megatron_biglm.common.compile_counts import watch_compiles
 
 #: dynamo's recompile limit per function while layers are compiled (its default is 8).
 RECOMPILE_LIMIT = 64

@@ -15,6 +15,9 @@ attention stays ours (the split rule), so every attention backend works with eit
 """
 from __future__ import annotations
 
+import importlib.util
+
+import torch
 from megatron.core.fusions.fused_bias_dropout import get_bias_dropout_add
 from megatron.core.tensor_parallel import ColumnParallelLinear, RowParallelLinear
 from megatron.core.transformer.attention import SelfAttention, SelfAttentionSubmodules
@@ -34,9 +37,6 @@ from megatron_biglm.common.mcore_internals import mlp_submodule
 from .core_attention import BiGLMCoreAttention
 from .mlp import BiGLMMLP
 from .rms_norm import BiGLMRMSNorm
-import importlib.util
-import torch
-
 
 TE_INSTALL_HINT = "pip install --no-build-isolation 'transformer-engine[pytorch]'"
 
@@ -68,7 +68,10 @@ def biglm_layer_spec(ffn_hidden_size: int | None = None, impl: str = "local") ->
     patches.apply_rope_one_pass()  # megatron's unfused RoPE copies q and k several times per pass
     patches.apply_row_linear_tp_group()  # its tp_group=None warning breaks a compiled layer's graph
     if impl == "transformer_engine":
-        from megatron.core.extensions.transformer_engine import TELayerNormColumnParallelLinear, TERowParallelLinear  # lazy: optional (TE, gpu extra)
+        from megatron.core.extensions.transformer_engine import (  # lazy: optional (TE, gpu extra)
+            TELayerNormColumnParallelLinear,
+            TERowParallelLinear,
+        )
 
         # each norm is fused into the linear after it; its weight is that linear's layer_norm_weight
         norm, column, row, keys_map = IdentityOp, TELayerNormColumnParallelLinear, TERowParallelLinear, {}

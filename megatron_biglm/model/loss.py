@@ -19,8 +19,7 @@ from __future__ import annotations
 from typing import Callable, Optional
 
 import torch
-from megatron.core import tensor_parallel
-from megatron.core import parallel_state
+from megatron.core import parallel_state, tensor_parallel
 
 
 def mask_padded_vocab(logits: torch.Tensor, vocab_size: Optional[int],

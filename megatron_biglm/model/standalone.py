@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import torch
 
-from megatron_biglm.common import process_groups
 from megatron_biglm import patches
+from megatron_biglm.common import process_groups
 
 
 def init_single_process(tp: int = 1, pp: int = 1, seed: int | None = None) -> None:

@@ -12,8 +12,9 @@ import os
 from dataclasses import dataclass, fields
 from typing import Optional
 
-from .errors import PlanError
 import yaml
+
+from .errors import PlanError
 
 GIB = 1024 ** 3
 

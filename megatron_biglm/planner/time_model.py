@@ -8,13 +8,13 @@ import json
 from dataclasses import dataclass
 
 from megatron_biglm.model.shape import shape_of
+from megatron_biglm.training.flops import forward_flops
 
 from .errors import PlanError
 from .gpus import GPU
 from .layout import Layout
-from .workload import Workload
-from megatron_biglm.training.flops import forward_flops
 from .static_memory import stage_params
+from .workload import Workload
 
 #: the MFU assumed when none is given: about what ~1-3B megatron runs reach on A100 in bf16
 DEFAULT_MFU = 0.40

@@ -16,22 +16,21 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
+from pathlib import Path
 
+from megatron_biglm.checkpoint.dirs import is_weights_only, read_train_state_file
+from megatron_biglm.checkpoint.run_checkpoint import locate
 from megatron_biglm.config import ConfigError, RunConfig, check_sequence_fits, derive
 from megatron_biglm.config.finetune_section import INIT_KEY
+from megatron_biglm.config.trained_checkpoint import open_checkpoint
+from megatron_biglm.data.tokenizer import TokenizerLoadError, load_tokenizer, looks_like_hub_name
+from megatron_biglm.data.tokenizer_check import TokenizerMismatch, check_trained_digest, checkpoint_tokenizer
 from megatron_biglm.finetune.epochs import steps_per_epoch, train_steps
+from megatron_biglm.finetune.kinds import KINDS, kind_class
 from megatron_biglm.finetune.kinds.planning import plan_kind
 from megatron_biglm.finetune.tasks import get_task
 from megatron_biglm.finetune.validation import TaskValidator, probe_user_metrics
 from megatron_biglm.model.shape import SHAPE_SETTINGS
-from megatron_biglm.checkpoint.run_checkpoint import locate
-from megatron_biglm.config.trained_checkpoint import open_checkpoint
-from megatron_biglm.data.tokenizer import looks_like_hub_name
-from megatron_biglm.data.tokenizer_check import TokenizerMismatch, check_trained_digest, checkpoint_tokenizer
-from megatron_biglm.checkpoint.dirs import is_weights_only, read_train_state_file
-from megatron_biglm.data.tokenizer import TokenizerLoadError, load_tokenizer
-from megatron_biglm.finetune.kinds import KINDS, kind_class
-from pathlib import Path
 
 
 @dataclass

@@ -18,18 +18,18 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import torch.distributed as dist
 import yaml
 
 from megatron_biglm.common.file_content import file_content
 from megatron_biglm.config import ConfigError
 from megatron_biglm.config.finetune_section import migrate_moved_keys
 from megatron_biglm.config.resume_settings import allowed_changes, trajectory
+from megatron_biglm.data.readers import SkipReport, expand_inputs
+from megatron_biglm.finetune.data_files import DATA_FORMATS
 
 from .run_dir import RUN_WRITES, delete_run, run_entries, write_manifest
 from .run_lock import LOCK_FILE
-from megatron_biglm.data.readers import SkipReport, expand_inputs
-from megatron_biglm.finetune.data_files import DATA_FORMATS
-import torch.distributed as dist
 
 #: the run_dir file that says which fine-tune the folder holds
 RUN_FILE = "finetune_run.json"

@@ -22,8 +22,8 @@ import os
 import socket
 from pathlib import Path
 
-from megatron_biglm.config import ConfigError
 from megatron_biglm.common.disk import DiskError, describe_os_error
+from megatron_biglm.config import ConfigError
 
 #: the file in run_dir that holds the lock and names its holder
 LOCK_FILE = "run.lock"

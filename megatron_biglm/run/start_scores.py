@@ -10,6 +10,7 @@ true at 0 steps.
 from __future__ import annotations
 
 from pathlib import Path
+
 from megatron_biglm.config import save_resolved
 from megatron_biglm.inference.loading import load_megatron_checkpoint, resolve_device
 from megatron_biglm.training.build import resolve_precision

@@ -28,8 +28,14 @@ from megatron_biglm.checkpoint.signature import model_signature, read_train_stat
 from megatron_biglm.checkpoint.space import check_room, checkpoint_bytes, save_errors
 from megatron_biglm.checkpoint.verify import verify_checkpoint
 from megatron_biglm.common import host_memory
-from megatron_biglm.config import (ConfigError, RunConfig, check_batch_arithmetic, check_sequence_fits, derive,
-                                   save_resolved)
+from megatron_biglm.config import (
+    ConfigError,
+    RunConfig,
+    check_batch_arithmetic,
+    check_sequence_fits,
+    derive,
+    save_resolved,
+)
 from megatron_biglm.config.finetune_section import INIT_KEY
 from megatron_biglm.data.pretrain_data import make_loader
 from megatron_biglm.data.tokenizer import tokenizer_digest

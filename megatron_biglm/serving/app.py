@@ -20,6 +20,7 @@ event loop, so `/health` and other requests are answered while a large request i
 from __future__ import annotations
 
 import asyncio
+import base64
 import json
 import time
 from dataclasses import dataclass
@@ -35,10 +36,8 @@ from .chat import ChatCompletionRequest, as_chat_response, chat_as_completion
 from .completions import CompletionService
 from .metrics import ServerMetrics
 from .scheduler import BlockScheduler, Cancelled, QueueFull, RequestTimeout, ShuttingDown
-from .schema import (BadRequest, CompletionRequest, DetokenizeRequest, EmbeddingRequest, TokenizeRequest,
-                     parse)
+from .schema import BadRequest, CompletionRequest, DetokenizeRequest, EmbeddingRequest, TokenizeRequest, parse
 from .scoring import score_prompts
-import base64
 
 RETRY_AFTER_S = 1
 _DISCONNECT_POLL_S = 0.25

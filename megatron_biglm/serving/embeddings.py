@@ -19,10 +19,10 @@ from pathlib import Path
 from typing import Protocol
 
 import torch
+
 from megatron_biglm.checkpoint.task_head import EmbedderRecord
 from megatron_biglm.config.trained_checkpoint import open_checkpoint
-from megatron_biglm.finetune.retrieval.embed import EmbeddingOptions
-from megatron_biglm.finetune.retrieval.embed import embed_tokens, tokenize
+from megatron_biglm.finetune.retrieval.embed import EmbeddingOptions, embed_tokens, tokenize
 from megatron_biglm.inference.megatron_adapter import MegatronMaskedLMAdapter
 
 

@@ -30,12 +30,12 @@ wrong type or a value out of range is refused with HTTP 400 naming the field
 """
 from __future__ import annotations
 
+import json
 from typing import Literal, Optional, Union
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from megatron_biglm.evaluation.scoring import RULES
-import json
 
 RemaskName = Literal["low_confidence", "random", "none"]
 RuleName = Literal[tuple(RULES)]  # type: ignore[valid-type]

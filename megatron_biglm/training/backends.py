@@ -15,12 +15,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from megatron_biglm.checkpoint.dirs import CheckpointError, is_weights_only
-from megatron_biglm.training.backend_protocol import Backend, BuildSpec, load_initial_weights
-from megatron_biglm.training.deepspeed_backend import deepspeed_backend
 from megatron_biglm.checkpoint import megatron_io
+from megatron_biglm.checkpoint.dirs import CheckpointError, is_weights_only
 from megatron_biglm.training import build, distributed, step
+from megatron_biglm.training.backend_protocol import Backend, BuildSpec, load_initial_weights
 from megatron_biglm.training.ddp_settings import ddp_config
+from megatron_biglm.training.deepspeed_backend import deepspeed_backend
 from megatron_biglm.training.schedule import resume_scheduler
 
 __all__ = ["Backend", "BuildSpec", "check_resume", "load_initial_weights", "megatron_backend", "select_backend"]

@@ -11,23 +11,23 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-from megatron_biglm import patches
 import torch
 from megatron.core import parallel_state
 from megatron.core.distributed import DistributedDataParallel, DistributedDataParallelConfig
 from megatron.core.optimizer import OptimizerConfig as MegatronOptimizerConfig
 from megatron.core.optimizer import get_megatron_optimizer
 
+from megatron_biglm import patches
 from megatron_biglm.config import ConfigError, DataConfig, OptimizerConfig, TrainingConfig
-from megatron_biglm.model.config import resolve_dtype
-from megatron_biglm.model.kernels import kernel_report
-from megatron_biglm.model import model_provider
-from megatron_biglm.training.finalize_grads import finalize_model_grads_per_token
-from megatron_biglm.data.indexed_tools import CorruptDatasetError, check_dataset
 from megatron_biglm.data.blend import parse_blend
+from megatron_biglm.data.indexed_tools import CorruptDatasetError, check_dataset
 from megatron_biglm.data.pretrain_data import build_pretrain_datasets
 from megatron_biglm.data.token_ids import TokenIds
 from megatron_biglm.data.tokenizer import load_tokenizer
+from megatron_biglm.model import model_provider
+from megatron_biglm.model.config import resolve_dtype
+from megatron_biglm.model.kernels import kernel_report
+from megatron_biglm.training.finalize_grads import finalize_model_grads_per_token
 
 
 def resolve_precision(training: TrainingConfig) -> str:

@@ -28,10 +28,10 @@ import torch
 import torch.distributed as dist
 
 from megatron_biglm.config import ConfigError, OptimizerConfig, TrainingConfig
-from megatron_biglm.training.backend_protocol import Backend, BuildSpec, load_initial_weights
-from megatron_biglm.training.deepspeed_checkpoint import load_checkpoint, save_checkpoint
 from megatron_biglm.training import distributed
+from megatron_biglm.training.backend_protocol import Backend, BuildSpec, load_initial_weights
 from megatron_biglm.training.build import build_module
+from megatron_biglm.training.deepspeed_checkpoint import load_checkpoint, save_checkpoint
 from megatron_biglm.training.recipe import add_report, report_width, split_report
 from megatron_biglm.training.step import StepResult, StepStats, make_forward_step
 

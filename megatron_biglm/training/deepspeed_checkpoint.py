@@ -20,11 +20,12 @@ import contextlib
 import json
 from pathlib import Path
 
+from megatron.core import dist_checkpointing
+
 from megatron_biglm.checkpoint.dirs import CheckpointError, refuse_weights_only
 from megatron_biglm.checkpoint.files import RunFiles, begin_checkpoint, restore_rng, seal_checkpoint, world_size
-from megatron_biglm.training.schedule import resume_scheduler
 from megatron_biglm.common.mcore_internals import in_process_save_strategy
-from megatron.core import dist_checkpointing
+from megatron_biglm.training.schedule import resume_scheduler
 
 CHECKPOINT_SUBDIR, CHECKPOINT_TAG = "deepspeed", "state"
 

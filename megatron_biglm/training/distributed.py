@@ -14,9 +14,9 @@ import torch
 import torch.distributed as dist
 from megatron.core import parallel_state, tensor_parallel
 
+from megatron_biglm import patches
 from megatron_biglm.common import process_groups
 from megatron_biglm.config import ConfigError, ParallelismConfig
-from megatron_biglm import patches
 
 
 @dataclass

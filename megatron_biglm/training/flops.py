@@ -21,8 +21,9 @@ from __future__ import annotations
 
 from typing import Iterable, Optional
 
-from megatron_biglm.model.shape import BiGLMShape
 import torch
+
+from megatron_biglm.model.shape import BiGLMShape
 
 # Dense bf16 peak per device (TFLOP/s), for the default MFU denominator, by a part of the
 # device's full name: the longest part that matches wins, so "NVIDIA H100 PCIe" is 756 (the

@@ -28,6 +28,7 @@ import math
 import time
 from dataclasses import dataclass, field
 
+import psutil
 import torch
 
 from megatron_biglm.checkpoint.rng import preserved_rng
@@ -36,13 +37,22 @@ from megatron_biglm.model.shape import BiGLMShape
 from megatron_biglm.training.callbacks import Callbacks
 from megatron_biglm.training.distributed import DistInfo
 from megatron_biglm.training.flops import mfu, train_step_flops
-from megatron_biglm.training.loop_parts import (Evaluate, MetricsSink, NonFiniteCheck, Optimizer, SaveCheckpoint,
-                                                Scheduler, StopSignal, TrainBatches, TrainStep, ValidBatches)
+from megatron_biglm.training.loop_parts import (
+    Evaluate,
+    MetricsSink,
+    NonFiniteCheck,
+    Optimizer,
+    SaveCheckpoint,
+    Scheduler,
+    StopSignal,
+    TrainBatches,
+    TrainStep,
+    ValidBatches,
+)
 from megatron_biglm.training.loop_state import LoopState  # noqa: F401 - re-exported: loop.LoopState
 from megatron_biglm.training.prefetch import Prefetched
 from megatron_biglm.training.recipe import Recipe, split_report
 from megatron_biglm.training.step import evaluate, train_step
-import psutil
 
 
 @dataclass

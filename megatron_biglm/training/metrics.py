@@ -13,9 +13,10 @@ import math
 import os
 import sys
 import time
-from pathlib import Path
-from tqdm.auto import tqdm
 import warnings
+from pathlib import Path
+
+from tqdm.auto import tqdm
 
 
 def interactive(mode: str = "auto") -> bool:

@@ -41,6 +41,7 @@ from dataclasses import dataclass
 from typing import Callable, Optional
 
 import torch
+
 from megatron_biglm.model import model_provider
 
 LOSS_KEY = "lm loss"

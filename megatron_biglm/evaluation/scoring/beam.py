@@ -24,7 +24,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from math import comb
 
-from .base import QueryStats, RequestScoring, ScoringRule, ScoreRequest
+from .base import QueryStats, RequestScoring, ScoreRequest, ScoringRule
 
 Revealed = frozenset
 

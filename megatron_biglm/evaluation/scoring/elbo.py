@@ -29,7 +29,7 @@ import random
 from collections import Counter
 from dataclasses import dataclass, field
 
-from .base import QueryStats, RequestScoring, ScoringRule, ScoreRequest
+from .base import QueryStats, RequestScoring, ScoreRequest, ScoringRule
 
 
 def stratified_mask_counts(n: int, samples: int, rng: random.Random) -> list[int]:

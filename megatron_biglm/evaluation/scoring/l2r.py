@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from .base import OneSlotPerQuery, Query, RequestScoring, ScoringRule, ScoreRequest
+from .base import OneSlotPerQuery, Query, RequestScoring, ScoreRequest, ScoringRule
 
 
 class _LeftToRight(OneSlotPerQuery):

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from .base import QueryStats, RequestScoring, ScoringRule, ScoreRequest
+from .base import QueryStats, RequestScoring, ScoreRequest, ScoringRule
 
 
 class _OneShot(RequestScoring):

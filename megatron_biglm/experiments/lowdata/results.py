@@ -15,6 +15,7 @@ from pathlib import Path
 import numpy as np
 
 from megatron_biglm.finetune.metrics.ipr import ipr_over_seeds
+
 from .grid import Cell
 
 FIELDS = ("task", "paradigm", "n", "seed", "score", "metric", "seconds")

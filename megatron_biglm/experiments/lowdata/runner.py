@@ -15,9 +15,10 @@ import time
 from pathlib import Path
 from typing import Callable, Mapping
 
+from megatron_biglm.finetune.tasks.prompts import get_task
+
 from .grid import Grid
 from .results import append_result, curves, finished, ipr_table, plot_task, read_results, write_ipr_table
-from megatron_biglm.finetune.tasks.prompts import get_task
 
 
 def task_metric(task: str) -> str:

@@ -14,7 +14,6 @@ from __future__ import annotations
 from pathlib import Path
 
 from megatron_biglm.data.rows import json_lines
-
 from megatron_biglm.finetune.instruct.chat_template import prompt_of
 from megatron_biglm.finetune.metrics.generation import genset_scores
 

@@ -22,13 +22,12 @@ from pathlib import Path
 
 import torch
 
-from megatron_biglm.inference.engine import pad
-
 from megatron_biglm.finetune.data_files import read_rows
 from megatron_biglm.finetune.kinds.verbalizer import VerbalizerEncoder, label_scores
 from megatron_biglm.finetune.metrics import task_scores
 from megatron_biglm.finetune.row_report import RowReport
 from megatron_biglm.finetune.tasks import get_task
+from megatron_biglm.inference.engine import pad
 
 SUPERGLUE_TASKS = ("boolq", "cb", "copa", "rte", "wic")
 

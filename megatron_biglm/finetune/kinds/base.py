@@ -42,19 +42,19 @@ from typing import Sequence
 import numpy as np
 import torch
 
+from megatron_biglm.checkpoint.task_head import TASK_HEAD_FILE, task_head_text
+from megatron_biglm.common.config_fields import build_dataclass
+from megatron_biglm.config import ConfigError
+from megatron_biglm.config.finetune_section import FinetuneConfig
 from megatron_biglm.training.recipe import LOSS_KEY, Recipe, RecipeData
 
+from ..columns import labelled_schema
 from ..data_files import DatasetSchema, RawSplit, check_rows, get_schema, load_split
 from ..epochs import EpochSamples
 from ..epochs import steps_per_epoch as epoch_steps
 from ..metrics import task_scores
-from ..row_report import RowReport
-from megatron_biglm.config import ConfigError
-from megatron_biglm.common.config_fields import build_dataclass
-from ..columns import labelled_schema
-from megatron_biglm.config.finetune_section import FinetuneConfig
-from megatron_biglm.checkpoint.task_head import TASK_HEAD_FILE, task_head_text
 from ..metrics.probe import label_probe
+from ..row_report import RowReport
 
 
 def draw_examples(examples: Sequence, n: int, seed: int) -> list:

@@ -35,28 +35,26 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import partial
+from pathlib import Path
 from typing import Literal
 
 import torch
 import torch.distributed as dist
+from megatron.core import parallel_state
+from torch.distributed.nn.functional import all_gather
 
 from megatron_biglm.checkpoint.task_head import DEFAULT_PROMPTS, EmbedderRecord
+from megatron_biglm.config import ConfigError
+from megatron_biglm.data.tokenizer import load_tokenizer
 from megatron_biglm.training.recipe import LOSS_KEY, RecipeData
 
 from ..epochs import EpochSamples
+from ..retrieval.beir import METRICS, BeirFormatError, evaluate_beir, load_beir
 from ..retrieval.embed import EmbeddingOptions, pool, tokenize
-from ..retrieval.pairs import read_pairs
-from ..row_report import RowReport
-from .base import FinetuneRecipe
-from ..row_report import EMPTY_FIELD
-from megatron_biglm.config import ConfigError
-from ..retrieval.beir import BeirFormatError, load_beir
-from megatron_biglm.data.tokenizer import load_tokenizer
-from ..retrieval.beir import METRICS, evaluate_beir
 from ..retrieval.encoders import OurEncoder
-from torch.distributed.nn.functional import all_gather
-from pathlib import Path
-from megatron.core import parallel_state
+from ..retrieval.pairs import read_pairs
+from ..row_report import EMPTY_FIELD, RowReport
+from .base import FinetuneRecipe
 
 
 @dataclass

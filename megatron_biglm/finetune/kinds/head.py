@@ -33,7 +33,7 @@ from typing import Literal, Mapping, Optional, Sequence
 import torch
 
 from megatron_biglm.checkpoint.task_head import HeadRecord
-from megatron_biglm.config import derive
+from megatron_biglm.config import ConfigError, derive
 from megatron_biglm.data.token_ids import TokenIds
 from megatron_biglm.inference.engine import pad
 from megatron_biglm.model.head_model import head_model_provider, head_of_record
@@ -42,10 +42,9 @@ from megatron_biglm.training.recipe import LOSS_KEY
 
 from ..data_files import get_schema
 from ..metrics import task_scores
+from ..metrics.probe import label_probe, label_set_probe, number_probe
 from ..row_report import SOURCE_TOO_LONG, RowReport
 from .base import LabelRecipe, accuracy_loss, gold_labels
-from megatron_biglm.config import ConfigError
-from ..metrics.probe import label_probe, label_set_probe, number_probe
 
 
 @dataclass

@@ -21,7 +21,9 @@ from typing import Literal, Optional
 
 import torch
 
+from megatron_biglm.config import ConfigError
 from megatron_biglm.data.token_ids import TokenIds
+from megatron_biglm.data.tokenizer import load_tokenizer
 from megatron_biglm.objective.instruct import INPUT_MASK_RATIO
 from megatron_biglm.training.pretrain_recipe import PretrainRecipe
 from megatron_biglm.training.recipe import RecipeData
@@ -29,8 +31,6 @@ from megatron_biglm.training.recipe import RecipeData
 from ..instruct.dataset import InstructionData, InstructionSamples
 from ..row_report import RowReport
 from .base import FinetuneRecipe
-from megatron_biglm.config import ConfigError
-from megatron_biglm.data.tokenizer import load_tokenizer
 
 
 @dataclass

@@ -58,18 +58,17 @@ import torch
 
 from megatron_biglm.config import derive
 from megatron_biglm.data.token_ids import TokenIds
+from megatron_biglm.generation import GenerationConfig, MaskPredictGenerator
 from megatron_biglm.inference.engine import pad
+from megatron_biglm.inference.megatron_adapter import megatron_adapter_for
 from megatron_biglm.model.loss import predicted_rows
 from megatron_biglm.training.recipe import LOSS_KEY, RecipeData, padding_excluded
 
 from ..data_files import DatasetSchema, get_schema
 from ..metrics import task_scores
+from ..metrics.probe import text_probe
 from ..row_report import EMPTY_TARGET, SOURCE_TOO_LONG, RowReport
 from .base import FinetuneRecipe
-from megatron_biglm.generation import GenerationConfig
-from megatron_biglm.generation import MaskPredictGenerator
-from megatron_biglm.inference.megatron_adapter import megatron_adapter_for
-from ..metrics.probe import text_probe
 
 # Mask-Predict as the paper decodes (Ghazvininejad et al.: T = 10, length beam 5)
 DECODING_DEFAULTS = {"steps": 10, "length_beam": 5}

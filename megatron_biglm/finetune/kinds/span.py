@@ -18,7 +18,6 @@ EuroBertForTokenClassification with 2 labels (start, end) (`export.head_export`)
 from __future__ import annotations
 
 from dataclasses import dataclass
-
 from typing import Sequence
 
 import torch
@@ -30,11 +29,11 @@ from megatron_biglm.training.recipe import LOSS_KEY
 
 from ..data_files import DatasetSchema
 from ..metrics import task_scores
+from ..metrics.probe import answer_probe
 from ..row_report import RowReport
 from ..squad_answers import squad_predictions
 from ..squad_windows import SquadEncoder
 from .base import FinetuneRecipe
-from ..metrics.probe import answer_probe
 
 #: a declaration's column keys -> the SQuAD role each names (and its default column)
 COLUMN_KEYS = {"context_field": "context", "question_field": "question", "answers_field": "answers"}

@@ -44,14 +44,14 @@ from typing import Literal, Mapping, Optional, Sequence
 
 import torch
 
+from megatron_biglm.config import ConfigError
 from megatron_biglm.data.token_ids import TokenIds
 from megatron_biglm.inference.engine import pad
 
-from ..row_report import SOURCE_TOO_LONG, RowReport
 from ..columns import TaskDeclarationError, as_list
+from ..row_report import SOURCE_TOO_LONG, RowReport
 from ..text_fit import fit_template, template_fields
 from .base import LabelRecipe, accuracy_loss, gold_labels
-from megatron_biglm.config import ConfigError
 
 MASK_PLACEHOLDER = "<mask>"
 IGNORE_INDEX = -100

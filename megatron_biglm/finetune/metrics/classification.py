@@ -3,6 +3,7 @@ because its labels are skewed), multi-label F1 and subset accuracy, Pearson and 
 from __future__ import annotations
 
 from typing import Hashable, Sequence
+
 import numpy as np
 
 

@@ -14,6 +14,7 @@ Each reference argument is one reference per prediction (a string) or several (a
 from __future__ import annotations
 
 from typing import Sequence, Union
+
 from .wordnet import wordnet_reader
 
 Reference = Union[str, Sequence[str]]

@@ -20,8 +20,8 @@ from __future__ import annotations
 
 import os
 import shutil
-from pathlib import Path
 import warnings
+from pathlib import Path
 
 DEBIAN_WORDNET = Path("/usr/share/wordnet")
 INSTALL_HINT = ("apt-get install -y --no-install-recommends wordnet-base wordnet-sense-index, "

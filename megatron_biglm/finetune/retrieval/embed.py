@@ -11,11 +11,11 @@ from dataclasses import dataclass, field
 from typing import Sequence
 
 import torch
+from tqdm.auto import tqdm
 
 from megatron_biglm.checkpoint.task_head import DEFAULT_PROMPTS
 from megatron_biglm.export.sentence_transformers_dir import our_pooling
 from megatron_biglm.model.pooling import pool_hidden
-from tqdm.auto import tqdm
 
 
 @dataclass

@@ -11,8 +11,9 @@ from pathlib import Path
 
 import torch
 
-from .embed import EmbeddingOptions, encode
 from megatron_biglm.inference.loading import is_megatron_checkpoint, load_megatron_checkpoint
+
+from .embed import EmbeddingOptions, encode
 
 
 def _identity(path) -> str:

@@ -51,13 +51,14 @@ from __future__ import annotations
 import dataclasses
 from typing import Mapping, Sequence
 
-from ..data_files import DatasetSchema, get_schema, raw_split
-from ..kinds.label_inference import infer_labels, needs_labels
-from ..columns import TaskDeclarationError, as_list
-from .task import Task, check_metric_name
-from ..kinds import KINDS, kind_class
 from megatron_biglm.common.config_fields import unknown_key_error
+
+from ..columns import TaskDeclarationError, as_list
+from ..data_files import DatasetSchema, get_schema, raw_split
+from ..kinds import KINDS, kind_class
+from ..kinds.label_inference import infer_labels, needs_labels
 from ..metrics.task_scores import score_keys
+from .task import Task, check_metric_name
 
 #: the declaration keys of every kind (a kind adds its own: `declaration_keys`)
 COMMON_KEYS = ("name", "kind", "dataset", "fields", "label_field", "labels", "problem_type", "label_separator",

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import Any
+
 from ..kinds import kind_class
 
 METRIC_NAMES = ("accuracy", "macro_f1", "squad", "rouge", "bleu", "meteor", "pearson", "spearman", "mse",

@@ -8,11 +8,11 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
+from torch.nn.attention.flex_attention import flex_attention
 
 from megatron_biglm.model.attention_masks import flex_split_block_mask
 
 from .protocol import DeriveOptions
-from torch.nn.attention.flex_attention import flex_attention
 
 NO_CPU_BACKWARD = ("attention_backend 'flex' trains on CUDA only: torch has no FlexAttention backward on "
                    "CPU; use sdpa (or auto) to train here, flex on CPU is for evaluation")

@@ -9,10 +9,9 @@ the lists against the rule, and tests/objective/test_split_mask.py against torch
 from __future__ import annotations
 
 import torch
+from torch.nn.attention.flex_attention import BlockMask, create_block_mask
 
 from megatron_biglm.objective.split_rule import checked_split, visible
-from torch.nn.attention.flex_attention import BlockMask
-from torch.nn.attention.flex_attention import create_block_mask
 
 #: How :func:`flex_split_block_mask` builds the BlockMask.
 FLEX_BUILD_METHODS = ("analytic", "create")
