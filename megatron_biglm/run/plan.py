@@ -74,11 +74,16 @@ def derived_schedule(cfg: RunConfig, n_train: int) -> RunConfig:
 START_MODEL_KEYS = SHAPE_SETTINGS + ("seq_length", "rotary_base", "norm_epsilon", "name")
 
 
-def from_start(cfg: RunConfig) -> tuple[RunConfig, str]:
+def open_start(cfg: RunConfig):
+    """The start checkpoint (`finetune.init_from`) with its saved run config: opened once, for
+    everything the plan takes from it (its shape, its tokenizer and the checks of both)."""
+    return open_checkpoint(locate(cfg.finetune.init_from, INIT_KEY), INIT_KEY)
+
+
+def from_start(cfg: RunConfig, start) -> tuple[RunConfig, str]:
     """`cfg` with the start checkpoint's model shape (`START_MODEL_KEYS`) and its tokenizer
     (unless the run sets one), and the note that says so. A fine-tune's weights come from its
     start point (`finetune.init_from`), so its shape does too: no preset to match by hand."""
-    start = open_checkpoint(locate(cfg.finetune.init_from, INIT_KEY), INIT_KEY)
     fields = start.model_config.to_dict()
     model = cfg.model.with_values(**{k: fields[k] for k in START_MODEL_KEYS if fields.get(k) is not None})
     note = (f"model from finetune.init_from {start.path}: {fields['num_layers']} layers, hidden "
@@ -144,11 +149,12 @@ def plan_finetune(cfg: RunConfig) -> FinetunePlan:
         raise TypeError(f"plan_finetune takes a loaded RunConfig (megatron_biglm.config.load_config), "
                         f"got {type(cfg).__name__}")
     refuse_foreign_resume(cfg)
-    start_note = None
+    start = start_note = None
     # a run that trains builds the start's model; scoring it (train_examples=0) loads it as
     # saved, and needs only its tokenizer when the run names none
     if cfg.finetune.enabled and cfg.finetune.init_from and (cfg.finetune.train_examples != 0 or not cfg.data.tokenizer):
-        cfg, start_note = from_start(cfg)
+        start = open_start(cfg)
+        cfg, start_note = from_start(cfg, start)
     options = cfg.finetune
     if not options.enabled:
         raise ConfigError("this config has no finetune.task; name one (e.g. finetune.task=mnli) or use "
@@ -169,7 +175,7 @@ def plan_finetune(cfg: RunConfig) -> FinetunePlan:
     probe_user_metrics(recipe)  # a user metric called once on a fake prediction set: before any step
     gbs = cfg.training.global_batch_size
     if options.train_examples == 0:
-        return _no_training_plan(cfg, recipe)
+        return _no_training_plan(cfg, recipe, start)
     cfg = recipe.settle(derived_schedule(cfg, len(recipe.train_examples)))
     interval = cfg.checkpoint.save_interval  # a checkpoint at every task validation
     steps = cfg.schedule.train_steps
@@ -190,10 +196,11 @@ def plan_finetune(cfg: RunConfig) -> FinetunePlan:
     return FinetunePlan(cfg, recipe, validator, recipe.steps_per_epoch(gbs), steps, notes)
 
 
-def _no_training_plan(cfg: RunConfig, recipe) -> FinetunePlan:
+def _no_training_plan(cfg: RunConfig, recipe, start) -> FinetunePlan:
     """`finetune.train_examples=0`: nothing to train; the start point is scored as it is,
     which needs one (`init_from`) and a kind that reads answers off the pretrained model
-    (its `scores_zero_shot`)."""
+    (its `scores_zero_shot`). `start`: the start checkpoint when the plan has opened it already
+    (for its tokenizer), else None."""
     options = cfg.finetune
     if not options.init_from:
         raise ConfigError("finetune.train_examples=0 scores the start point without training: set "
@@ -204,8 +211,7 @@ def _no_training_plan(cfg: RunConfig, recipe) -> FinetunePlan:
                           f"pretrained model (kind {' or '.join(zero_shot)}); {recipe.task.name} is kind "
                           f"{recipe.task.kind!r}: its head would be untrained. Use finetune.train_examples >= 1")
     if cfg.data.tokenizer:  # scored as saved: a tokenizer the run names must still be the start's own
-
-        start_tokenizer(cfg, open_checkpoint(locate(options.init_from, INIT_KEY), INIT_KEY))
+        start_tokenizer(cfg, start or open_start(cfg))
     validator = TaskValidator(recipe, interval=1, steps_per_epoch=1, train_steps=0, run_dir=cfg.run_dir,
                               checkpoint_root=cfg.checkpoint_dir, data_summary=recipe.row_summaries())
     notes = [f"{name}: {line}" for name, line in recipe.row_summaries().items()]

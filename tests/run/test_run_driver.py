@@ -94,3 +94,29 @@ def test_a_finetune_loads_its_config_once_and_parses_no_override(task, tmp_path,
     done = json.loads((tmp_path / "ft" / "train_done.json").read_text())
     assert done["iteration"] == 2 and done["initialized_from"].startswith(str(start))
     assert "model from finetune.init_from" in capsys.readouterr().out
+
+
+def test_a_zero_shot_plan_opens_its_start_checkpoint_once(task, tmp_path):
+    """`finetune.train_examples=0` with no `data.tokenizer`: the plan takes the model shape and
+    the tokenizer from the start checkpoint and checks that tokenizer against it, all from one
+    opening of the start's saved config."""
+    from megatron_biglm.config import load_config
+    from megatron_biglm.run import finetune, plan_finetune
+
+    start = tmp_path / "start"
+    finetune(load_config(None, finetune_overrides(task, start, **{"finetune.epochs": 1})))
+    saved_configs = {os.path.abspath(p) for p in start.rglob("config.yaml")}
+    over = [o for o in finetune_overrides(task, tmp_path / "zero", **{
+        "finetune.init_from": str(start), "finetune.train_examples": 0}) if not o.startswith("data.tokenizer=")]
+    cfg = load_config(None, over)
+    assert cfg.data.tokenizer is None and saved_configs
+    seen: list = []
+    for path in saved_configs:
+        sys.addaudithook(_audit_opens(seen, path))
+    seen.append("on")
+    try:
+        plan = plan_finetune(cfg)
+    finally:
+        seen[0] = "off"
+    assert plan.train_steps == 0 and plan.config.data.tokenizer  # the start's tokenizer, checked
+    assert len(seen) - 1 == 1, f"the start's saved config was opened {len(seen) - 1} times"
