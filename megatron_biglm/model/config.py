@@ -36,6 +36,9 @@ ATTENTION_COMPILE = ("auto", True, False)
 COMPILE_LAYERS = ("auto", True, False)
 #: `transformer_impl` values: the layers' linear and norm modules (see `layer_spec.resolve_transformer_impl`).
 TRANSFORMER_IMPLS = ("auto", "local", "transformer_engine")
+#: predicted rows per chunk of the fused loss (`loss.fused_linear_cross_entropy`): a `[chunk, vocab]`
+#: fp32 block at a time. Here, not in loss.py, so the planner costs it without importing megatron-core.
+FUSED_LOSS_CHUNK = 2048
 
 _DTYPES = {
     "fp32": torch.float32, "float32": torch.float32,

@@ -21,6 +21,8 @@ from typing import Callable, Optional
 import torch
 from megatron.core import parallel_state, tensor_parallel
 
+from megatron_biglm.model.config import FUSED_LOSS_CHUNK
+
 
 def mask_padded_vocab(logits: torch.Tensor, vocab_size: Optional[int],
                       padded_vocab_size: Optional[int] = None) -> torch.Tensor:
@@ -100,10 +102,6 @@ def _fusable(output_layer, weight: torch.Tensor) -> bool:
           if parallel_state.model_parallel_is_initialized() else 1)
     return (tp == 1 and getattr(output_layer, "bias", None) is None
             and not getattr(output_layer, "sequence_parallel", False) and weight.dim() == 2)
-
-
-#: predicted rows per chunk of the fused loss: a `[chunk, vocab]` fp32 block at a time
-FUSED_LOSS_CHUNK = 2048
 
 
 def fused_linear_cross_entropy(hidden: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor,

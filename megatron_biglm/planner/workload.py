@@ -4,8 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from megatron_biglm.model.config import BiGLMModelConfig
-from megatron_biglm.model.loss import FUSED_LOSS_CHUNK
+from megatron_biglm.model.config import FUSED_LOSS_CHUNK, BiGLMModelConfig
 from megatron_biglm.training.flops import expected_pair_fraction
 
 #: attention backends that keep no s×s mask or score matrix (they save the log-sum-exp)

@@ -1,5 +1,7 @@
-"""`biglm-plan`: the 3.5B preset's plan, its JSON, a layout that does not fit, bad inputs."""
+"""`biglm-plan`: the 3.5B preset's plan, its JSON, a layout that does not fit, bad inputs, and a
+process that imports no training stack."""
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -103,3 +105,15 @@ def test_tools_script_runs_the_command():
     proc = subprocess.run([sys.executable, str(REPO / "tools" / "plan.py"), "--help"], capture_output=True,
                           text=True)
     assert proc.returncode == 0 and "biglm-plan" in proc.stdout
+
+
+def test_a_plan_imports_no_training_stack():
+    """Planning reads a config and does arithmetic: megatron-core (and its warnings about missing
+    Transformer Engine and Apex) stays out of the process."""
+    script = ("import sys; from megatron_biglm.cli.plan import main; code = main(sys.argv[1:]); "
+              "print('megatron.core' in sys.modules); sys.exit(code)")
+    proc = subprocess.run([sys.executable, "-c", script, *ARGS], capture_output=True, text=True,
+                          env={**os.environ, "DATA_ROOT": "/data", "BIGLM_TOKENIZER": "/tok"})
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.splitlines()[-1] == "False" and "fits: yes" in proc.stdout
+    assert "Transformer Engine" not in proc.stderr
