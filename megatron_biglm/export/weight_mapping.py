@@ -23,19 +23,8 @@ from typing import Callable, Dict, Iterator, Mapping, Tuple
 import torch
 
 from megatron_biglm.model.shape import BiGLMShape
-
-from .weight_table import (
-    HF_EMBEDDING,
-    MEGATRON_EMBEDDING,
-    NORM_NAMINGS,
-    WEIGHT_TABLE,
-    expand_table,
-    fc1_from_hf,
-    fc1_to_hf,
-    qkv_from_hf,
-    qkv_to_hf,
-    sidecar_file,
-)
+from .weight_table import (HF_EMBEDDING, MEGATRON_EMBEDDING, NORM_NAMINGS, WEIGHT_TABLE,
+                           expand_table, fc1_from_hf, fc1_to_hf, qkv_from_hf, qkv_to_hf, sidecar_file)
 
 __all__ = [
     "NORM_NAMINGS", "WeightMappingError", "ConversionReport", "qkv_to_hf", "qkv_from_hf",
