@@ -110,12 +110,16 @@ def split_files_problem(split: str, files) -> str | None:
     if files is None:
         return None
     listed = files if isinstance(files, list) else [files]
-    empty = [i for i, f in enumerate(listed) if not isinstance(f, str) or not f.strip()]
-    if listed and not empty:
+    bad = [i for i, f in enumerate(listed) if not isinstance(f, str) or not f.strip()]
+    if listed and not bad:
         return None
-    where = f"finetune.data.{split}" + (f"[{empty[0]}]" if isinstance(files, list) and empty else "")
-    return (f"{where}={listed[empty[0]] if empty else files!r} names no file: give a path, a directory or a glob, "
-            f"or a list of them (e.g. finetune.data.{split}=data/{split}.jsonl)")
+    where = f"finetune.data.{split}" + (f"[{bad[0]}]" if isinstance(files, list) and bad else "")
+    value = listed[bad[0]] if bad else files
+    if not isinstance(value, (str, list)):  # set in code (derive), not read from YAML: config values are text
+        return (f"{where} is a {type(value).__name__} ({value!r}); a config holds paths as strings "
+                f"(what its config.yaml saves): pass str(path)")
+    return (f"{where}={value!r} names no file: give a path, a directory or a glob, or a list of them "
+            f"(e.g. finetune.data.{split}=data/{split}.jsonl)")
 
 
 @dataclass

@@ -3,9 +3,12 @@ losses; `nan` passes every bound check) names its key; a fine-tune's split that 
 (`finetune.data.SPLIT`) names its split, while the forms a split takes load as written."""
 from __future__ import annotations
 
+import dataclasses
+from pathlib import Path
+
 import pytest
 
-from megatron_biglm.config import ConfigError, load_config
+from megatron_biglm.config import ConfigError, derive, load_config
 
 
 @pytest.mark.parametrize("override", ["optimizer.lr=inf", "optimizer.lr=nan", "optimizer.min_lr=-inf",
@@ -43,3 +46,9 @@ def test_the_forms_of_a_split_load_as_written_and_round_trip(tmp_path):
     path = tmp_path / "config.yaml"
     path.write_text(config.to_yaml())
     assert load_config(str(path)).finetune.data == data
+
+
+def test_a_split_set_in_code_as_a_path_object_is_refused_naming_the_fix():
+    base = load_config(None, ["finetune.task=cb"])
+    with pytest.raises(ConfigError, match=r"finetune\.data\.train\[1\] is a \w*Path .*pass str\(path\)"):
+        derive(base, finetune=dataclasses.replace(base.finetune, data={"train": ["a.jsonl", Path("b.jsonl")]}))
