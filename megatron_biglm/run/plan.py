@@ -6,11 +6,11 @@ validation callback.
 driver scores the start point on the evaluation splits instead (`start_scores.py`).
 
 What the plan learns after loading is written into the typed sections with `config.derive`
-(`dataclasses.replace`, checked once): the start checkpoint's model shape and tokenizer, the
-epochs as steps (only the encoded training set says how many examples there are; the one rule
-is `finetune/epochs.py`), and what the kind settles (a head's `finetune.options.label_names`, the
-length head's size). The run's saved config.yaml is that config: the steps it really ran and
-what an export needs to know.
+(checked once): here, the start checkpoint's model shape and tokenizer; in the kind's plan
+(`finetune/kinds/planning.py`), the epochs as steps (only the encoded training set says how
+many examples there are; `finetune/schedule.py`) and what the kind settles (a head's
+`finetune.options.label_names`, the length head's size). The run's saved config.yaml is that
+config: the steps it really ran and what an export needs to know.
 """
 from __future__ import annotations
 
@@ -25,11 +25,9 @@ from megatron_biglm.config.finetune_section import INIT_KEY
 from megatron_biglm.config.trained_checkpoint import open_checkpoint
 from megatron_biglm.data.tokenizer import TokenizerLoadError, load_tokenizer, looks_like_hub_name
 from megatron_biglm.data.tokenizer_check import TokenizerMismatch, check_trained_digest, checkpoint_tokenizer
-from megatron_biglm.finetune.epochs import steps_per_epoch, train_steps
-from megatron_biglm.finetune.kinds import KINDS, kind_class
-from megatron_biglm.finetune.kinds.planning import plan_kind
+from megatron_biglm.finetune.kinds.planning import plan_kind, refuse_untrained_scoring
 from megatron_biglm.finetune.tasks import get_task
-from megatron_biglm.finetune.validation import TaskValidator, probe_user_metrics
+from megatron_biglm.finetune.validation import TaskValidator
 from megatron_biglm.model.shape import SHAPE_SETTINGS
 
 
@@ -41,31 +39,6 @@ class FinetunePlan:
     steps_per_epoch: int
     train_steps: int
     notes: list[str] = field(default_factory=list)
-
-
-def validation_interval(n_train: int, options, global_batch_size: int) -> int:
-    """Steps between task validations (and checkpoints): every epoch, unless `min_steps`
-    stretched the run (an "epoch" of a few examples is a step or two, and a validation and
-    checkpoint per step is no schedule): then once, at the end. `validate_every_steps` wins."""
-    steps = train_steps(n_train, options.epochs, global_batch_size, options.min_steps)
-    stretched = steps > train_steps(n_train, options.epochs, global_batch_size)
-    return options.validate_every_steps or (steps if stretched else steps_per_epoch(n_train, global_batch_size))
-
-
-def derived_schedule(cfg: RunConfig, n_train: int) -> RunConfig:
-    """`cfg` with the sections the epochs decide (the rule: `epochs.train_steps`): sequence
-    length, schedule, a checkpoint at every task validation. A fine-tune is validated by its
-    task's metrics (`validation.TaskValidator`), not by a validation-loss pass."""
-    options, gbs = cfg.finetune, cfg.training.global_batch_size
-    steps = train_steps(n_train, options.epochs, gbs, options.min_steps)
-    warmup = int(round(options.warmup_fraction * steps))
-    return derive(
-        cfg, data=dataclasses.replace(cfg.data, seq_length=options.max_length),
-        schedule=dataclasses.replace(cfg.schedule, style=options.schedule, train_steps=steps,
-                                     warmup_steps=min(warmup, steps - 1)),
-        training=dataclasses.replace(cfg.training, eval_interval=0, eval_iters=0),
-        checkpoint=dataclasses.replace(cfg.checkpoint, save_interval=validation_interval(n_train, options, gbs),
-                                       save_at_end=True))
 
 
 #: the model keys a fine-tune takes from its start checkpoint (what its weights' shapes and
@@ -144,7 +117,9 @@ def refuse_foreign_resume(cfg) -> None:
 
 def plan_finetune(cfg: RunConfig) -> FinetunePlan:
     """Everything a fine-tune checks and derives before anything is built, from the config
-    its command loaded once; `plan.config` is the config the run trains with."""
+    its command loaded once; `plan.config` is the config the run trains with. The run's own
+    checks come first (its resume, its start checkpoint and tokenizer, a zero-shot run's
+    start); the task's kind then plans the rest in one call (`plan_kind`)."""
     if not isinstance(cfg, RunConfig):
         raise TypeError(f"plan_finetune takes a loaded RunConfig (megatron_biglm.config.load_config), "
                         f"got {type(cfg).__name__}")
@@ -166,55 +141,26 @@ def plan_finetune(cfg: RunConfig) -> FinetunePlan:
         task = get_task(options.task)
     except ValueError as exc:
         raise ConfigError(str(exc)) from None
+    if options.train_examples == 0:
+        check_zero_shot(cfg, task, start)
     try:
         tokenizer = load_tokenizer(cfg.data.tokenizer)
     except TokenizerLoadError as exc:
         raise ConfigError(f"data.tokenizer: {exc}") from None
-    kind = plan_kind(task, tokenizer, cfg)  # the files checked, labels, every split read once, the recipe
-    recipe = kind.recipe
-    probe_user_metrics(recipe)  # a user metric called once on a fake prediction set: before any step
-    gbs = cfg.training.global_batch_size
-    if options.train_examples == 0:
-        return _no_training_plan(cfg, recipe, start)
-    cfg = recipe.settle(derived_schedule(cfg, len(recipe.train_examples)))
-    interval = cfg.checkpoint.save_interval  # a checkpoint at every task validation
-    steps = cfg.schedule.train_steps
-    validator = TaskValidator(recipe, interval=interval,
-                              steps_per_epoch=recipe.steps_per_epoch(gbs), train_steps=steps,
-                              run_dir=cfg.run_dir, checkpoint_root=cfg.checkpoint_dir,
-                              data_summary=recipe.row_summaries())
-    notes = [f"{name}: {line}" for name, line in recipe.row_summaries().items()]
-    notes += [f"dropped {line}" for line in recipe.row_details()]
-    notes[:0] = kind.notes
-    if start_note:
-        notes.insert(0, start_note)
-    lifted = (f", lifted to finetune.min_steps={options.min_steps}"
-              if steps > train_steps(len(recipe.train_examples), options.epochs, gbs) else "")
-    notes.append(f"{len(recipe.train_examples)} training examples / global batch {gbs} = "
-                 f"{recipe.steps_per_epoch(gbs)} steps per epoch (rounded up) x {options.epochs} epochs{lifted} = "
-                 f"{steps} steps; validation every {interval} steps")
-    return FinetunePlan(cfg, recipe, validator, recipe.steps_per_epoch(gbs), steps, notes)
+    kind = plan_kind(task, tokenizer, cfg)  # files, labels, every split read once, metrics, schedule
+    notes = [start_note, *kind.notes] if start_note else kind.notes
+    return FinetunePlan(kind.config, kind.recipe, kind.validator, kind.steps_per_epoch, kind.train_steps, notes)
 
 
-def _no_training_plan(cfg: RunConfig, recipe, start) -> FinetunePlan:
-    """`finetune.train_examples=0`: nothing to train; the start point is scored as it is,
-    which needs one (`init_from`) and a kind that reads answers off the pretrained model
-    (its `scores_zero_shot`). `start`: the start checkpoint when the plan has opened it already
-    (for its tokenizer), else None."""
-    options = cfg.finetune
-    if not options.init_from:
+def check_zero_shot(cfg: RunConfig, task, start) -> None:
+    """`finetune.train_examples=0` scores the start point as it is, checked before any data is
+    read: it needs one (`init_from`), a kind that reads answers off the pretrained model (the
+    kind's to say: `refuse_untrained_scoring`), and a `data.tokenizer` the run names must be the
+    start's own. `start`: the start checkpoint when the plan has opened it already (for its
+    tokenizer), else None."""
+    if not cfg.finetune.init_from:
         raise ConfigError("finetune.train_examples=0 scores the start point without training: set "
                           "finetune.init_from=CHECKPOINT (the model to score)")
-    if not recipe.scores_zero_shot:
-        zero_shot = [name for name in KINDS if kind_class(name).scores_zero_shot]
-        raise ConfigError(f"finetune.train_examples=0 scores a model zero-shot, which needs a task read off the "
-                          f"pretrained model (kind {' or '.join(zero_shot)}); {recipe.task.name} is kind "
-                          f"{recipe.task.kind!r}: its head would be untrained. Use finetune.train_examples >= 1")
+    refuse_untrained_scoring(task)
     if cfg.data.tokenizer:  # scored as saved: a tokenizer the run names must still be the start's own
         start_tokenizer(cfg, start or open_start(cfg))
-    validator = TaskValidator(recipe, interval=1, steps_per_epoch=1, train_steps=0, run_dir=cfg.run_dir,
-                              checkpoint_root=cfg.checkpoint_dir, data_summary=recipe.row_summaries())
-    notes = [f"{name}: {line}" for name, line in recipe.row_summaries().items()]
-    notes.append(f"finetune.train_examples=0: no training; {options.init_from} is scored as it is "
-                 f"on {', '.join(recipe.eval_split_names())}")
-    return FinetunePlan(cfg, recipe, validator, 0, 0, notes)

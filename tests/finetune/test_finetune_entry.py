@@ -88,7 +88,7 @@ def test_sigterm_mid_epoch_and_resume_write_the_same_results(straight, task, tmp
 
 def test_epochs_become_steps_rounding_up():
     from megatron_biglm.config import load_config
-    from megatron_biglm.run.plan import derived_schedule
+    from megatron_biglm.finetune.schedule import derived_schedule
 
     cfg = load_config(None, ["finetune.task=mnli", "finetune.epochs=5", "finetune.warmup_fraction=0.06",
                              "finetune.max_length=128", "training.global_batch_size=32"])

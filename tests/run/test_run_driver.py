@@ -120,3 +120,24 @@ def test_a_zero_shot_plan_opens_its_start_checkpoint_once(task, tmp_path):
         seen[0] = "off"
     assert plan.train_steps == 0 and plan.config.data.tokenizer  # the start's tokenizer, checked
     assert len(seen) - 1 == 1, f"the start's saved config was opened {len(seen) - 1} times"
+
+
+def test_a_zero_shot_plan_of_a_kind_that_cannot_score_reads_no_data_file(task, tmp_path):
+    """`finetune.train_examples=0` with a head task (its head would be untrained): refused by
+    the checks that need no data, before any of the task's files is opened."""
+    from megatron_biglm.config import ConfigError, load_config
+    from megatron_biglm.run import plan_finetune
+
+    cfg = load_config(None, finetune_overrides(task, tmp_path / "zero", **{
+        "finetune.task": "rte_head", "finetune.train_examples": 0, "finetune.init_from": str(tmp_path / "start")}))
+    data_files = {os.path.abspath(p) for p in task["files"].values()}
+    seen: list = []
+    for path in data_files:
+        sys.addaudithook(_audit_opens(seen, path))
+    seen.append("on")
+    try:
+        with pytest.raises(ConfigError, match="kind verbalizer or contrastive.*its head would be untrained"):
+            plan_finetune(cfg)
+    finally:
+        seen[0] = "off"
+    assert len(seen) - 1 == 0, f"the task's data files were opened {len(seen) - 1} times"
