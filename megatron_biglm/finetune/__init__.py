@@ -3,6 +3,6 @@
 `kinds/__init__.py`), tasks declared as data (`tasks/`, which reads `kinds/`, never the reverse), the helpers
 kinds share (`metrics/`, `retrieval/`, `instruct/`, `data_files`, `row_report`, `columns`,
 `text_fit`, `squad_windows`, `squad_answers`), the one epoch rule
-(`epochs`) and `validation` (task-metric validation, the `best` pointer, results.json). The
-driver that plans and runs a fine-tune is `megatron_biglm.run`; the command line is
+(`epochs`), the schedule it gives a run config (`schedule`) and `validation` (task-metric
+validation, the `best` pointer, results.json). The driver that plans and runs a fine-tune is `megatron_biglm.run`; the command line is
 `python -m megatron_biglm.cli.finetune`."""
