@@ -19,6 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from megatron_biglm.common.config_fields import ConfigError, unknown_key_error
+from megatron_biglm.config import RunConfig
 
 from ..data_files import check_split_files, raw_split
 from ..epochs import train_steps
@@ -37,7 +38,7 @@ class KindPlan:
     (labels inferred when the declaration listed none), the kind's typed `Options`, its label
     names (empty for a kind without labels), the validator, the schedule in steps (0: no
     training) and the lines to print."""
-    config: object
+    config: RunConfig
     recipe: FinetuneRecipe
     task: object
     options: object
@@ -48,7 +49,7 @@ class KindPlan:
     notes: list[str] = field(default_factory=list)
 
 
-def plan_kind(task, tokenizer, config) -> KindPlan:
+def plan_kind(task, tokenizer, config: RunConfig) -> KindPlan:
     """The `KindPlan` of `task` for the run `config` (its `finetune:` section is the recipe's
     options), with `tokenizer` the run's."""
     options = config.finetune
