@@ -15,7 +15,6 @@ config: the steps it really ran and what an export needs to know.
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass, field
 from pathlib import Path
 
 from megatron_biglm.checkpoint.dirs import is_weights_only, read_train_state_file
@@ -25,20 +24,13 @@ from megatron_biglm.config.finetune_section import INIT_KEY
 from megatron_biglm.config.trained_checkpoint import open_checkpoint
 from megatron_biglm.data.tokenizer import TokenizerLoadError, load_tokenizer, looks_like_hub_name
 from megatron_biglm.data.tokenizer_check import TokenizerMismatch, check_trained_digest, checkpoint_tokenizer
-from megatron_biglm.finetune.kinds.planning import plan_kind, refuse_untrained_scoring
+from megatron_biglm.finetune.kinds.planning import KindPlan, plan_kind, refuse_untrained_scoring
 from megatron_biglm.finetune.tasks import get_task
-from megatron_biglm.finetune.validation import TaskValidator
 from megatron_biglm.model.shape import SHAPE_SETTINGS
 
-
-@dataclass
-class FinetunePlan:
-    config: RunConfig  # what the run trains with: the loaded config with every derived section
-    recipe: object
-    validator: TaskValidator
-    steps_per_epoch: int
-    train_steps: int
-    notes: list[str] = field(default_factory=list)
+#: what `plan_finetune` returns: the kind's plan (the config the run trains with, the recipe,
+#: the validator, the schedule in steps), its notes led by the start checkpoint's
+FinetunePlan = KindPlan
 
 
 #: the model keys a fine-tune takes from its start checkpoint (what its weights' shapes and
@@ -148,8 +140,7 @@ def plan_finetune(cfg: RunConfig) -> FinetunePlan:
     except TokenizerLoadError as exc:
         raise ConfigError(f"data.tokenizer: {exc}") from None
     kind = plan_kind(task, tokenizer, cfg)  # files, labels, every split read once, metrics, schedule
-    notes = [start_note, *kind.notes] if start_note else kind.notes
-    return FinetunePlan(kind.config, kind.recipe, kind.validator, kind.steps_per_epoch, kind.train_steps, notes)
+    return dataclasses.replace(kind, notes=[start_note, *kind.notes]) if start_note else kind
 
 
 def check_zero_shot(cfg: RunConfig, task, start) -> None:

@@ -83,23 +83,23 @@ def plan_kind(task, tokenizer, config: RunConfig) -> KindPlan:
     notes = [labels_note] if labels_note else []
     notes += [f"{name}: {line}" for name, line in recipe.row_summaries().items()]
     if options.train_examples == 0:
-        validator = TaskValidator(recipe, interval=1, steps_per_epoch=1, train_steps=0, run_dir=config.run_dir,
-                                  checkpoint_root=config.checkpoint_dir, data_summary=recipe.row_summaries())
+        interval, per_epoch, steps = 1, 0, 0
         notes.append(f"finetune.train_examples=0: no training; {options.init_from} is scored as it is "
                      f"on {', '.join(recipe.eval_split_names())}")
-        return KindPlan(config, recipe, task, recipe.opts, validator, 0, 0, labels, notes)
-    gbs, n_train = config.training.global_batch_size, len(recipe.train_examples)
-    config = recipe.settle(derived_schedule(config, n_train))
-    interval = config.checkpoint.save_interval  # a checkpoint at every task validation
-    steps, per_epoch = config.schedule.train_steps, recipe.steps_per_epoch(gbs)
-    validator = TaskValidator(recipe, interval=interval, steps_per_epoch=per_epoch, train_steps=steps,
+    else:
+        gbs, n_train = config.training.global_batch_size, len(recipe.train_examples)
+        config = recipe.settle(derived_schedule(config, n_train))
+        interval = config.checkpoint.save_interval  # a checkpoint at every task validation
+        steps, per_epoch = config.schedule.train_steps, recipe.steps_per_epoch(gbs)
+        notes += [f"dropped {line}" for line in recipe.row_details()]
+        lifted = (f", lifted to finetune.min_steps={options.min_steps}"
+                  if steps > train_steps(n_train, options.epochs, gbs) else "")
+        notes.append(f"{n_train} training examples / global batch {gbs} = {per_epoch} steps per epoch (rounded up) "
+                     f"x {options.epochs} epochs{lifted} = {steps} steps; validation every {interval} steps")
+    # a zero-shot run's one validation, at step 0, is reported against a one-step epoch
+    validator = TaskValidator(recipe, interval=interval, steps_per_epoch=max(per_epoch, 1), train_steps=steps,
                               run_dir=config.run_dir, checkpoint_root=config.checkpoint_dir,
                               data_summary=recipe.row_summaries())
-    notes += [f"dropped {line}" for line in recipe.row_details()]
-    lifted = (f", lifted to finetune.min_steps={options.min_steps}"
-              if steps > train_steps(n_train, options.epochs, gbs) else "")
-    notes.append(f"{n_train} training examples / global batch {gbs} = {per_epoch} steps per epoch (rounded up) "
-                 f"x {options.epochs} epochs{lifted} = {steps} steps; validation every {interval} steps")
     return KindPlan(config, recipe, task, recipe.opts, validator, per_epoch, steps, labels, notes)
 
 
